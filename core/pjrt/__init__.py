@@ -1,0 +1,23 @@
+"""pjrt: a Python host for PJRT plugins.
+
+Load a PJRT plugin, list its devices, move numpy arrays to them, compile StableHLO and run it::
+
+    import numpy as np, pjrt
+    add_one = pjrt.compile(open("add_one.mlir").read())
+    print(np.asarray(add_one(np.arange(4, dtype=np.float32))))
+"""
+from ._c import HEADER_VERSION as PJRT_C_API_VERSION
+from .array import Array, block_until_ready, device_put
+from .client import Client, HostBufferSemantics, make_c_api_client
+from .compile_options import CompileOptions, DeviceAssignment, ExecutableBuildOptions
+from .device import Device, Memory
+from .errors import (ClosedClientError, DeletedArrayError, ErrorCode, PluginLoadError,
+                     UnsupportedFeatureError, XlaRuntimeError)
+from .executable import CompiledMemoryStats, ExecuteResults, LoadedExecutable
+from .plugin import (Plugin, get_plugin, initialize_pjrt_plugin, load_pjrt_plugin_dynamically,
+                     load_pjrt_plugin_with_c_api, pjrt_plugin_initialized, pjrt_plugin_loaded)
+from .program import CompiledProgram, compile
+from .registry import (backends, default_backend, device_count, devices, get_backend,
+                       local_device_count, local_devices)
+
+__version__ = "0.1.0"

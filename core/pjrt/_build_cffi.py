@@ -1,0 +1,61 @@
+"""cffi build script for ``pjrt._pjrt_cffi``, the core's single C boundary.
+
+Run by setuptools (``cffi_modules`` in setup.py). It compiles, in cffi's API mode, our
+PJRT C API header together with the helpers in ``_native/shim.c``. API mode lets the C
+compiler check every struct layout we touch against the header, and calls through it are
+cheaper than through libffi.
+
+The cffi declarations are the header itself with its preprocessor lines removed: the header
+is written so that what remains is plain C that cffi can read.
+"""
+import pathlib
+import re
+
+import cffi
+
+PACKAGE_DIR = pathlib.Path(__file__).resolve().parent
+NATIVE_DIR = PACKAGE_DIR / "_native"
+
+
+def _find_header_dir() -> pathlib.Path:
+    """The directory holding pjrt_c_api.h: the packaged copy, else the repository's."""
+    for candidate in (PACKAGE_DIR / "include", PACKAGE_DIR.parent.parent / "pjrt_c_api"):
+        if (candidate / "pjrt_c_api.h").is_file():
+            return candidate
+    raise FileNotFoundError("pjrt_c_api.h not found next to the pjrt package or in ../pjrt_c_api")
+
+
+_INTEGER_DEFINE = re.compile(r"#\s*define\s+\w+\s+-?\d+\s*$")
+
+
+def declarations_from_header(text: str) -> str:
+    """The header as cffi declarations: preprocessor lines go, integer #defines stay."""
+    kept = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#") and not _INTEGER_DEFINE.match(stripped):
+            continue
+        kept.append(line)
+    return "\n".join(kept)
+
+
+HEADER_DIR = _find_header_dir()
+_header_text = (HEADER_DIR / "pjrt_c_api.h").read_text()
+_shim_declarations = (NATIVE_DIR / "shim.h").read_text()
+
+ffibuilder = cffi.FFI()
+ffibuilder.cdef(declarations_from_header(_header_text))
+ffibuilder.cdef(_shim_declarations)
+ffibuilder.set_source(
+    "pjrt._pjrt_cffi",
+    '#include "pjrt_c_api.h"\n'
+    + _shim_declarations
+    + "\n"
+    + (NATIVE_DIR / "shim.c").read_text(),
+    include_dirs=[str(HEADER_DIR)],
+    libraries=["dl"],
+    extra_compile_args=["-O2", "-Wall"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(tmpdir=str(PACKAGE_DIR.parent), verbose=True)

@@ -1,0 +1,189 @@
+/* Implementation of shim.h; see there for what each helper is for. */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The size of an args struct as this side knows it: up to the end of its
+ * last field, without trailing padding, as the PJRT C API defines it. */
+#define SHIM_STRUCT_SIZE(type, last_field) \
+  (offsetof(type, last_field) + sizeof(((type*)0)->last_field))
+
+#define SHIM_ARGS(type, name, last_field) \
+  type name;                              \
+  memset(&name, 0, sizeof(name));         \
+  name.struct_size = SHIM_STRUCT_SIZE(type, last_field)
+
+/* Above this many devices the per-device pointer lists go on the heap. */
+#define SHIM_STACK_DEVICES 64
+
+/* The last field of PJRT_ExecuteOptions in our header. */
+#define SHIM_EXECUTE_OPTIONS_LAST_FIELD num_hlo_output_callbacks
+
+int pjrt_shim_load(const char* path, const PJRT_Api** api_out, char* message,
+                   size_t message_size) {
+  typedef const PJRT_Api* (*get_api_fn)(void);
+  *api_out = NULL;
+  dlerror();
+  void* handle = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
+  if (handle == NULL) {
+    const char* reason = dlerror();
+    snprintf(message, message_size, "%s", reason ? reason : "unknown reason");
+    return PJRT_SHIM_LOAD_DLOPEN_FAILED;
+  }
+  dlerror();
+  void* symbol = dlsym(handle, "GetPjrtApi");
+  if (symbol == NULL) {
+    const char* reason = dlerror();
+    snprintf(message, message_size, "%s", reason ? reason : "symbol not found");
+    return PJRT_SHIM_LOAD_NO_SYMBOL;
+  }
+  const PJRT_Api* api = ((get_api_fn)symbol)();
+  if (api == NULL) {
+    message[0] = '\0';
+    return PJRT_SHIM_LOAD_NULL_API;
+  }
+  *api_out = api;
+  return PJRT_SHIM_LOAD_OK;
+}
+
+const PJRT_Api* pjrt_shim_api_from_address(uintptr_t address) {
+  return (const PJRT_Api*)address;
+}
+
+int pjrt_shim_has_entry(const PJRT_Api* api, size_t entry_offset) {
+  if (api->struct_size < entry_offset + sizeof(void*)) return 0;
+  void* entry;
+  memcpy(&entry, (const char*)api + entry_offset, sizeof(entry));
+  return entry != NULL;
+}
+
+int pjrt_shim_execute(const PJRT_Api* api, PJRT_LoadedExecutable* executable,
+                      PJRT_Buffer** arguments, size_t num_devices,
+                      size_t num_arguments, PJRT_Buffer** outputs,
+                      size_t num_outputs,
+                      const int64_t* non_donatable_input_indices,
+                      size_t num_non_donatable_input_indices,
+                      PJRT_Device* execute_device,
+                      PJRT_Event** complete_events, PJRT_Error** error_out) {
+  PJRT_Buffer* const* argument_stack[SHIM_STACK_DEVICES];
+  PJRT_Buffer** output_stack[SHIM_STACK_DEVICES];
+  PJRT_Buffer* const** argument_lists = argument_stack;
+  PJRT_Buffer*** output_lists = output_stack;
+  *error_out = NULL;
+  if (num_devices > SHIM_STACK_DEVICES) {
+    argument_lists = malloc(num_devices * sizeof(*argument_lists));
+    output_lists = malloc(num_devices * sizeof(*output_lists));
+    if (argument_lists == NULL || output_lists == NULL) {
+      free((void*)argument_lists);
+      free(output_lists);
+      return -1;
+    }
+  }
+  for (size_t d = 0; d < num_devices; ++d) {
+    argument_lists[d] = arguments + d * num_arguments;
+    output_lists[d] = outputs + d * num_outputs;
+  }
+
+  SHIM_ARGS(PJRT_ExecuteOptions, options, SHIM_EXECUTE_OPTIONS_LAST_FIELD);
+  options.non_donatable_input_indices = non_donatable_input_indices;
+  options.num_non_donatable_input_indices = num_non_donatable_input_indices;
+
+  SHIM_ARGS(PJRT_LoadedExecutable_Execute_Args, args, execute_device);
+  args.executable = executable;
+  args.options = &options;
+  args.argument_lists = argument_lists;
+  args.num_devices = num_devices;
+  args.num_args = num_arguments;
+  args.output_lists = output_lists;
+  args.device_complete_events = complete_events;
+  args.execute_device = execute_device;
+  *error_out = api->PJRT_LoadedExecutable_Execute(&args);
+
+  if (argument_lists != argument_stack) {
+    free((void*)argument_lists);
+    free(output_lists);
+  }
+  return 0;
+}
+
+static PJRT_Error* shim_await_and_destroy(const PJRT_Api* api,
+                                          PJRT_Event* event) {
+  SHIM_ARGS(PJRT_Event_Await_Args, await_args, event);
+  await_args.event = event;
+  PJRT_Error* error = api->PJRT_Event_Await(&await_args);
+  pjrt_shim_event_destroy(api, event);
+  return error;
+}
+
+PJRT_Error* pjrt_shim_buffer_from_host(
+    const PJRT_Api* api, PJRT_Client* client, const void* data,
+    PJRT_Buffer_Type type, const int64_t* dims, size_t num_dims,
+    PJRT_HostBufferSemantics semantics, PJRT_Device* device,
+    PJRT_Memory* memory, PJRT_Buffer** buffer_out) {
+  SHIM_ARGS(PJRT_Client_BufferFromHostBuffer_Args, args, buffer);
+  args.client = client;
+  args.data = data;
+  args.type = type;
+  args.dims = dims;
+  args.num_dims = num_dims;
+  args.host_buffer_semantics = semantics;
+  args.device = device;
+  args.memory = memory;
+  *buffer_out = NULL;
+  PJRT_Error* error = api->PJRT_Client_BufferFromHostBuffer(&args);
+  if (error != NULL) return error;
+  *buffer_out = args.buffer;
+  if (args.done_with_host_buffer == NULL) return NULL;
+  if (semantics == PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes) {
+    return shim_await_and_destroy(api, args.done_with_host_buffer);
+  }
+  pjrt_shim_event_destroy(api, args.done_with_host_buffer);
+  return NULL;
+}
+
+PJRT_Error* pjrt_shim_buffer_to_host(const PJRT_Api* api, PJRT_Buffer* buffer,
+                                     void* destination, size_t size) {
+  SHIM_ARGS(PJRT_Buffer_ToHostBuffer_Args, args, event);
+  args.src = buffer;
+  args.dst = destination;
+  args.dst_size = size;
+  PJRT_Error* error = api->PJRT_Buffer_ToHostBuffer(&args);
+  if (error != NULL) return error;
+  if (args.event == NULL) return NULL;
+  return shim_await_and_destroy(api, args.event);
+}
+
+PJRT_Error* pjrt_shim_buffer_await_ready(const PJRT_Api* api,
+                                         PJRT_Buffer* buffer) {
+  SHIM_ARGS(PJRT_Buffer_ReadyEvent_Args, args, event);
+  args.buffer = buffer;
+  PJRT_Error* error = api->PJRT_Buffer_ReadyEvent(&args);
+  if (error != NULL) return error;
+  return shim_await_and_destroy(api, args.event);
+}
+
+static void shim_drop_error(const PJRT_Api* api, PJRT_Error* error) {
+  if (error == NULL) return;
+  SHIM_ARGS(PJRT_Error_Destroy_Args, args, error);
+  args.error = error;
+  api->PJRT_Error_Destroy(&args);
+}
+
+void pjrt_shim_buffers_destroy(const PJRT_Api* api, PJRT_Buffer** buffers,
+                               size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    if (buffers[i] == NULL) continue;
+    SHIM_ARGS(PJRT_Buffer_Destroy_Args, args, buffer);
+    args.buffer = buffers[i];
+    shim_drop_error(api, api->PJRT_Buffer_Destroy(&args));
+  }
+}
+
+void pjrt_shim_event_destroy(const PJRT_Api* api, PJRT_Event* event) {
+  if (event == NULL) return;
+  SHIM_ARGS(PJRT_Event_Destroy_Args, args, event);
+  args.event = event;
+  shim_drop_error(api, api->PJRT_Event_Destroy(&args));
+}

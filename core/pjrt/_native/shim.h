@@ -1,0 +1,76 @@
+/* Small C helpers that sit beside the PJRT C API in the core's cffi extension.
+ *
+ * Each helper does in one C call what would otherwise take several round trips
+ * through cffi on a hot path (execute, host transfers, freeing handles), or
+ * what Python cannot do safely (dlopen with RTLD_LOCAL and a readable reason).
+ * cffi releases the GIL for the whole call, so a helper that waits on the
+ * plugin lets other Python threads run.
+ *
+ * This file is read twice: by the C compiler, and by the build script as part
+ * of the cffi declarations, so it holds plain declarations only.
+ */
+
+/* Outcomes of pjrt_shim_load. */
+typedef enum {
+  PJRT_SHIM_LOAD_OK = 0,
+  PJRT_SHIM_LOAD_DLOPEN_FAILED = 1,  /* message holds dlerror() */
+  PJRT_SHIM_LOAD_NO_SYMBOL = 2,      /* no GetPjrtApi in the library */
+  PJRT_SHIM_LOAD_NULL_API = 3        /* GetPjrtApi returned NULL */
+} pjrt_shim_load_status;
+
+/* Opens `path` with RTLD_LAZY | RTLD_LOCAL (so several plugins, each with its
+ * own copy of XLA, can live in one process), and calls its GetPjrtApi.
+ * The library is never closed: a plugin's threads may outlive any handle. */
+int pjrt_shim_load(const char* path, const PJRT_Api** api_out,
+                   char* message, size_t message_size);
+
+/* Reads a PJRT_Api* from the address held by a PyCapsule or an integer. */
+const PJRT_Api* pjrt_shim_api_from_address(uintptr_t address);
+
+/* The number of bytes of `api`'s table that the plugin filled in, and whether
+ * a given entry (by byte offset) lies inside it and is set. */
+int pjrt_shim_has_entry(const PJRT_Api* api, size_t entry_offset);
+
+/* Runs `executable` on `num_devices` devices. `arguments` holds
+ * num_devices * num_arguments buffers, device-major; `outputs` receives
+ * num_devices * num_outputs new buffers, device-major, owned by the caller.
+ * `execute_device` may be NULL (run on the executable's own devices).
+ * When `complete_events` is not NULL it receives one event per device, owned
+ * by the caller. Returns 0 and sets *error_out to the plugin's error (NULL on
+ * success), or returns -1 when the host is out of memory. */
+int pjrt_shim_execute(const PJRT_Api* api, PJRT_LoadedExecutable* executable,
+                      PJRT_Buffer** arguments, size_t num_devices,
+                      size_t num_arguments, PJRT_Buffer** outputs,
+                      size_t num_outputs,
+                      const int64_t* non_donatable_input_indices,
+                      size_t num_non_donatable_input_indices,
+                      PJRT_Device* execute_device,
+                      PJRT_Event** complete_events, PJRT_Error** error_out);
+
+/* Starts a host-to-device copy of a dense row-major array. With
+ * kImmutableOnlyDuringCall the plugin copies before returning; with
+ * kImmutableUntilTransferCompletes this helper waits for the plugin to finish
+ * reading the host memory before it returns; with the zero-copy semantics the
+ * caller must keep the host memory alive for the buffer's whole life. */
+PJRT_Error* pjrt_shim_buffer_from_host(
+    const PJRT_Api* api, PJRT_Client* client, const void* data,
+    PJRT_Buffer_Type type, const int64_t* dims, size_t num_dims,
+    PJRT_HostBufferSemantics semantics, PJRT_Device* device,
+    PJRT_Memory* memory, PJRT_Buffer** buffer_out);
+
+/* Copies `buffer` into `destination` (dense row-major, `size` bytes) and
+ * waits for the copy to finish. */
+PJRT_Error* pjrt_shim_buffer_to_host(const PJRT_Api* api, PJRT_Buffer* buffer,
+                                     void* destination, size_t size);
+
+/* Waits for `buffer` to be ready; returns its error, if any. */
+PJRT_Error* pjrt_shim_buffer_await_ready(const PJRT_Api* api,
+                                         PJRT_Buffer* buffer);
+
+/* Frees `count` buffers. Errors from the plugin are freed and dropped: there
+ * is no caller to report them to when a garbage-collected array goes away. */
+void pjrt_shim_buffers_destroy(const PJRT_Api* api, PJRT_Buffer** buffers,
+                               size_t count);
+
+/* Frees an event, dropping any error the plugin returns. */
+void pjrt_shim_event_destroy(const PJRT_Api* api, PJRT_Event* event);

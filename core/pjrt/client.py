@@ -1,0 +1,311 @@
+"""Clients: a plugin's view of its devices, and the owner of everything made through it.
+
+A :class:`Client` wraps ``PJRT_Client``. The C handle itself lives in a small
+:class:`ClientHandle` that arrays and executables keep alive; the handle refers to nothing
+that refers back to it, so it is freed only after every buffer and executable made through it,
+whatever order the garbage collector finds them in.
+"""
+from __future__ import annotations
+
+import atexit
+import enum
+import threading
+import weakref
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from . import plugin as plugin_module
+from ._c import Api, to_str
+from ._pjrt_cffi import ffi, lib
+from .device import Device, Memory, handle_key
+from .errors import ClosedClientError, check
+from .options import NamedValues, OptionValue
+
+
+class HostBufferSemantics(enum.IntEnum):
+    """How long the plugin may read the host memory handed to ``buffer_from_pyval``."""
+
+    #: The plugin copies the data before the call returns.
+    IMMUTABLE_ONLY_DURING_CALL = 0
+    #: The call returns once the plugin has finished reading the host data.
+    IMMUTABLE_UNTIL_TRANSFER_COMPLETES = 1
+    #: The device buffer may alias the host memory; the array keeps it alive.
+    ZERO_COPY = 2
+
+
+class ClientHandle:
+    """Owns one ``PJRT_Client*``; destroys it exactly once, after everything made from it."""
+
+    __slots__ = ("api", "pointer", "closed", "__weakref__")
+
+    def __init__(self, api: Api, pointer):
+        self.api = api
+        self.pointer = pointer
+        self.closed = False
+
+    def destroy(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        args = self.api.new_args("PJRT_Client_Destroy_Args")
+        args.client = self.pointer
+        self.pointer = ffi.NULL
+        check(self.api, self.api.table.PJRT_Client_Destroy(args))
+
+    def __del__(self):
+        if not self.closed:
+            try:
+                self.destroy()
+            except Exception:  # noqa: BLE001 - nothing can be raised from a finaliser
+                pass
+
+
+_live_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+class Client:
+    """A PJRT client: devices, memories, transfers and compilation for one plugin.
+
+    Made by :func:`make_c_api_client`. Names follow jaxlib's ``Client``.
+    """
+
+    def __init__(self, plugin: plugin_module.Plugin, handle: ClientHandle):
+        self.plugin = plugin
+        self._api = plugin.api
+        self._handle = handle
+        self._lock = threading.Lock()
+        self._devices_by_handle: dict[int, Device] = {}
+        self._memories_by_handle: dict[int, Memory] = {}
+        self._live_arrays: "weakref.WeakSet" = weakref.WeakSet()
+        self._live_executables: "weakref.WeakSet" = weakref.WeakSet()
+        api = self._api
+        name = api.call_new("PJRT_Client_PlatformName", client=handle.pointer)
+        self.platform: str = to_str(name.platform_name, name.platform_name_size)
+        version = api.call_new("PJRT_Client_PlatformVersion", client=handle.pointer)
+        self.platform_version: str = to_str(version.platform_version, version.platform_version_size)
+        self._process_index = int(api.call_new("PJRT_Client_ProcessIndex",
+                                               client=handle.pointer).process_index)
+        all_devices = api.call_new("PJRT_Client_Devices", client=handle.pointer)
+        self._devices = [self._device(all_devices.devices[i]) for i in range(all_devices.num_devices)]
+        local = api.call_new("PJRT_Client_AddressableDevices", client=handle.pointer)
+        self._local_devices = [self._device(local.addressable_devices[i])
+                               for i in range(local.num_addressable_devices)]
+        _live_clients.add(self)
+
+    # -- handles ---------------------------------------------------------------------------
+
+    @property
+    def handle(self) -> ClientHandle:
+        """The live C handle; raises :class:`ClosedClientError` after :meth:`close`."""
+        if self._handle.closed:
+            raise ClosedClientError(f"the {self.platform} client has been closed; make a new "
+                                    f"client with make_c_api_client")
+        return self._handle
+
+    def _device(self, pointer) -> Device:
+        key = handle_key(pointer)
+        device = self._devices_by_handle.get(key)
+        if device is None:
+            device = Device(self, pointer)
+            self._devices_by_handle[key] = device
+        return device
+
+    def _memory(self, pointer) -> Memory:
+        key = handle_key(pointer)
+        memory = self._memories_by_handle.get(key)
+        if memory is None:
+            memory = Memory(self, pointer)
+            self._memories_by_handle[key] = memory
+        return memory
+
+    # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def runtime_type(self) -> str:
+        return "pjrt_c_api"
+
+    def process_index(self) -> int:
+        """This process's index among the processes of a multi-process client (0 alone)."""
+        return self._process_index
+
+    def host_id(self) -> int:
+        return self._process_index
+
+    def devices(self) -> list[Device]:
+        """All devices of the client, addressable or not."""
+        return list(self._devices)
+
+    def local_devices(self) -> list[Device]:
+        """The devices this process can address."""
+        return list(self._local_devices)
+
+    def device_count(self) -> int:
+        return len(self._devices)
+
+    def local_device_count(self) -> int:
+        return len(self._local_devices)
+
+    def addressable_memories(self) -> list[Memory]:
+        """Every memory the client's addressable devices can reach."""
+        args = self._api.call_new("PJRT_Client_AddressableMemories", client=self.handle.pointer)
+        return [self._memory(args.addressable_memories[i]) for i in range(args.num_addressable_memories)]
+
+    def lookup_device(self, device_id: int) -> Device:
+        """The device with global id ``device_id``; ValueError listing the ids otherwise."""
+        for device in self._devices:
+            if device.id == device_id:
+                return device
+        ids = ", ".join(str(d.id) for d in self._devices)
+        raise ValueError(f"no device with id {device_id} on this {self.platform} client "
+                         f"(device ids: {ids})")
+
+    def live_arrays(self) -> list:
+        """Arrays made through this client that are alive and not deleted."""
+        return [a for a in list(self._live_arrays) if not a.is_deleted()]
+
+    def live_buffers(self) -> list:
+        return self.live_arrays()
+
+    def live_executables(self) -> list:
+        """Loaded executables made through this client that are alive and not deleted."""
+        return [e for e in list(self._live_executables) if not e.is_deleted()]
+
+    def default_device_assignment(self, num_replicas: int, num_partitions: int = 1) -> np.ndarray:
+        """The plugin's default device ids, shaped ``[num_replicas, num_partitions]``."""
+        total = num_replicas * num_partitions
+        ids = ffi.new("int[]", total)
+        args = self._api.new_args("PJRT_Client_DefaultDeviceAssignment_Args")
+        args.client = self.handle.pointer
+        args.num_replicas = num_replicas
+        args.num_partitions = num_partitions
+        args.default_assignment_size = total
+        args.default_assignment = ids
+        self._api.call("PJRT_Client_DefaultDeviceAssignment", args)
+        return np.array(list(ids), dtype=np.int64).reshape(num_replicas, num_partitions)
+
+    # -- transfers and compilation (see array.py and executable.py) ------------------------
+
+    def buffer_from_pyval(self, argument: Any, device: Device | None = None,
+                          force_copy: bool = False,
+                          host_buffer_semantics: HostBufferSemantics =
+                          HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
+                          memory: Memory | None = None):
+        """Copy a numpy array (or anything ``np.asarray`` takes) to ``device``.
+
+        Args:
+          argument: the host value.
+          device: the target device; the first local device when None.
+          force_copy: with ZERO_COPY semantics, copy anyway.
+          host_buffer_semantics: see :class:`HostBufferSemantics`.
+          memory: a memory of ``device`` to place the buffer in (its default when None).
+
+        Returns:
+          An :class:`~pjrt.array.Array`.
+
+        Raises:
+          TypeError: the value's dtype has no PJRT equivalent.
+          ValueError: the device belongs to another client.
+        """
+        from .array import array_from_host
+
+        if force_copy and host_buffer_semantics == HostBufferSemantics.ZERO_COPY:
+            host_buffer_semantics = HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
+        return array_from_host(self, argument, device, host_buffer_semantics, memory)
+
+    def compile_and_load(self, computation: str | bytes, executable_devices: Sequence[Device]
+                         | None = None, compile_options=None):
+        """Compile a StableHLO program (MLIR text ``str`` or bytecode ``bytes``) and load it.
+
+        Args:
+          computation: the program.
+          executable_devices: the devices it runs on; with several and no ``compile_options``,
+            the program is compiled as an SPMD program partitioned over them in this order.
+          compile_options: a :class:`~pjrt.compile_options.CompileOptions`; when given, its
+            device assignment wins over ``executable_devices``.
+
+        Returns:
+          A :class:`~pjrt.executable.LoadedExecutable`.
+        """
+        from .executable import compile_program
+
+        return compile_program(self, computation, executable_devices, compile_options)
+
+    compile = compile_and_load
+
+    def deserialize_executable(self, serialized: bytes, compile_options=None):
+        """Load an executable produced by ``LoadedExecutable.serialize()``."""
+        from .executable import deserialize_executable
+
+        return deserialize_executable(self, serialized, compile_options)
+
+    # -- lifetime --------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Free every array and executable made through this client, then the client.
+
+        Idempotent. Using the client or its arrays afterwards raises ClosedClientError.
+        """
+        with self._lock:
+            if self._handle.closed:
+                return
+            for array in list(self._live_arrays):
+                array._release()
+            for executable in list(self._live_executables):
+                executable._release()
+            self._handle.destroy()
+            _live_clients.discard(self)
+
+    @property
+    def is_closed(self) -> bool:
+        return self._handle.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"Client(platform={self.platform!r}, devices={len(self._devices)}, "
+                f"plugin={self.plugin.name!r})")
+
+
+def make_c_api_client(plugin_name: str, options: Mapping[str, OptionValue] | None = None,
+                      distributed_client=None, transfer_server_factory=None) -> Client:
+    """Create a client of the loaded plugin ``plugin_name``.
+
+    Args:
+      plugin_name: a name given to ``load_pjrt_plugin_dynamically``.
+      options: create options for the plugin, e.g. ``{"cpu_device_count": 8}``; values are
+        str, int, float, bool or a list of ints.
+      distributed_client, transfer_server_factory: multi-process set-ups are not supported
+        yet; passing one raises NotImplementedError.
+
+    Raises:
+      KeyError: no plugin of that name is loaded.
+      TypeError: an option has a value of another type (the message names the key).
+      XlaRuntimeError: the plugin refused to create a client (its message is kept).
+    """
+    if distributed_client is not None or transfer_server_factory is not None:
+        raise NotImplementedError("multi-process clients are not supported by this pjrt yet")
+    plugin = plugin_module.get_plugin(plugin_name)
+    named = NamedValues(options)
+    plugin.initialize()
+    api = plugin.api
+    args = api.new_args("PJRT_Client_Create_Args")
+    args.create_options = named.array
+    args.num_options = named.count
+    api.call("PJRT_Client_Create", args)
+    handle = ClientHandle(api, args.client)
+    return Client(plugin, handle)
+
+
+@atexit.register
+def _close_clients_at_exit() -> None:
+    # Free buffers and executables before their clients, while every module is still intact.
+    for client in list(_live_clients):
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - exiting anyway; nothing useful to report to
+            pass

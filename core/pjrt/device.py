@@ -1,0 +1,196 @@
+"""Devices and memories of a client.
+
+:class:`Device` and :class:`Memory` do not own anything: the client owns the C objects, and
+each PJRT handle maps to exactly one Python object per client, so devices and memories compare
+by identity and can be dict keys and mesh elements.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._c import to_str
+from ._pjrt_cffi import ffi
+from .errors import XlaRuntimeError, ErrorCode
+from .options import named_values_to_dict
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+class Device:
+    """A device of a :class:`~pjrt.client.Client` (``PJRT_Device``).
+
+    Attributes follow jaxlib's ``Device``: ``id``, ``process_index``, ``host_id``,
+    ``platform``, ``device_kind``, ``local_hardware_id`` (None when not addressable),
+    ``client``.
+    """
+
+    __slots__ = ("client", "_handle", "_description", "id", "process_index", "device_kind",
+                 "local_hardware_id", "is_addressable", "_default_memory", "__weakref__")
+
+    def __init__(self, client: "Client", handle):
+        api = client._api
+        self.client = client
+        self._handle = handle
+        self._description = api.call_new("PJRT_Device_GetDescription", device=handle).device_description
+        description = self._description
+        self.id = int(api.call_new("PJRT_DeviceDescription_Id", device_description=description).id)
+        self.process_index = int(api.call_new("PJRT_DeviceDescription_ProcessIndex",
+                                              device_description=description).process_index)
+        kind = api.call_new("PJRT_DeviceDescription_Kind", device_description=description)
+        self.device_kind = to_str(kind.device_kind, kind.device_kind_size)
+        self.is_addressable = bool(api.call_new("PJRT_Device_IsAddressable",
+                                                device=handle).is_addressable)
+        self.local_hardware_id = None
+        if self.is_addressable and api.has("PJRT_Device_LocalHardwareId"):
+            hardware_id = int(api.call_new("PJRT_Device_LocalHardwareId",
+                                           device=handle).local_hardware_id)
+            self.local_hardware_id = hardware_id if hardware_id >= 0 else None
+        self._default_memory = None
+
+    @property
+    def host_id(self) -> int:
+        """Same as ``process_index`` (jaxlib's older name)."""
+        return self.process_index
+
+    @property
+    def platform(self) -> str:
+        """The client's platform name, e.g. ``"cpu"``."""
+        return self.client.platform
+
+    def attributes(self) -> dict:
+        """Plugin-specific description attributes (``PJRT_DeviceDescription_Attributes``)."""
+        api = self.client._api
+        args = api.call_new("PJRT_DeviceDescription_Attributes",
+                            device_description=self._description)
+        return named_values_to_dict(args.attributes, args.num_attributes)
+
+    def addressable_memories(self) -> list["Memory"]:
+        """The memories this device can address directly."""
+        client = self.client
+        args = client._api.call_new("PJRT_Device_AddressableMemories", device=self._handle)
+        return [client._memory(args.memories[i]) for i in range(args.num_memories)]
+
+    def default_memory(self) -> "Memory":
+        """The memory a buffer lands in when no memory is named."""
+        if self._default_memory is None:
+            client = self.client
+            args = client._api.call_new("PJRT_Device_DefaultMemory", device=self._handle)
+            self._default_memory = client._memory(args.memory)
+        return self._default_memory
+
+    def memory(self, kind: str) -> "Memory":
+        """The addressable memory of this kind (e.g. ``"device"``, ``"pinned_host"``).
+
+        Raises:
+          ValueError: the device has no memory of that kind; the message lists those it has.
+        """
+        memories = self.addressable_memories()
+        for memory in memories:
+            if memory.kind == kind:
+                return memory
+        kinds = ", ".join(repr(m.kind) for m in memories) or "none"
+        raise ValueError(f"{self} has no memory of kind {kind!r}; its memory kinds: {kinds}")
+
+    def memory_stats(self) -> dict[str, int] | None:
+        """Allocator statistics (``bytes_in_use``, ``peak_bytes_in_use``, ...), or None when
+        the plugin does not report them."""
+        api = self.client._api
+        if not api.has("PJRT_Device_MemoryStats"):
+            return None
+        args = api.new_args("PJRT_Device_MemoryStats_Args")
+        args.device = self._handle
+        try:
+            api.call("PJRT_Device_MemoryStats", args)
+        except XlaRuntimeError as error:
+            if error.code in (ErrorCode.UNIMPLEMENTED, ErrorCode.FAILED_PRECONDITION):
+                return None
+            raise
+        stats = {"bytes_in_use": int(args.bytes_in_use)}
+        optional = (
+            ("peak_bytes_in_use", "peak_bytes_in_use_is_set"),
+            ("num_allocs", "num_allocs_is_set"),
+            ("largest_alloc_size", "largest_alloc_size_is_set"),
+            ("bytes_limit", "bytes_limit_is_set"),
+            ("bytes_reserved", "bytes_reserved_is_set"),
+            ("peak_bytes_reserved", "peak_bytes_reserved_is_set"),
+            ("bytes_reservable_limit", "bytes_reservable_limit_is_set"),
+            ("largest_free_block_bytes", "largest_free_block_bytes_is_set"),
+            ("pool_bytes", "pool_bytes_is_set"),
+            ("peak_pool_bytes", "peak_pool_bytes_is_set"),
+        )
+        for name, flag in optional:
+            if getattr(args, flag):
+                stats[name] = int(getattr(args, name))
+        return stats
+
+    def live_buffers(self) -> list:
+        """The live arrays with a buffer on this device."""
+        return [array for array in self.client.live_arrays() if self in array.devices()]
+
+    def to_string(self) -> str:
+        """The plugin's short description of the device."""
+        api = self.client._api
+        args = api.call_new("PJRT_DeviceDescription_ToString", device_description=self._description)
+        return to_str(args.to_string, args.to_string_size)
+
+    def debug_string(self) -> str:
+        """The plugin's detailed description of the device."""
+        api = self.client._api
+        args = api.call_new("PJRT_DeviceDescription_DebugString",
+                            device_description=self._description)
+        return to_str(args.debug_string, args.debug_string_size)
+
+    def __repr__(self) -> str:
+        return f"{self.client.platform.capitalize()}Device(id={self.id})"
+
+    def __str__(self) -> str:
+        return repr(self)
+
+
+class Memory:
+    """A memory space of a client (``PJRT_Memory``): ``kind``, ``id``, ``process_index``,
+    ``platform``, :meth:`addressable_by_devices`."""
+
+    __slots__ = ("client", "_handle", "id", "kind", "kind_id", "__weakref__")
+
+    def __init__(self, client: "Client", handle):
+        api = client._api
+        self.client = client
+        self._handle = handle
+        self.id = int(api.call_new("PJRT_Memory_Id", memory=handle).id)
+        kind = api.call_new("PJRT_Memory_Kind", memory=handle)
+        self.kind = to_str(kind.kind, kind.kind_size)
+        self.kind_id = (int(api.call_new("PJRT_Memory_Kind_Id", memory=handle).kind_id)
+                        if api.has("PJRT_Memory_Kind_Id") else None)
+
+    @property
+    def platform(self) -> str:
+        return self.client.platform
+
+    @property
+    def process_index(self) -> int:
+        devices = self.addressable_by_devices()
+        return devices[0].process_index if devices else self.client.process_index()
+
+    def addressable_by_devices(self) -> list[Device]:
+        """The devices that can address this memory."""
+        client = self.client
+        args = client._api.call_new("PJRT_Memory_AddressableByDevices", memory=self._handle)
+        return [client._device(args.devices[i]) for i in range(args.num_devices)]
+
+    def to_string(self) -> str:
+        api = self.client._api
+        args = api.call_new("PJRT_Memory_ToString", memory=self._handle)
+        return to_str(args.to_string, args.to_string_size)
+
+    def __repr__(self) -> str:
+        return f"Memory(id={self.id}, kind={self.kind!r})"
+
+    def __str__(self) -> str:
+        return self.kind
+
+
+# Cdata pointers are compared by address; keys of the client's handle caches.
+def handle_key(handle) -> int:
+    return int(ffi.cast("uintptr_t", handle))

@@ -1,0 +1,128 @@
+"""Exceptions raised by pjrt, and the one place a ``PJRT_Error*`` becomes one.
+
+Every C API call that can fail returns a ``PJRT_Error*``. :func:`check` is the only code that
+reads such an error: it takes its code and message, frees it (always, even if reading fails),
+and raises :class:`XlaRuntimeError`. Nothing else in the package touches ``PJRT_Error``.
+"""
+from __future__ import annotations
+
+import enum
+
+from ._pjrt_cffi import ffi
+
+
+class ErrorCode(enum.IntEnum):
+    """The status codes a PJRT plugin reports (``PJRT_Error_Code``; absl's status codes)."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+
+class XlaRuntimeError(RuntimeError):
+    """An error reported by a PJRT plugin.
+
+    ``str(e)`` reads ``"CODE: message"`` as jaxlib's errors do. ``e.code`` is the
+    :class:`ErrorCode`, ``e.code_name`` its name (e.g. ``"INVALID_ARGUMENT"``), and
+    ``e.plugin_message`` the plugin's own text.
+    """
+
+    def __init__(self, code: ErrorCode | int, message: str):
+        try:
+            code = ErrorCode(code)
+        except ValueError:
+            code = ErrorCode.UNKNOWN
+        self.code = code
+        self.code_name = code.name
+        self.plugin_message = message
+        super().__init__(f"{code.name}: {message}")
+
+
+class PluginLoadError(RuntimeError):
+    """A PJRT plugin library could not be loaded; the message says why and what to do."""
+
+    def __init__(self, message: str, *, path: str | None = None, missing_library: str | None = None):
+        self.path = path
+        self.missing_library = missing_library
+        super().__init__(message)
+
+
+class UnsupportedFeatureError(XlaRuntimeError):
+    """The plugin's PJRT API table does not have a function this call needs.
+
+    Raised before anything is called, so the process keeps working. ``function`` is the PJRT
+    function's name; ``plugin_version`` and ``header_version`` the two API versions.
+    """
+
+    def __init__(self, function: str, plugin_name: str, plugin_version: tuple[int, int],
+                 header_version: tuple[int, int], *, why: str = ""):
+        self.function = function
+        self.plugin_version = plugin_version
+        self.header_version = header_version
+        message = (
+            f"plugin {plugin_name!r} (PJRT API {plugin_version[0]}.{plugin_version[1]}) does not "
+            f"provide {function}, which this pjrt (built against PJRT API "
+            f"{header_version[0]}.{header_version[1]}) needs for this call"
+        )
+        if why:
+            message += f"; {why}"
+        super().__init__(ErrorCode.UNIMPLEMENTED, message)
+
+
+class DeletedArrayError(RuntimeError):
+    """An operation used an Array after ``delete()`` or after it was donated to a program."""
+
+
+class ClosedClientError(RuntimeError):
+    """An operation used a Client (or one of its objects) after ``client.close()``."""
+
+
+def check(api, error) -> None:
+    """Raise :class:`XlaRuntimeError` if ``error`` (a ``PJRT_Error*``) is set; free it.
+
+    ``api`` is the :class:`pjrt._c.Api` of the plugin that returned the error. The error is
+    destroyed in every case, exactly once.
+    """
+    if error == ffi.NULL:
+        return
+    raise consume(api, error)
+
+
+def consume(api, error) -> XlaRuntimeError:
+    """Turn a non-NULL ``PJRT_Error*`` into an exception object and free the error."""
+    table = api.table
+    try:
+        message_args = api.new_args("PJRT_Error_Message_Args")
+        message_args.error = error
+        table.PJRT_Error_Message(message_args)
+        message = ffi.unpack(message_args.message, message_args.message_size).decode(
+            "utf-8", errors="replace") if message_args.message != ffi.NULL else ""
+        code_args = api.new_args("PJRT_Error_GetCode_Args")
+        code_args.error = error
+        code_error = table.PJRT_Error_GetCode(code_args)
+        code = ErrorCode.UNKNOWN if code_error != ffi.NULL else code_args.code
+        if code_error != ffi.NULL:
+            _destroy(api, code_error)
+    finally:
+        _destroy(api, error)
+    return XlaRuntimeError(code, message)
+
+
+def _destroy(api, error) -> None:
+    args = api.new_args("PJRT_Error_Destroy_Args")
+    args.error = error
+    api.table.PJRT_Error_Destroy(args)

@@ -1,0 +1,538 @@
+"""Compiling StableHLO and running it: ``PJRT_LoadedExecutable`` and its metadata.
+
+:class:`LoadedExecutable` owns the loaded executable and the ``PJRT_Executable`` view of it,
+and reads once, at load time, everything a call needs: the devices, the outputs' shapes and
+dtypes, the parameters' shapes and dtypes and which parameters are donated. A call then checks
+its arguments in Python (a wrong count, shape, dtype or device is a clear error before the
+plugin sees it) and makes a single C call.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from . import _hlo, dtypes
+from ._c import to_str
+from ._pjrt_cffi import ffi, lib
+from .array import Array
+from .compile_options import CompileOptions, DeviceAssignment
+from .errors import ClosedClientError, UnsupportedFeatureError, XlaRuntimeError, check, consume
+from .options import named_values_to_dict
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .device import Device
+
+_NULL = ffi.NULL
+_execute = lib.pjrt_shim_execute
+
+
+def _program_bytes(computation) -> bytes:
+    if isinstance(computation, str):
+        return computation.encode("utf-8")
+    if isinstance(computation, (bytes, bytearray, memoryview)):
+        return bytes(computation)
+    raise TypeError(f"a program must be StableHLO text (str) or bytecode (bytes), not "
+                    f"{type(computation).__name__}")
+
+
+def uses_shardy(program: bytes) -> bool:
+    """Whether a StableHLO program carries Shardy sharding annotations (``sdy`` dialect)."""
+    return b"sdy.mesh" in program or b"#sdy.sharding" in program or b"sdy.sharding" in program
+
+
+def default_compile_options(devices: Sequence["Device"], program: bytes) -> CompileOptions:
+    """Options for running ``program`` on ``devices``: one device, or SPMD over all of them."""
+    options = CompileOptions()
+    build = options.executable_build_options
+    ids = np.array([[d.id for d in devices]], dtype=np.int64)
+    build.num_replicas = 1
+    build.num_partitions = len(devices)
+    if len(devices) > 1:
+        build.use_spmd_partitioning = True
+        build.use_shardy_partitioner = uses_shardy(program)
+    build.device_assignment = DeviceAssignment.create(ids)
+    return options
+
+
+def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
+    devices = list(devices)
+    if not devices:
+        raise ValueError("executable_devices is empty; pass at least one device")
+    seen = set()
+    for device in devices:
+        if getattr(device, "client", None) is not client:
+            raise ValueError(f"{device!r} is not a device of this {client.platform} client")
+        if device in seen:
+            raise ValueError(f"{device} appears twice in executable_devices")
+        seen.add(device)
+    return devices
+
+
+def compile_program(client: "Client", computation, executable_devices=None,
+                    compile_options: CompileOptions | None = None) -> "LoadedExecutable":
+    """See :meth:`pjrt.client.Client.compile_and_load`."""
+    program = _program_bytes(computation)
+    handle = client.handle
+    if compile_options is None:
+        devices = _check_devices(client, executable_devices or client._local_devices[:1])
+        compile_options = default_compile_options(devices, program)
+    elif compile_options.device_assignment is None and executable_devices:
+        devices = _check_devices(client, executable_devices)
+        build = compile_options.executable_build_options
+        replicas, partitions = build.num_replicas, build.num_partitions
+        if replicas * partitions != len(devices):
+            raise ValueError(f"compile options ask for {replicas} replicas x {partitions} "
+                             f"partitions but {len(devices)} devices were given")
+        ids = np.array([d.id for d in devices], dtype=np.int64).reshape(replicas, partitions)
+        build.device_assignment = DeviceAssignment.create(ids)
+    serialized_options = compile_options.SerializeAsString()
+
+    api = handle.api
+    program_struct = ffi.new("PJRT_Program *")
+    program_struct.struct_size = ffi.sizeof("PJRT_Program")
+    code = ffi.new("char[]", program)
+    program_struct.code = code
+    program_struct.code_size = len(program)
+    program_format = ffi.new("char[]", b"mlir")
+    program_struct.format = program_format
+    program_struct.format_size = 4
+    options_buffer = ffi.new("char[]", serialized_options)
+    args = api.new_args("PJRT_Client_Compile_Args")
+    args.client = handle.pointer
+    args.program = program_struct
+    args.compile_options = options_buffer
+    args.compile_options_size = len(serialized_options)
+    api.call("PJRT_Client_Compile", args)
+    return LoadedExecutable(client, args.executable, program_text=program)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledMemoryStats:
+    """Memory an executable needs on its device, in bytes (``PJRT_Executable_GetCompiledMemoryStats``)."""
+
+    generated_code_size_in_bytes: int
+    argument_size_in_bytes: int
+    output_size_in_bytes: int
+    alias_size_in_bytes: int
+    temp_size_in_bytes: int
+    host_generated_code_size_in_bytes: int = 0
+    host_argument_size_in_bytes: int = 0
+    host_output_size_in_bytes: int = 0
+    host_alias_size_in_bytes: int = 0
+    host_temp_size_in_bytes: int = 0
+    peak_memory_in_bytes: int = 0
+
+
+class ExecuteResults:
+    """Outputs of :meth:`LoadedExecutable.execute_sharded`, one Array per output and device."""
+
+    def __init__(self, outputs: list[list[Array]]):
+        self._outputs = outputs
+
+    def __len__(self) -> int:
+        return len(self._outputs)
+
+    def disassemble_into_single_device_arrays(self) -> list[list[Array]]:
+        """``result[i][d]``: output ``i`` on the executable's ``d``-th device."""
+        return [list(per_device) for per_device in self._outputs]
+
+
+class LoadedExecutable:
+    """A compiled program loaded on its devices (``PJRT_LoadedExecutable``)."""
+
+    def __init__(self, client: "Client", pointer, program_text: bytes | None = None):
+        self._client = client
+        self._handle = client._handle
+        self._pointer = pointer
+        self._executable = _NULL
+        self._lock = threading.Lock()
+        api = self._handle.api
+        try:
+            self._executable = api.call_new("PJRT_LoadedExecutable_GetExecutable",
+                                            loaded_executable=pointer).executable
+            devices = api.call_new("PJRT_LoadedExecutable_AddressableDevices", executable=pointer)
+            self._devices = tuple(client._device(devices.addressable_devices[i])
+                                  for i in range(devices.num_addressable_devices))
+            self._num_outputs = int(api.call_new("PJRT_Executable_NumOutputs",
+                                                 executable=self._executable).num_outputs)
+            self._output_shapes, self._output_dtypes = self._read_output_types()
+            self._signature = self._read_signature()
+        except BaseException:
+            self._release()
+            raise
+        client._live_executables.add(self)
+
+    # -- metadata read once ----------------------------------------------------------------
+
+    def _read_output_types(self):
+        api = self._handle.api
+        count = self._num_outputs
+        try:
+            types = api.call_new("PJRT_Executable_OutputElementTypes", executable=self._executable)
+            dims = api.call_new("PJRT_Executable_OutputDimensions", executable=self._executable)
+        except XlaRuntimeError:
+            return None, None  # read from each result buffer instead
+        output_dtypes = tuple(dtypes.from_pjrt_type(types.output_types[i]) for i in range(count))
+        shapes = []
+        offset = 0
+        for i in range(count):
+            rank = int(dims.dim_sizes[i])
+            shapes.append(tuple(int(dims.dims[offset + j]) for j in range(rank)))
+            offset += rank
+        return tuple(shapes), output_dtypes
+
+    def _read_signature(self) -> _hlo.ModuleSignature | None:
+        serialized = self._optimized_module_bytes()
+        if serialized is None:
+            return None
+        try:
+            return _hlo.module_signature(serialized)
+        except ValueError:
+            return None
+
+    def _optimized_module_bytes(self) -> bytes | None:
+        api = self._handle.api
+        if not api.has("PJRT_Executable_OptimizedProgram"):
+            return None
+        program = ffi.new("PJRT_Program *")
+        program.struct_size = ffi.sizeof("PJRT_Program")
+        args = api.new_args("PJRT_Executable_OptimizedProgram_Args")
+        args.executable = self._executable
+        args.program = program
+        try:
+            api.call("PJRT_Executable_OptimizedProgram", args)  # asks for the size
+            buffer = ffi.new("char[]", max(program.code_size, 1))
+            program.code = buffer
+            api.call("PJRT_Executable_OptimizedProgram", args)
+        except XlaRuntimeError:
+            return None
+        serialized = ffi.unpack(buffer, program.code_size)
+        if to_str(program.format, program.format_size) == "hlo_with_config":
+            serialized = _hlo.module_from_module_with_config(serialized)
+        return serialized
+
+    # -- ownership -------------------------------------------------------------------------
+
+    def _release(self) -> None:
+        with self._lock:
+            pointer, executable = self._pointer, self._executable
+            self._pointer = self._executable = _NULL
+        if self._handle.closed:
+            return
+        api = self._handle.api
+        if executable != _NULL:
+            check(api, api.table.PJRT_Executable_Destroy(
+                _args(api, "PJRT_Executable_Destroy_Args", executable=executable)))
+        if pointer != _NULL:
+            check(api, api.table.PJRT_LoadedExecutable_Destroy(
+                _args(api, "PJRT_LoadedExecutable_Destroy_Args", executable=pointer)))
+
+    def __del__(self):
+        try:
+            self._release()
+        except Exception:  # noqa: BLE001 - nothing can be raised from a finaliser
+            pass
+
+    def delete(self) -> None:
+        """Unload the executable now; later calls raise RuntimeError."""
+        self._release()
+
+    def is_deleted(self) -> bool:
+        return self._pointer == _NULL or self._handle.closed
+
+    def _live_pointer(self):
+        pointer = self._pointer
+        if pointer == _NULL:
+            raise RuntimeError("this executable has been deleted")
+        if self._handle.closed:
+            raise ClosedClientError("this executable's client has been closed")
+        return pointer
+
+    # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def client(self) -> "Client":
+        return self._client
+
+    def local_devices(self) -> list["Device"]:
+        """The devices the executable runs on, in execution order."""
+        return list(self._devices)
+
+    addressable_devices = local_devices
+
+    @property
+    def num_outputs(self) -> int:
+        return self._num_outputs
+
+    @property
+    def output_shapes(self) -> tuple | None:
+        """Per-device shapes of the outputs (None when the plugin does not report them)."""
+        return self._output_shapes
+
+    @property
+    def output_dtypes(self) -> tuple | None:
+        return self._output_dtypes
+
+    @property
+    def input_shapes(self) -> tuple | None:
+        """Per-device ``(shape, dtype)`` of each parameter, from the optimised module."""
+        if self._signature is None:
+            return None
+        return tuple((p.shape, p.dtype) if p is not None else None
+                     for p in self._signature.parameters)
+
+    @property
+    def donated_parameters(self) -> frozenset:
+        """Indices of parameters whose buffers the program takes over (donation)."""
+        return self._signature.donated_parameters if self._signature else frozenset()
+
+    def name(self) -> str:
+        args = self._handle.api.call_new("PJRT_Executable_Name", executable=self._executable_ptr())
+        return to_str(args.executable_name, args.executable_name_size)
+
+    def _executable_ptr(self):
+        self._live_pointer()
+        return self._executable
+
+    def num_replicas(self) -> int:
+        return int(self._handle.api.call_new("PJRT_Executable_NumReplicas",
+                                             executable=self._executable_ptr()).num_replicas)
+
+    def num_partitions(self) -> int:
+        return int(self._handle.api.call_new("PJRT_Executable_NumPartitions",
+                                             executable=self._executable_ptr()).num_partitions)
+
+    def fingerprint(self) -> bytes | None:
+        """A fingerprint of the compiled program, or None if the plugin has none."""
+        api = self._handle.api
+        if not api.has("PJRT_Executable_Fingerprint"):
+            return None
+        try:
+            args = api.call_new("PJRT_Executable_Fingerprint", executable=self._executable_ptr())
+        except XlaRuntimeError:
+            return None
+        if args.executable_fingerprint == _NULL:
+            return None
+        return ffi.unpack(args.executable_fingerprint, args.executable_fingerprint_size)
+
+    def size_of_generated_code_in_bytes(self) -> int:
+        return int(self._handle.api.call_new("PJRT_Executable_SizeOfGeneratedCodeInBytes",
+                                             executable=self._executable_ptr()).size_in_bytes)
+
+    def get_compiled_memory_stats(self) -> CompiledMemoryStats:
+        """What the compiled program needs on its device, in bytes."""
+        args = self._handle.api.call_new("PJRT_Executable_GetCompiledMemoryStats",
+                                         executable=self._executable_ptr())
+        values = {}
+        for field in dataclasses.fields(CompiledMemoryStats):
+            values[field.name] = int(getattr(args, field.name, 0))
+        return CompiledMemoryStats(**values)
+
+    def cost_analysis(self) -> dict:
+        """The plugin's cost estimates (e.g. ``flops``, ``bytes accessed``); {} if none."""
+        api = self._handle.api
+        try:
+            args = api.call_new("PJRT_Executable_GetCostAnalysis", executable=self._executable_ptr())
+        except (XlaRuntimeError, UnsupportedFeatureError):
+            return {}
+        return named_values_to_dict(args.properties, args.num_properties)
+
+    def output_memory_kinds(self) -> list[str]:
+        """The memory kind of each output (e.g. ``"device"``)."""
+        args = self._handle.api.call_new("PJRT_Executable_OutputMemoryKinds",
+                                         executable=self._executable_ptr())
+        return [to_str(args.memory_kinds[i], args.memory_kind_sizes[i])
+                for i in range(args.num_outputs)]
+
+    def optimized_module_proto(self) -> bytes:
+        """The optimised program as a serialised ``xla.HloModuleProto``."""
+        self._live_pointer()
+        serialized = self._optimized_module_bytes()
+        if serialized is None:
+            raise UnsupportedFeatureError("PJRT_Executable_OptimizedProgram", self._handle.api.plugin_name,
+                                          self._handle.api.version, (0, 0),
+                                          why="the plugin cannot return the optimised program")
+        return serialized
+
+    def serialize(self) -> bytes:
+        """The compiled executable as bytes, for :meth:`Client.deserialize_executable`."""
+        api = self._handle.api
+        args = api.call_new("PJRT_Executable_Serialize", executable=self._executable_ptr())
+        try:
+            return ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
+        finally:
+            if args.serialized_executable_deleter != _NULL:
+                args.serialized_executable_deleter(args.serialized_executable)
+
+    # -- execution -------------------------------------------------------------------------
+
+    def _check_argument(self, index: int, argument, device) -> object:
+        if not isinstance(argument, Array):
+            raise TypeError(f"argument {index} is a {type(argument).__name__}; execute takes "
+                            f"pjrt Arrays (use client.buffer_from_pyval or pjrt.compile)")
+        buffers = argument._live_buffers()
+        if argument._devices[0] is not device or len(buffers) != 1:
+            raise ValueError(f"argument {index} is on {', '.join(map(str, argument._devices))} "
+                             f"but this executable runs it on {device}; copy it with "
+                             f"copy_to_device first")
+        signature = self._signature
+        if signature is not None and index < len(signature.parameters):
+            expected = signature.parameters[index]
+            if expected is not None and (argument.shape != expected.shape
+                                         or (expected.dtype is not None
+                                             and argument.dtype != expected.dtype)):
+                raise TypeError(
+                    f"argument {index} has shape {argument.shape} and dtype {argument.dtype}, "
+                    f"but the program expects shape {expected.shape} and dtype {expected.dtype}")
+        return buffers[0]
+
+    def _check_count(self, count: int) -> None:
+        signature = self._signature
+        if signature is not None and count != len(signature.parameters):
+            raise TypeError(f"the program takes {len(signature.parameters)} arguments, "
+                            f"{count} were given")
+
+    def execute(self, arguments: Sequence[Array]) -> list[Array]:
+        """Run on the executable's single device; returns one Array per output.
+
+        Execution is asynchronous: the call returns once the work is queued; reading an output
+        waits for it. Arguments the program donates are consumed (they read as deleted).
+
+        Raises:
+          TypeError: wrong number, shape or dtype of arguments, or a non-Array argument.
+          ValueError: an argument lives on another device.
+          DeletedArrayError: an argument was deleted or donated before.
+          XlaRuntimeError: the plugin failed to launch the program.
+        """
+        if len(self._devices) != 1:
+            raise ValueError(f"this executable runs on {len(self._devices)} devices; use "
+                             f"execute_sharded")
+        pointer = self._live_pointer()
+        self._check_count(len(arguments))
+        device = self._devices[0]
+        buffers = [self._check_argument(i, a, device) for i, a in enumerate(arguments)]
+        self._check_donations([arguments])
+        outputs = self._run(pointer, buffers, 1, len(buffers))
+        self._consume_donated([arguments])
+        return self._wrap_outputs(outputs, 0, (device,))
+
+    def execute_sharded(self, arguments: Sequence[Sequence[Array]]) -> ExecuteResults:
+        """Run on every device of the executable.
+
+        Args:
+          arguments: ``arguments[i][d]`` is argument ``i`` on the executable's ``d``-th device
+            (``local_devices()`` order), a single-device Array.
+
+        Returns:
+          :class:`ExecuteResults`; ``disassemble_into_single_device_arrays()[i][d]`` is output
+          ``i`` on device ``d``.
+        """
+        pointer = self._live_pointer()
+        num_devices = len(self._devices)
+        self._check_count(len(arguments))
+        per_device = []
+        for d, device in enumerate(self._devices):
+            row = []
+            for i, shards in enumerate(arguments):
+                if len(shards) != num_devices:
+                    raise ValueError(f"argument {i} has {len(shards)} shards; the executable "
+                                     f"runs on {num_devices} devices")
+                row.append(self._check_argument(i, shards[d], device))
+            per_device.append([args[d] for args in arguments])
+            per_device[-1] = row
+        self._check_donations(list(zip(*arguments)) if arguments else [])
+        flat = [buffer for row in per_device for buffer in row]
+        outputs = self._run(pointer, flat, num_devices, len(arguments))
+        self._consume_donated(list(zip(*arguments)) if arguments else [])
+        results = [[None] * num_devices for _ in range(self._num_outputs)]
+        for d, device in enumerate(self._devices):
+            for i, array in enumerate(self._wrap_outputs(outputs, d, (device,))):
+                results[i][d] = array
+        return ExecuteResults(results)
+
+    def _check_donations(self, per_device_arguments) -> None:
+        donated = self.donated_parameters
+        if not donated:
+            return
+        for arguments in per_device_arguments:
+            for index in donated:
+                if index >= len(arguments):
+                    continue
+                for other, argument in enumerate(arguments):
+                    if other != index and argument is arguments[index]:
+                        raise ValueError(f"argument {index} is donated to the program and also "
+                                         f"passed as argument {other}; pass a copy")
+
+    def _consume_donated(self, per_device_arguments) -> None:
+        for index in self.donated_parameters:
+            for arguments in per_device_arguments:
+                if index < len(arguments):
+                    arguments[index]._release("donated")
+
+    def _run(self, pointer, buffers: list, num_devices: int, num_arguments: int):
+        api = self._handle.api
+        argument_array = ffi.new("PJRT_Buffer*[]", buffers) if buffers else _NULL
+        outputs = ffi.new("PJRT_Buffer*[]", max(num_devices * self._num_outputs, 1))
+        error = ffi.new("PJRT_Error **")
+        status = _execute(api.table, pointer, argument_array, num_devices, num_arguments,
+                          outputs, self._num_outputs, _NULL, 0, _NULL, _NULL, error)
+        if status != 0:
+            raise MemoryError("out of host memory while preparing the execution")
+        if error[0] != _NULL:
+            raise consume(api, error[0])
+        return outputs
+
+    def _wrap_outputs(self, outputs, device_index: int, devices: tuple) -> list[Array]:
+        client = self._client
+        count = self._num_outputs
+        base = device_index * count
+        shapes, output_dtypes = self._output_shapes, self._output_dtypes
+        if shapes is None:
+            return [_array_from_buffer(client, outputs[base + i], devices) for i in range(count)]
+        return [Array(client, [outputs[base + i]], devices, shapes[i], output_dtypes[i])
+                for i in range(count)]
+
+    def __call__(self, *arguments: Array) -> list[Array]:
+        return self.execute(arguments)
+
+    def __repr__(self) -> str:
+        devices = ", ".join(str(d) for d in self._devices)
+        return f"LoadedExecutable(outputs={self._num_outputs}, devices=[{devices}])"
+
+
+def _args(api, struct_name: str, **fields):
+    args = api.new_args(struct_name)
+    for name, value in fields.items():
+        setattr(args, name, value)
+    return args
+
+
+def _array_from_buffer(client: "Client", buffer, devices: tuple) -> Array:
+    """Wrap a buffer whose shape and dtype are read from the plugin."""
+    api = client._handle.api
+    element_type = api.call_new("PJRT_Buffer_ElementType", buffer=buffer).type
+    dims = api.call_new("PJRT_Buffer_Dimensions", buffer=buffer)
+    shape = tuple(int(dims.dims[i]) for i in range(dims.num_dims))
+    return Array(client, [buffer], devices, shape, dtypes.from_pjrt_type(element_type))
+
+
+def deserialize_executable(client: "Client", serialized: bytes,
+                           compile_options: CompileOptions | None = None) -> LoadedExecutable:
+    """Load an executable serialised by :meth:`LoadedExecutable.serialize`."""
+    api = client.handle.api
+    data = ffi.new("char[]", bytes(serialized))
+    args = api.new_args("PJRT_Executable_DeserializeAndLoad_Args")
+    args.client = client.handle.pointer
+    args.serialized_executable = data
+    args.serialized_executable_size = len(serialized)
+    if compile_options is not None:
+        options = compile_options.SerializeAsString()
+        options_buffer = ffi.new("char[]", options)
+        args.overridden_serialized_compile_options = options_buffer
+        args.overridden_serialized_compile_options_size = len(options)
+    api.call("PJRT_Executable_DeserializeAndLoad", args)
+    return LoadedExecutable(client, args.loaded_executable)

@@ -1,0 +1,90 @@
+"""Name/value options (``PJRT_NamedValue``) in both directions.
+
+Client creation takes options as a dict of str, int, list of ints, float or bool; plugins
+report their attributes the same way.
+"""
+from __future__ import annotations
+
+import numbers
+from typing import Mapping, Union
+
+import numpy as np
+
+from ._pjrt_cffi import ffi, lib
+
+OptionValue = Union[str, int, float, bool, "list[int]"]
+
+
+class NamedValues:
+    """A ``PJRT_NamedValue[]`` built from a dict, with the memory it points into kept alive."""
+
+    def __init__(self, options: Mapping[str, OptionValue] | None):
+        options = dict(options or {})
+        self._keepalive: list = []
+        self.count = len(options)
+        self.array = ffi.new("PJRT_NamedValue[]", max(self.count, 1))
+        size = ffi.sizeof("PJRT_NamedValue")
+        for slot, (key, value) in zip(self.array, options.items()):
+            if not isinstance(key, str):
+                raise TypeError(f"option names must be str, got {key!r} ({type(key).__name__})")
+            slot.struct_size = size
+            name = self._keep(ffi.new("char[]", key.encode()))
+            slot.name = name
+            slot.name_size = len(key.encode())
+            self._fill_value(slot, key, value)
+
+    def _keep(self, cdata):
+        self._keepalive.append(cdata)
+        return cdata
+
+    def _fill_value(self, slot, key: str, value) -> None:
+        # bool before int: bool is a subclass of int, and plugins tell the two apart.
+        if isinstance(value, (bool, np.bool_)):
+            slot.type = lib.PJRT_NamedValue_kBool
+            slot.bool_value = bool(value)
+            slot.value_size = 1
+        elif isinstance(value, numbers.Integral):
+            slot.type = lib.PJRT_NamedValue_kInt64
+            slot.int64_value = int(value)
+            slot.value_size = 1
+        elif isinstance(value, numbers.Real):
+            slot.type = lib.PJRT_NamedValue_kFloat
+            slot.float_value = float(value)
+            slot.value_size = 1
+        elif isinstance(value, str):
+            encoded = value.encode()
+            slot.type = lib.PJRT_NamedValue_kString
+            slot.string_value = self._keep(ffi.new("char[]", encoded))
+            slot.value_size = len(encoded)
+        elif isinstance(value, (list, tuple)) and all(
+                isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
+            slot.type = lib.PJRT_NamedValue_kInt64List
+            slot.int64_array_value = self._keep(ffi.new("int64_t[]", [int(v) for v in value] or [0]))
+            slot.value_size = len(value)
+        else:
+            raise TypeError(
+                f"option {key!r} has a value of type {type(value).__name__} ({value!r}); "
+                f"options must be str, int, float, bool or a list of ints")
+
+
+def named_values_to_dict(values, count: int) -> dict:
+    """Read ``count`` ``PJRT_NamedValue`` entries into a dict."""
+    result = {}
+    for i in range(count):
+        entry = values[i]
+        name = ffi.unpack(entry.name, entry.name_size).decode("utf-8", "replace")
+        kind = entry.type
+        if kind == lib.PJRT_NamedValue_kString:
+            value = ffi.unpack(entry.string_value, entry.value_size).decode("utf-8", "replace")
+        elif kind == lib.PJRT_NamedValue_kInt64:
+            value = int(entry.int64_value)
+        elif kind == lib.PJRT_NamedValue_kInt64List:
+            value = list(ffi.unpack(entry.int64_array_value, entry.value_size))
+        elif kind == lib.PJRT_NamedValue_kFloat:
+            value = float(entry.float_value)
+        elif kind == lib.PJRT_NamedValue_kBool:
+            value = bool(entry.bool_value)
+        else:
+            continue  # A value type newer than our header: skip it rather than guess.
+        result[name] = value
+    return result

@@ -1,0 +1,251 @@
+"""Loading PJRT plugin libraries and initialising them.
+
+A plugin is a shared library exporting ``GetPjrtApi()``. Loading it gives a :class:`Plugin`
+(its function table and version); initialising it calls ``PJRT_Plugin_Initialize`` once.
+Both steps are recorded in a :class:`PluginTable` so that a plugin is loaded and initialised
+at most once per process, whoever asks. The module-level functions use one default table and
+keep jaxlib's names.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+
+from . import _c
+from ._pjrt_cffi import ffi, lib
+from .errors import PluginLoadError
+from .options import named_values_to_dict
+
+logger = logging.getLogger(__name__)
+
+_MISSING_DEPENDENCY = re.compile(r"^(?P<lib>[^:\s]+): cannot open shared object file")
+
+
+class Plugin:
+    """A loaded PJRT plugin.
+
+    Attributes:
+      name: the name it was loaded under (e.g. ``"cpu"``).
+      library_path: where it was loaded from, or None for a table handed over in memory.
+      api: its :class:`pjrt._c.Api`.
+    """
+
+    def __init__(self, name: str, api: _c.Api, library_path: str | None):
+        self.name = name
+        self.api = api
+        self.library_path = library_path
+        self._initialized = False
+        self._init_lock = threading.Lock()
+        self._attributes: dict | None = None
+
+    @property
+    def api_version(self) -> tuple[int, int]:
+        """``(major, minor)`` PJRT C API version the plugin reports."""
+        return self.api.version
+
+    @property
+    def initialized(self) -> bool:
+        return self._initialized
+
+    def initialize(self) -> None:
+        """Call the plugin's ``PJRT_Plugin_Initialize`` (once; later calls do nothing)."""
+        with self._init_lock:
+            if self._initialized:
+                return
+            if self.api.has("PJRT_Plugin_Initialize"):
+                self.api.call("PJRT_Plugin_Initialize", self.api.new_args("PJRT_Plugin_Initialize_Args"))
+            self._initialized = True
+
+    def attributes(self) -> dict:
+        """The plugin's attributes (``PJRT_Plugin_Attributes``), e.g. StableHLO versions.
+
+        Values are str, int, float, bool or a list of ints. Empty when the plugin has none.
+        """
+        if self._attributes is None:
+            if not self.api.has("PJRT_Plugin_Attributes"):
+                self._attributes = {}
+            else:
+                args = self.api.call_new("PJRT_Plugin_Attributes")
+                self._attributes = named_values_to_dict(args.attributes, args.num_attributes)
+        return dict(self._attributes)
+
+    def __repr__(self) -> str:
+        major, minor = self.api_version
+        where = self.library_path or "in-memory table"
+        return f"Plugin(name={self.name!r}, api_version={major}.{minor}, path={where!r})"
+
+
+def _load_error(name: str, path: str, status: int, reason: str) -> PluginLoadError:
+    """A message for a failed load that says what is wrong and what to do."""
+    if status == lib.PJRT_SHIM_LOAD_NO_SYMBOL:
+        return PluginLoadError(
+            f"{path} is a shared library but does not export GetPjrtApi, so it is not a PJRT "
+            f"plugin; check the path given for plugin {name!r}", path=path)
+    if status == lib.PJRT_SHIM_LOAD_NULL_API:
+        return PluginLoadError(
+            f"GetPjrtApi() in {path} returned NULL: plugin {name!r} refused to start", path=path)
+    missing = _MISSING_DEPENDENCY.match(reason)
+    if missing and os.path.basename(missing.group("lib")) != os.path.basename(path):
+        dependency = missing.group("lib")
+        return PluginLoadError(
+            f"plugin {name!r} at {path} needs the shared library {dependency}, which was not "
+            f"found; install the software that provides it (or add its directory to "
+            f"LD_LIBRARY_PATH) and try again. The loader said: {reason}",
+            path=path, missing_library=dependency)
+    return PluginLoadError(
+        f"{path} could not be loaded as a shared library for plugin {name!r}: {reason}", path=path)
+
+
+def load_library(name: str, library_path: str | os.PathLike) -> Plugin:
+    """Open a plugin library and read its API table, without recording it anywhere.
+
+    Raises:
+      PluginLoadError: the file is missing, not a shared library, lacks ``GetPjrtApi``, needs a
+        library that is not installed, or reports a PJRT API version this pjrt cannot drive.
+    """
+    path = os.fspath(library_path)
+    if not os.path.exists(path):
+        raise PluginLoadError(f"plugin {name!r}: no file at {path}", path=path)
+    if os.path.isdir(path):
+        raise PluginLoadError(f"plugin {name!r}: {path} is a directory, not a shared library",
+                              path=path)
+    api_out = ffi.new("const PJRT_Api **")
+    message = ffi.new("char[]", 4096)
+    status = lib.pjrt_shim_load(os.fsencode(path), api_out, message, len(message))
+    if status != lib.PJRT_SHIM_LOAD_OK:
+        raise _load_error(name, path, status, ffi.string(message).decode("utf-8", "replace"))
+    return _checked_plugin(name, api_out[0], path)
+
+
+def plugin_from_c_api(name: str, c_api) -> Plugin:
+    """Wrap a ``PJRT_Api*`` handed over in memory (a PyCapsule, an int address, or cdata)."""
+    if isinstance(c_api, int):
+        table = lib.pjrt_shim_api_from_address(c_api)
+    elif isinstance(c_api, ffi.CData):
+        table = ffi.cast("const PJRT_Api *", c_api)
+    elif type(c_api).__name__ == "PyCapsule":
+        import ctypes
+
+        get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+        get_pointer.restype = ctypes.c_void_p
+        get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+        table = lib.pjrt_shim_api_from_address(get_pointer(c_api, None))
+    else:
+        raise TypeError(f"c_api for plugin {name!r} must be a PyCapsule, an int address or a "
+                        f"cffi pointer, not {type(c_api).__name__}")
+    if table == ffi.NULL:
+        raise PluginLoadError(f"c_api for plugin {name!r} is a NULL pointer")
+    return _checked_plugin(name, table, None)
+
+
+def _checked_plugin(name: str, table, path: str | None) -> Plugin:
+    api = _c.Api(table, name)
+    major, minor = api.version
+    header_major, header_minor = _c.HEADER_VERSION
+    where = path or "the given table"
+    if major != header_major:
+        raise PluginLoadError(
+            f"plugin {name!r} ({where}) reports PJRT API {major}.{minor}; this pjrt speaks major "
+            f"version {header_major} (header {header_major}.{header_minor}). Install a plugin "
+            f"built for PJRT API {header_major}.x.", path=path)
+    if minor < _c.MIN_SUPPORTED_MINOR:
+        raise PluginLoadError(
+            f"plugin {name!r} ({where}) reports PJRT API {major}.{minor}, older than "
+            f"{header_major}.{_c.MIN_SUPPORTED_MINOR}, the oldest this pjrt can drive; install a "
+            f"newer build of the plugin.", path=path)
+    if minor > header_minor:
+        logger.debug("plugin %r reports PJRT API %d.%d, newer than our header %d.%d; "
+                     "functions added since are not used", name, major, minor, header_major,
+                     header_minor)
+    return Plugin(name, api, path)
+
+
+class PluginTable:
+    """The plugins loaded in this process, by name, each loaded at most once."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self._plugins: dict[str, Plugin] = {}
+
+    def load(self, name: str, library_path: str | os.PathLike) -> Plugin:
+        """Load ``library_path`` as plugin ``name``; loading the same name again returns it.
+
+        Raises:
+          ValueError: ``name`` is already loaded from a different library.
+          PluginLoadError: see :func:`load_library`.
+        """
+        path = os.fspath(library_path)
+        with self._lock:
+            existing = self._plugins.get(name)
+            if existing is not None:
+                if existing.library_path is not None and os.path.realpath(
+                        existing.library_path) != os.path.realpath(path):
+                    raise ValueError(
+                        f"plugin {name!r} is already loaded from {existing.library_path}; "
+                        f"cannot load it again from {path}. Use another name.")
+                return existing
+            plugin = load_library(name, path)
+            self._plugins[name] = plugin
+            return plugin
+
+    def add_c_api(self, name: str, c_api) -> Plugin:
+        """Record a plugin whose ``PJRT_Api*`` is already in memory."""
+        with self._lock:
+            if name in self._plugins:
+                raise ValueError(f"plugin {name!r} is already loaded")
+            plugin = plugin_from_c_api(name, c_api)
+            self._plugins[name] = plugin
+            return plugin
+
+    def get(self, name: str) -> Plugin:
+        """The plugin loaded as ``name``; KeyError (naming the loaded ones) otherwise."""
+        with self._lock:
+            try:
+                return self._plugins[name]
+            except KeyError:
+                loaded = ", ".join(sorted(self._plugins)) or "none"
+                raise KeyError(f"no PJRT plugin named {name!r} is loaded (loaded: {loaded}); "
+                               f"call load_pjrt_plugin_dynamically first") from None
+
+    def __contains__(self, name: str) -> bool:
+        with self._lock:
+            return name in self._plugins
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return list(self._plugins)
+
+
+default_plugins = PluginTable()
+
+
+def load_pjrt_plugin_dynamically(plugin_name: str, library_path: str | os.PathLike) -> Plugin:
+    """Load the PJRT plugin at ``library_path`` under ``plugin_name`` (once per name)."""
+    return default_plugins.load(plugin_name, library_path)
+
+
+def load_pjrt_plugin_with_c_api(plugin_name: str, c_api) -> Plugin:
+    """Register a plugin from a ``PJRT_Api*`` given as a PyCapsule, int address or cffi cdata."""
+    return default_plugins.add_c_api(plugin_name, c_api)
+
+
+def pjrt_plugin_loaded(plugin_name: str) -> bool:
+    """Whether a plugin named ``plugin_name`` has been loaded."""
+    return plugin_name in default_plugins
+
+
+def initialize_pjrt_plugin(plugin_name: str) -> None:
+    """Initialise the loaded plugin ``plugin_name`` (``PJRT_Plugin_Initialize``, once)."""
+    default_plugins.get(plugin_name).initialize()
+
+
+def pjrt_plugin_initialized(plugin_name: str) -> bool:
+    """Whether the loaded plugin ``plugin_name`` has been initialised."""
+    return plugin_name in default_plugins and default_plugins.get(plugin_name).initialized
+
+
+def get_plugin(plugin_name: str) -> Plugin:
+    """The loaded :class:`Plugin` named ``plugin_name``."""
+    return default_plugins.get(plugin_name)

@@ -1,0 +1,865 @@
+"""Tests for pjrt.compile_options and pjrt._protowire.
+
+Two kinds of test:
+
+* Self-contained ones (no jax): hand-computed wire bytes, round trips
+  through ``from_serialized``, and the TypeError/ValueError contract.
+* Oracle tests against jaxlib's own C++ ``CompileOptions`` (skipped where jax
+  is not installed): the same options are built in jaxlib and here, both
+  serialisations are decoded with our reader into nested field dicts, and
+  the dicts must be equal. jaxlib is also made to *parse* our bytes, and one
+  test compiles a program on jaxlib's CPU client with them.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import numpy as np
+import pytest
+
+from pjrt import _protowire as pw
+from pjrt.compile_options import (
+    CompileOptions,
+    DebugOptions,
+    DeviceAssignment,
+    EffortLevel,
+    ExecutableBuildOptions,
+)
+
+# Importing jax (in the oracle tests) must not probe for accelerators.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+# ---------------------------------------------------------------------------
+# A schema-driven normaliser: bytes -> nested {field_number: value} dicts.
+#
+# The schema only says how to *interpret* a field (sub-message, packed list,
+# map); both our bytes and jaxlib's go through the same normaliser, so any
+# difference in field numbers or values shows up as a dict difference.
+# Fields not in the schema are kept as raw (wire_type, value) occurrences, so
+# an unexpected field on either side also makes the dicts differ.
+# ---------------------------------------------------------------------------
+
+MSG, PACKED, MAP, SCALAR = "msg", "packed", "map", "scalar"
+
+OPTION_OVERRIDE = {1: (SCALAR,), 2: (SCALAR,), 3: (SCALAR,), 4: (SCALAR,)}
+DEVICE_ASSIGNMENT = {
+    1: (SCALAR,),
+    2: (SCALAR,),
+    3: (MSG, {1: (PACKED,)}),  # ComputationDevice.replica_device_ids
+}
+BUILD_OPTIONS = {
+    9: (MSG, DEVICE_ASSIGNMENT),
+    12: (PACKED,),
+    16: (PACKED,),
+    17: (PACKED,),
+    18: (PACKED,),
+}
+COMPILE_OPTIONS = {
+    3: (MSG, BUILD_OPTIONS),
+    7: (MAP, OPTION_OVERRIDE),
+}
+# Field 3 of ExecutableBuildOptionsProto is the DebugOptions message.
+BUILD_DEBUG_OPTIONS = 3
+
+
+def normalise(data: bytes, schema: dict) -> dict:
+    """Decode ``data`` into {field: [occurrences]} (maps: {key: value})."""
+    out: dict = {}
+    for field, wire_type, value in pw.decode(data):
+        kind = schema.get(field, (None,))
+        if kind[0] == MSG:
+            out.setdefault(field, []).append(normalise(value, kind[1]))
+        elif kind[0] == PACKED:
+            # Packed and unpacked encodings of a repeated scalar are equal.
+            items = pw.unpack_varints(value) if wire_type == pw.LEN else [value]
+            out.setdefault(field, []).extend(items)
+        elif kind[0] == MAP:
+            entry = normalise(value, {1: (SCALAR,), 2: (MSG, kind[1])})
+            key = entry.get(1, [b""])[-1]
+            out.setdefault(field, {})[key] = entry.get(2, [{}])[-1]
+        else:
+            out.setdefault(field, []).append((wire_type, value))
+    return out
+
+
+def split_debug_options(norm: dict):
+    """Remove and return the raw DebugOptions message jaxlib always writes.
+
+    jaxlib's C++ CompileOptions always carries a complete DebugOptions
+    (XLA's defaults, ~900 bytes). We never write that message, on purpose:
+    XLA would take it as the *whole* set of debug options (see the
+    compile_options module docstring), so we send the options a user set as
+    env_option_overrides instead. It is therefore excluded from the
+    comparison here, and checked separately below (field numbers in
+    test_debug_options_field_numbers_match_jaxlib, behaviour in
+    test_jaxlib_compiles_with_our_bytes).
+    """
+    build = norm[3][-1]
+    return build.pop(BUILD_DEBUG_OPTIONS, None)
+
+
+# ---------------------------------------------------------------------------
+# _protowire
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "value, encoded",
+    [
+        (0, b"\x00"),
+        (1, b"\x01"),
+        (127, b"\x7f"),
+        (128, b"\x80\x01"),
+        (300, b"\xac\x02"),  # the example in the protobuf encoding guide
+        (2**63 - 1, b"\xff" * 8 + b"\x7f"),
+        # Negative ints are 64-bit two's complement: always ten bytes.
+        (-1, b"\xff" * 9 + b"\x01"),
+        (-(2**63), b"\x80" * 9 + b"\x01"),
+    ],
+)
+def test_varint_encoding(value, encoded):
+    assert pw.encode_varint(value) == encoded
+    raw, end = pw.decode_varint(encoded)
+    assert end == len(encoded)
+    assert pw.to_int64(raw) == value
+
+
+def test_varint_rejects_out_of_range_and_non_int():
+    with pytest.raises(ValueError):
+        pw.encode_varint(2**64)
+    with pytest.raises(ValueError):
+        pw.encode_varint(-(2**63) - 1)
+    with pytest.raises(TypeError):
+        pw.encode_varint(1.0)
+
+
+def test_decode_every_wire_type():
+    data = (
+        pw.int_field(1, -5)
+        + pw.double_field(2, 2.5)
+        + pw.string_field(3, "hé")
+        + pw.float_field(4, -0.5)
+        + pw.packed_varint_field(5, [1, 300])
+        + pw.message_field(6, b"")
+    )
+    fields = pw.decode(data)
+    assert [(f, wt) for f, wt, _ in fields] == [
+        (1, pw.VARINT), (2, pw.I64), (3, pw.LEN), (4, pw.I32), (5, pw.LEN), (6, pw.LEN)
+    ]
+    assert pw.to_int64(fields[0][2]) == -5
+    assert pw.to_double(fields[1][2]) == 2.5
+    assert fields[2][2].decode() == "hé"
+    assert pw.to_float(fields[3][2]) == -0.5
+    assert pw.unpack_varints(fields[4][2]) == [1, 300]
+    assert fields[5][2] == b""  # a present, empty sub-message is kept
+
+
+def test_decode_field_keys_by_hand():
+    # Key = field_number << 3 | wire_type: field 12, LEN -> 98 = 0x62;
+    # field 23, VARINT -> 184 = 0xb8 0x01 (two-byte varint).
+    assert pw.tag(12, pw.LEN) == b"\x62"
+    assert pw.tag(23, pw.VARINT) == b"\xb8\x01"
+    assert pw.decode(b"\x62\x01\x00\xb8\x01\x01") == [(12, 2, b"\x00"), (23, 0, 1)]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"\x08",              # varint value missing
+        b"\x08\x80",          # varint continues past the end
+        b"\x12\x05abc",       # length 5, only 3 bytes
+        b"\x09\x00\x00",      # fixed64 truncated
+        b"\x0d\x00",          # fixed32 truncated
+        b"\x0b",              # wire type 3 (start group): unsupported
+        b"\x00\x00",          # field number 0
+        b"\x08" + b"\xff" * 10 + b"\x01",  # varint longer than 10 bytes
+    ],
+)
+def test_decode_rejects_malformed(bad):
+    with pytest.raises(ValueError):
+        pw.decode(bad)
+
+
+def test_decode_rejects_non_bytes():
+    with pytest.raises(TypeError):
+        pw.decode("not bytes")
+
+
+def test_tag_rejects_bad_field_numbers():
+    for bad in (0, -1, 2**29):
+        with pytest.raises(ValueError):
+            pw.tag(bad, pw.VARINT)
+    with pytest.raises(ValueError):
+        pw.tag(1, 3)
+
+
+# ---------------------------------------------------------------------------
+# Hand-computed bytes
+# ---------------------------------------------------------------------------
+
+# ExecutableBuildOptionsProto as we write it for all defaults except the
+# replica count given, field by field:
+#   08 ff ff ff ff ff ff ff ff ff 01   field 1 device_ordinal (VARINT) = -1,
+#                                      two's complement in ten bytes
+#   20 <n>                             field 4 num_replicas = n
+#   28 01                              field 5 num_partitions = 1
+#   62 01 00                           field 12 (LEN) allow_spmd_sharding_
+#                                      propagation_to_output = packed [false]
+#   92 01 01 00                        field 18 (LEN, key 146 = 92 01)
+#                                      ..._to_parameters = packed [false]
+#   b8 01 01                           field 23 (VARINT, key 184 = b8 01)
+#                                      process_count = 1
+_BUILD_DEVICE_ORDINAL = b"\x08" + b"\xff" * 9 + b"\x01"
+_BUILD_TAIL = b"\x28\x01" + b"\x62\x01\x00" + b"\x92\x01\x01\x00" + b"\xb8\x01\x01"
+
+
+def test_num_replicas_2_exact_bytes():
+    build = _BUILD_DEVICE_ORDINAL + b"\x20\x02" + _BUILD_TAIL
+    assert len(build) == 25
+    # CompileOptionsProto: field 3 (LEN, key 0x1a), length 25 (0x19).
+    expected = b"\x1a\x19" + build
+    assert CompileOptions(num_replicas=2).SerializeAsString() == expected
+    opts = CompileOptions()
+    opts.num_replicas = 2
+    assert opts.serialize() == expected
+
+
+def test_defaults_exact_bytes():
+    build = _BUILD_DEVICE_ORDINAL + b"\x20\x01" + _BUILD_TAIL
+    assert CompileOptions().SerializeAsString() == b"\x1a\x19" + build
+
+
+def test_top_level_flags_exact_bytes():
+    opts = CompileOptions(parameter_is_tupled_arguments=True, compile_portable_executable=True,
+                          profile_version=-2)
+    build = _BUILD_DEVICE_ORDINAL + b"\x20\x01" + _BUILD_TAIL
+    assert opts.SerializeAsString() == (
+        b"\x10\x01"                    # field 2 parameter_is_tupled_arguments
+        + b"\x1a\x19" + build          # field 3 executable_build_options
+        + b"\x20\x01"                  # field 4 compile_portable_executable
+        + b"\x28" + b"\xfe" + b"\xff" * 8 + b"\x01"  # field 5 profile_version -2
+    )
+
+
+@pytest.mark.parametrize(
+    "value, override",
+    [
+        # OptionOverrideProto oneof: string 1, bool 2, int64 3, double 4.
+        # A oneof member is written even when it is false/0/"".
+        ("on", b"\x0a\x02on"),
+        ("", b"\x0a\x00"),
+        (True, b"\x10\x01"),
+        (False, b"\x10\x00"),
+        (7, b"\x18\x07"),
+        (0, b"\x18\x00"),
+        (-1, b"\x18" + b"\xff" * 9 + b"\x01"),
+        (1.5, b"\x21" + struct.pack("<d", 1.5)),
+    ],
+)
+def test_env_override_exact_bytes(value, override):
+    opts = CompileOptions(env_option_overrides=[("k", value)])
+    data = opts.SerializeAsString()
+    # Map entry = {1: key, 2: OptionOverrideProto}; the map is field 7
+    # (LEN, key 0x3a) of CompileOptionsProto and comes after field 3.
+    entry = b"\x0a\x01k" + b"\x12" + bytes([len(override)]) + override
+    assert data.endswith(b"\x3a" + bytes([len(entry)]) + entry)
+    assert data.startswith(CompileOptions().SerializeAsString())
+
+
+def test_device_assignment_exact_bytes():
+    # 2 replicas x 3 computations. DeviceAssignmentProto stores columns:
+    #   08 02          replica_count = 2
+    #   10 03          computation_count = 3
+    #   1a 04 0a 02 03 02   computation_devices[0] {replica_device_ids: [3, 2]}
+    #   1a 04 0a 02 01 00   computation_devices[1] {[1, 0]}
+    #   1a 04 0a 02 05 04   computation_devices[2] {[5, 4]}
+    # (jaxlib 0.10.2 writes exactly these bytes for this array.)
+    da = DeviceAssignment.create(np.array([[3, 1, 5], [2, 0, 4]]))
+    assert da.serialize() == bytes.fromhex("080210031a040a0203021a040a0201001a040a020504")
+    assert da.replica_count() == 2 and da.computation_count() == 3
+    assert DeviceAssignment.from_serialized(da.serialize()) == da
+    assert repr(da) == (
+        "DeviceAssignment{replica_count=2, computation_count=3, "
+        "Computation0{3 2} Computation1{1 0} Computation2{5 4}}"
+    )
+
+
+def test_build_options_exact_bytes_for_every_field():
+    b = ExecutableBuildOptions(
+        device_ordinal=3, num_replicas=1, num_partitions=2, use_spmd_partitioning=True,
+        use_auto_spmd_partitioning=True, deduplicate_hlo=True,
+        device_assignment=DeviceAssignment.create([[4, 6]]),
+        alias_passthrough_params=True, run_backend_only=True,
+        allow_spmd_sharding_propagation_to_output=[True, False],
+        fdo_profile=b"fdo", auto_spmd_partitioning_mesh_shape=[2, 1],
+        auto_spmd_partitioning_mesh_ids=[1, 0],
+        allow_spmd_sharding_propagation_to_parameters=[True],
+        use_shardy_partitioner=True, exec_time_optimization_effort=-0.5,
+        memory_fitting_effort=0.25, process_index=1, process_count=2,
+        optimization_level=EffortLevel.EFFORT_O2, memory_fitting_level=9,
+    )
+    da = b"\x08\x01\x10\x02\x1a\x03\x0a\x01\x04\x1a\x03\x0a\x01\x06"
+    assert b.serialize() == (
+        b"\x08\x03"                        # 1 device_ordinal
+        + b"\x20\x01"                      # 4 num_replicas
+        + b"\x28\x02"                      # 5 num_partitions
+        + b"\x30\x01"                      # 6 use_spmd_partitioning
+        + b"\x38\x01"                      # 7 use_auto_spmd_partitioning
+        + b"\x40\x01"                      # 8 deduplicate_hlo
+        + b"\x4a" + bytes([len(da)]) + da  # 9 device_assignment
+        + b"\x50\x01"                      # 10 alias_passthrough_params
+        + b"\x58\x01"                      # 11 run_backend_only
+        + b"\x62\x02\x01\x00"              # 12 ..._to_output [true, false]
+        + b"\x72\x03fdo"                   # 14 fdo_profile
+        + b"\x82\x01\x02\x02\x01"          # 16 mesh_shape [2, 1] (key 130)
+        + b"\x8a\x01\x02\x01\x00"          # 17 mesh_ids [1, 0] (key 138)
+        + b"\x92\x01\x01\x01"              # 18 ..._to_parameters [true]
+        + b"\x98\x01\x01"                  # 19 use_shardy_partitioner
+        + b"\xa5\x01" + struct.pack("<f", -0.5)  # 20 float (I32, key 165)
+        + b"\xad\x01" + struct.pack("<f", 0.25)  # 21 float (key 173)
+        + b"\xb0\x01\x01"                  # 22 process_index
+        + b"\xb8\x01\x02"                  # 23 process_count
+        + b"\xc0\x01\x1d"                  # 24 optimization_level = 29
+        + b"\xc8\x01\x09"                  # 25 memory_fitting_level = 9
+    )
+
+
+def test_debug_options_message_exact_bytes():
+    d = DebugOptions(xla_dump_to="d", xla_backend_optimization_level=0,
+                     xla_disable_hlo_passes=["a", "b"])
+    # Field-number order: 30 (key 30<<3|2 = 242 = f2 01) twice, 31 (key 248 =
+    # f8 01; the field is `optional`, so an explicit 0 is written), 109 (key
+    # 874 = ea 06).
+    assert d.serialize() == (
+        b"\xf2\x01\x01a" + b"\xf2\x01\x01b" + b"\xf8\x01\x00" + b"\xea\x06\x01d"
+    )
+    assert DebugOptions.from_serialized(d.serialize()) == d
+
+
+def test_debug_options_travel_as_overrides():
+    opts = CompileOptions()
+    d = opts.executable_build_options.debug_options
+    d.xla_dump_to = "/tmp/x"
+    d.xla_disable_hlo_passes = ["algsimp", "cse"]
+    d.xla_backend_optimization_level = 1
+    norm = normalise(opts.SerializeAsString(), COMPILE_OPTIONS)
+    # No DebugOptions message inside the build options...
+    assert BUILD_DEBUG_OPTIONS not in norm[3][-1]
+    # ...but one override per set field, with the types XLA expects.
+    assert norm[7] == {
+        b"xla_dump_to": {1: [(pw.LEN, b"/tmp/x")]},
+        b"xla_disable_hlo_passes": {1: [(pw.LEN, b"algsimp,cse")]},
+        b"xla_backend_optimization_level": {3: [(pw.VARINT, 1)]},
+    }
+
+
+# ---------------------------------------------------------------------------
+# Round trips (no jax)
+# ---------------------------------------------------------------------------
+
+
+def _round_trip_cases():
+    yield CompileOptions()
+    yield CompileOptions(num_replicas=2)
+    perm = [5, 2, 7, 0, 3, 6, 1, 4]
+    o = CompileOptions(num_partitions=8, device_assignment=DeviceAssignment.create([perm]))
+    o.executable_build_options.use_spmd_partitioning = True
+    yield o
+    yield CompileOptions(parameter_is_tupled_arguments=True, compile_portable_executable=True,
+                         profile_version=12345678901)
+    yield CompileOptions(env_option_overrides=[("s", "v"), ("e", ""), ("t", True), ("f", False),
+                                               ("i", -3), ("z", 0), ("d", 0.1), ("big", 2**62)])
+    b = ExecutableBuildOptions(
+        device_ordinal=0, num_replicas=2, num_partitions=2,
+        device_assignment=DeviceAssignment.create([[0, 1], [2, 3]]),
+        use_auto_spmd_partitioning=True, auto_spmd_partitioning_mesh_shape=[2, 2],
+        auto_spmd_partitioning_mesh_ids=[3, 2, 1, 0], deduplicate_hlo=True,
+        alias_passthrough_params=True, run_backend_only=True,
+        allow_spmd_sharding_propagation_to_parameters=[],
+        allow_spmd_sharding_propagation_to_output=[True, False, True],
+        use_shardy_partitioner=True, exec_time_optimization_effort=0.1,
+        memory_fitting_effort=-1.0, optimization_level=EffortLevel.EFFORT_O3,
+        memory_fitting_level=EffortLevel.EFFORT_O0, fdo_profile=b"\x00\xff",
+        process_index=3, process_count=4,
+    )
+    yield CompileOptions(executable_build_options=b)
+    d = DebugOptions(xla_backend_optimization_level=0, xla_cpu_enable_fast_math=False,
+                     xla_llvm_disable_expensive_passes=True, xla_disable_hlo_passes=[],
+                     xla_dump_to="/tmp/dump", xla_dump_hlo_module_re="jit_.*",
+                     xla_dump_hlo_pass_re=".*", xla_dump_hlo_as_text=True,
+                     xla_dump_hlo_as_proto=False)
+    yield CompileOptions(executable_build_options=ExecutableBuildOptions(debug_options=d),
+                         env_option_overrides={"xla_cpu_use_xnnpack": False})
+    yield CompileOptions(executable_build_options=ExecutableBuildOptions(
+        debug_options=DebugOptions(xla_disable_hlo_passes=["a", "b-c"])))
+
+
+@pytest.mark.parametrize("opts", list(_round_trip_cases()), ids=repr)
+def test_round_trip(opts):
+    data = opts.SerializeAsString()
+    back = CompileOptions.from_serialized(data)
+    assert back == opts
+    assert back.SerializeAsString() == data
+    # Equality is not vacuous: changing anything breaks it.
+    back.executable_build_options.num_replicas += 1
+    assert back != opts
+
+
+def test_from_serialized_reports_debug_overrides_back_as_debug_options():
+    opts = CompileOptions(env_option_overrides=[("xla_dump_to", "/d"), ("xla_dump_hlo_as_text", 1)])
+    back = CompileOptions.from_serialized(opts.SerializeAsString())
+    # The str override has the type DebugOptions.xla_dump_to would send, so
+    # it is read back there; the int one for a bool field is not, so it
+    # stays an override (XLA would reject it, not us).
+    assert back.executable_build_options.debug_options.xla_dump_to == "/d"
+    assert back.env_option_overrides == [("xla_dump_hlo_as_text", 1)]
+    assert back.SerializeAsString() != b""  # and it still serialises
+
+
+def test_env_overrides_compare_as_a_map():
+    a = CompileOptions(env_option_overrides=[("a", 1), ("b", 2)])
+    b = CompileOptions(env_option_overrides=[("b", 2), ("a", 1)])
+    assert a == b
+    assert a != CompileOptions(env_option_overrides=[("a", 1), ("b", 3)])
+
+
+def test_float_efforts_are_stored_as_float32():
+    b = ExecutableBuildOptions(exec_time_optimization_effort=0.1)
+    assert b.exec_time_optimization_effort == struct.unpack("<f", struct.pack("<f", 0.1))[0]
+
+
+def test_from_serialized_strict_and_lenient():
+    good = CompileOptions(num_replicas=2).SerializeAsString()
+    # argument_layouts (field 1) is not modelled: strict refuses, lenient skips.
+    extra = pw.message_field(1, b"") + good
+    with pytest.raises(ValueError, match="argument_layouts"):
+        CompileOptions.from_serialized(extra)
+    assert CompileOptions.from_serialized(extra, strict=False) == CompileOptions(num_replicas=2)
+    # A DebugOptions message in the build options: strict refuses; lenient
+    # reads the modelled fields out of it.
+    dbg = DebugOptions(xla_dump_to="/x", xla_backend_optimization_level=2).serialize()
+    build = ExecutableBuildOptions().serialize() + pw.message_field(3, dbg)
+    data = pw.message_field(3, build)
+    with pytest.raises(ValueError, match="debug_options"):
+        CompileOptions.from_serialized(data)
+    lenient = CompileOptions.from_serialized(data, strict=False)
+    assert lenient.executable_build_options.debug_options == DebugOptions(
+        xla_dump_to="/x", xla_backend_optimization_level=2)
+
+
+def test_from_serialized_rejects_what_xla_would_misread():
+    # No build options at all: XLA would read num_replicas = 0.
+    with pytest.raises(ValueError, match="num_replicas"):
+        CompileOptions.from_serialized(b"")
+    # Wrong wire type for a known field.
+    with pytest.raises(ValueError, match="num_replicas"):
+        CompileOptions.from_serialized(pw.message_field(3, pw.string_field(4, "x")))
+    # An override with no value (XLA: "OptionOverrideProto value not set").
+    entry = pw.string_field(1, "k") + pw.message_field(2, b"")
+    data = CompileOptions().SerializeAsString() + pw.message_field(7, entry)
+    with pytest.raises(ValueError, match="no value"):
+        CompileOptions.from_serialized(data)
+
+
+def test_from_serialized_accepts_unpacked_repeated_fields():
+    # Parsers must accept repeated scalars unpacked too.
+    build = (pw.int_field(1, -1) + pw.int_field(4, 1) + pw.int_field(5, 1)
+             + pw.int_field(16, 4) + pw.int_field(16, 2) + pw.bool_field(12, True))
+    opts = CompileOptions.from_serialized(pw.message_field(3, build))
+    assert opts.executable_build_options.auto_spmd_partitioning_mesh_shape == [4, 2]
+    assert opts.executable_build_options.allow_spmd_sharding_propagation_to_output == [True]
+    assert opts.executable_build_options.allow_spmd_sharding_propagation_to_parameters == []
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, attr, value",
+    [
+        (CompileOptions, "parameter_is_tupled_arguments", 1),
+        (CompileOptions, "compile_portable_executable", "yes"),
+        (CompileOptions, "profile_version", 1.0),
+        (CompileOptions, "profile_version", True),
+        (CompileOptions, "executable_build_options", {}),
+        (CompileOptions, "env_option_overrides", "a=b"),
+        (CompileOptions, "env_option_overrides", [("a",)]),
+        (CompileOptions, "env_option_overrides", [(1, "b")]),
+        (CompileOptions, "env_option_overrides", [("a", None)]),
+        (CompileOptions, "env_option_overrides", [("a", [1])]),
+        (CompileOptions, "num_replicas", "2"),
+        (CompileOptions, "num_partitions", 2.0),
+        (CompileOptions, "device_assignment", np.array([[0]])),
+        (ExecutableBuildOptions, "device_ordinal", None),
+        (ExecutableBuildOptions, "num_replicas", True),
+        (ExecutableBuildOptions, "use_spmd_partitioning", 0),
+        (ExecutableBuildOptions, "use_shardy_partitioner", None),
+        (ExecutableBuildOptions, "auto_spmd_partitioning_mesh_shape", [2.0]),
+        (ExecutableBuildOptions, "auto_spmd_partitioning_mesh_ids", 3),
+        (ExecutableBuildOptions, "allow_spmd_sharding_propagation_to_output", [1]),
+        (ExecutableBuildOptions, "allow_spmd_sharding_propagation_to_parameters", True),
+        (ExecutableBuildOptions, "exec_time_optimization_effort", "0.5"),
+        (ExecutableBuildOptions, "memory_fitting_effort", True),
+        (ExecutableBuildOptions, "optimization_level", "O2"),
+        (ExecutableBuildOptions, "fdo_profile", "text"),
+        (ExecutableBuildOptions, "debug_options", None),
+        (ExecutableBuildOptions, "device_assignment", [[0, 1]]),
+        (DebugOptions, "xla_dump_to", b"/tmp"),
+        (DebugOptions, "xla_dump_hlo_as_text", "true"),
+        (DebugOptions, "xla_backend_optimization_level", 2.0),
+        (DebugOptions, "xla_disable_hlo_passes", "cse"),
+        (DebugOptions, "xla_disable_hlo_passes", [1]),
+    ],
+)
+def test_wrong_type_raises_type_error_naming_attribute(make, attr, value):
+    obj = make()
+    with pytest.raises(TypeError, match=attr):
+        setattr(obj, attr, value)
+    with pytest.raises(TypeError, match=attr):
+        make(**{attr: value})
+
+
+@pytest.mark.parametrize(
+    "make, attr, value",
+    [
+        (ExecutableBuildOptions, "num_replicas", 0),
+        (ExecutableBuildOptions, "num_partitions", -1),
+        (CompileOptions, "num_replicas", 0),
+        (CompileOptions, "num_partitions", 0),
+        (ExecutableBuildOptions, "device_ordinal", -2),
+        (ExecutableBuildOptions, "process_count", 0),
+        (ExecutableBuildOptions, "process_index", -1),
+        (ExecutableBuildOptions, "exec_time_optimization_effort", 1.5),
+        (ExecutableBuildOptions, "memory_fitting_effort", float("nan")),
+        (ExecutableBuildOptions, "optimization_level", 3),
+        (ExecutableBuildOptions, "auto_spmd_partitioning_mesh_shape", [2**63]),
+        (CompileOptions, "profile_version", 2**63),
+        (CompileOptions, "env_option_overrides", [("a", 1), ("a", 2)]),
+        (CompileOptions, "env_option_overrides", [("a", 2**64)]),
+        (DebugOptions, "xla_backend_optimization_level", 2**31),
+        (DebugOptions, "xla_disable_hlo_passes", ["a,b"]),
+        (DebugOptions, "xla_disable_hlo_passes", [""]),
+    ],
+)
+def test_out_of_range_raises_value_error_naming_attribute(make, attr, value):
+    with pytest.raises(ValueError, match=attr):
+        setattr(make(), attr, value)
+
+
+def test_device_assignment_shape_mismatch_raises_at_serialise_time():
+    opts = CompileOptions(num_partitions=4)
+    opts.device_assignment = DeviceAssignment.create(np.arange(8).reshape(1, 8))
+    with pytest.raises(ValueError, match=r"num_replicas=1 and num_partitions=4"):
+        opts.SerializeAsString()
+    opts.num_partitions = 8
+    opts.SerializeAsString()  # agrees now
+    opts.num_replicas = 2
+    with pytest.raises(ValueError, match=r"num_replicas=2 and num_partitions=8"):
+        opts.serialize()
+
+
+def test_in_place_mutation_is_checked_at_serialise_time():
+    opts = CompileOptions()
+    opts.env_option_overrides.append(("bad", object()))
+    with pytest.raises(TypeError, match="env_option_overrides"):
+        opts.SerializeAsString()
+    opts = CompileOptions()
+    opts.executable_build_options.auto_spmd_partitioning_mesh_shape.append("2")
+    with pytest.raises(TypeError, match="auto_spmd_partitioning_mesh_shape"):
+        opts.SerializeAsString()
+
+
+def test_debug_option_set_twice_is_an_error():
+    opts = CompileOptions(env_option_overrides=[("xla_dump_to", "/a")])
+    opts.executable_build_options.debug_options.xla_dump_to = "/b"
+    with pytest.raises(ValueError, match="xla_dump_to"):
+        opts.SerializeAsString()
+
+
+def test_process_index_must_be_below_count():
+    b = ExecutableBuildOptions(process_index=2, process_count=2)
+    with pytest.raises(ValueError, match="process_index"):
+        b.serialize()
+
+
+def test_unknown_attributes_and_kwargs_are_rejected():
+    opts = CompileOptions()
+    with pytest.raises(AttributeError):
+        opts.num_replica = 2  # misspelt: must not be silently ignored
+    with pytest.raises(TypeError, match="num_replica"):
+        CompileOptions(num_replica=2)
+
+
+def test_argument_layouts_are_not_supported():
+    assert CompileOptions().argument_layouts is None
+    with pytest.raises(NotImplementedError, match="argument_layouts"):
+        CompileOptions().argument_layouts = []
+
+
+@pytest.mark.parametrize(
+    "array, exc",
+    [
+        ([0, 1], ValueError),                # 1-D
+        (np.zeros((1, 2, 1), int), ValueError),
+        (np.zeros((0, 2), int), ValueError),  # empty
+        ([[0.0, 1.0]], TypeError),           # not integer
+        ([[True, False]], TypeError),
+        ([[0, -1]], ValueError),             # negative id
+    ],
+)
+def test_device_assignment_create_validation(array, exc):
+    with pytest.raises(exc):
+        DeviceAssignment.create(array)
+
+
+def test_device_assignment_is_immutable_and_copied():
+    src = np.array([[0, 1]])
+    da = DeviceAssignment.create(src)
+    src[0, 0] = 9
+    assert da.device_ids.tolist() == [[0, 1]]
+    ids = da.device_ids
+    ids[0, 0] = 7
+    assert da.device_ids.tolist() == [[0, 1]]
+    with pytest.raises(TypeError):
+        DeviceAssignment([[0]])
+
+
+def test_device_assignment_from_serialized_checks_counts():
+    bad = pw.int_field(1, 2) + pw.int_field(2, 1) + pw.message_field(3, pw.packed_varint_field(1, [0]))
+    with pytest.raises(ValueError, match="do not match"):
+        DeviceAssignment.from_serialized(bad)
+
+
+# ---------------------------------------------------------------------------
+# Oracle: jaxlib's C++ CompileOptions
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def xc():
+    pytest.importorskip("jax")
+    from jax._src.lib import xla_client
+
+    return xla_client
+
+
+def _permuted_1x8():
+    return np.array([[5, 2, 7, 0, 3, 6, 1, 4]], dtype=np.int32)
+
+
+# Each case: (name, configure_jaxlib(xc, opts), configure_ours(opts)).
+ORACLE_CASES = [
+    ("defaults", lambda xc, o: None, lambda o: None),
+    ("num_replicas=2",
+     lambda xc, o: setattr(o, "num_replicas", 2),
+     lambda o: setattr(o, "num_replicas", 2)),
+    ("spmd_8_partitions_permuted_assignment",
+     lambda xc, o: (setattr(o, "num_partitions", 8),
+                    setattr(o.executable_build_options, "use_spmd_partitioning", True),
+                    setattr(o, "device_assignment", xc.DeviceAssignment.create(_permuted_1x8()))),
+     lambda o: (setattr(o, "num_partitions", 8),
+                setattr(o.executable_build_options, "use_spmd_partitioning", True),
+                setattr(o, "device_assignment", DeviceAssignment.create(_permuted_1x8())))),
+    ("2x2_assignment",
+     lambda xc, o: (setattr(o, "num_replicas", 2), setattr(o, "num_partitions", 2),
+                    setattr(o, "device_assignment",
+                            xc.DeviceAssignment.create(np.array([[3, 0], [1, 2]], np.int32)))),
+     lambda o: (setattr(o, "num_replicas", 2), setattr(o, "num_partitions", 2),
+                setattr(o, "device_assignment", DeviceAssignment.create([[3, 0], [1, 2]])))),
+    ("use_shardy_partitioner",
+     lambda xc, o: setattr(o.executable_build_options, "use_shardy_partitioner", True),
+     lambda o: setattr(o.executable_build_options, "use_shardy_partitioner", True)),
+    ("env_option_overrides",
+     lambda xc, o: setattr(o, "env_option_overrides", ENV_OVERRIDES),
+     lambda o: setattr(o, "env_option_overrides", ENV_OVERRIDES)),
+    ("parameter_is_tupled_arguments",
+     lambda xc, o: setattr(o, "parameter_is_tupled_arguments", True),
+     lambda o: setattr(o, "parameter_is_tupled_arguments", True)),
+    ("compile_portable_executable",
+     lambda xc, o: setattr(o, "compile_portable_executable", True),
+     lambda o: setattr(o, "compile_portable_executable", True)),
+    ("profile_version",
+     lambda xc, o: setattr(o, "profile_version", 42),
+     lambda o: setattr(o, "profile_version", 42)),
+    ("build_options_misc",
+     lambda xc, o: _set_misc(o.executable_build_options),
+     lambda o: _set_misc(o.executable_build_options)),
+]
+
+ENV_OVERRIDES = [
+    ("xla_dump_to", "/tmp/somewhere"),
+    ("xla_some_empty_string", ""),
+    ("xla_dump_hlo_as_text", True),
+    ("xla_cpu_enable_fast_math", False),
+    ("xla_backend_optimization_level", 2),
+    ("xla_negative_int", -7),
+    ("xla_some_double", 0.375),
+]
+
+
+def _set_misc(b):
+    b.use_auto_spmd_partitioning = True
+    b.auto_spmd_partitioning_mesh_shape = [2, 4]
+    b.auto_spmd_partitioning_mesh_ids = [7, 6, 5, 4, 3, 2, 1, 0]
+    b.allow_spmd_sharding_propagation_to_output = [True, False, True]
+    b.allow_spmd_sharding_propagation_to_parameters = [False, True]
+    b.exec_time_optimization_effort = -0.5
+    b.memory_fitting_effort = 0.25
+    b.optimization_level = 29
+    b.memory_fitting_level = 9
+    b.fdo_profile = b"profile-bytes"
+
+
+@pytest.mark.parametrize("name, jax_setup, our_setup", ORACLE_CASES, ids=[c[0] for c in ORACLE_CASES])
+def test_matches_jaxlib(xc, name, jax_setup, our_setup):
+    theirs = xc.CompileOptions()
+    jax_setup(xc, theirs)
+    ours = CompileOptions()
+    our_setup(ours)
+
+    their_norm = normalise(theirs.SerializeAsString(), COMPILE_OPTIONS)
+    our_norm = normalise(ours.SerializeAsString(), COMPILE_OPTIONS)
+    their_debug = split_debug_options(their_norm)
+    assert their_debug is not None  # jaxlib always writes it (see helper)
+    assert split_debug_options(our_norm) is None  # we never do
+    assert our_norm == their_norm
+
+
+def test_matches_jaxlib_for_debug_options(xc):
+    # Ours: typed DebugOptions. jaxlib: the equivalent env_option_overrides
+    # (how jax itself passes per-jit compiler options).
+    values = {
+        "xla_backend_optimization_level": 1,
+        "xla_cpu_enable_fast_math": True,
+        "xla_llvm_disable_expensive_passes": True,
+        "xla_disable_hlo_passes": ["algsimp", "cse"],
+        "xla_dump_to": "/tmp/dump",
+        "xla_dump_hlo_module_re": "jit_f.*",
+        "xla_dump_hlo_pass_re": ".*",
+        "xla_dump_hlo_as_text": True,
+        "xla_dump_hlo_as_proto": False,
+    }
+    ours = CompileOptions()
+    for k, v in values.items():
+        setattr(ours.executable_build_options.debug_options, k, v)
+    theirs = xc.CompileOptions()
+    theirs.env_option_overrides = [
+        (k, ",".join(v) if isinstance(v, list) else v) for k, v in values.items()
+    ]
+    their_norm = normalise(theirs.SerializeAsString(), COMPILE_OPTIONS)
+    our_norm = normalise(ours.SerializeAsString(), COMPILE_OPTIONS)
+    split_debug_options(their_norm)
+    assert our_norm == their_norm
+    assert len(our_norm[7]) == len(values)
+
+
+def _jaxlib_debug_blob(xc, name=None, value=None) -> dict:
+    opts = xc.CompileOptions()
+    if name is not None:
+        setattr(opts.executable_build_options.debug_options, name, value)
+    norm = normalise(opts.SerializeAsString(), COMPILE_OPTIONS)
+    (_, blob), = split_debug_options(norm)
+    return normalise(blob, {})
+
+
+@pytest.mark.parametrize(
+    "name, value, jax_value",
+    [
+        ("xla_backend_optimization_level", 1, 1),
+        ("xla_cpu_enable_fast_math", True, True),
+        ("xla_llvm_disable_expensive_passes", True, True),
+        ("xla_disable_hlo_passes", ["p1", "p2"], "p1,p2"),
+        ("xla_dump_to", "/tmp/d", "/tmp/d"),
+        ("xla_dump_hlo_module_re", "m.*", "m.*"),
+        ("xla_dump_hlo_pass_re", "p.*", "p.*"),
+        ("xla_dump_hlo_as_text", True, True),
+        ("xla_dump_hlo_as_proto", True, True),
+    ],
+)
+def test_debug_options_field_numbers_match_jaxlib(xc, name, value, jax_value):
+    # Setting one field in jaxlib's DebugOptions changes exactly the field
+    # our DebugOptions.serialize() writes, to the same encoded value.
+    ours = normalise(DebugOptions(**{name: value}).serialize(), {})
+    (number,) = ours
+    default = _jaxlib_debug_blob(xc)
+    changed = _jaxlib_debug_blob(xc, name, jax_value)
+    assert changed[number] == ours[number]
+    assert default.get(number) != ours[number]
+    assert {k: v for k, v in changed.items() if k != number} == {
+        k: v for k, v in default.items() if k != number
+    }
+
+
+@pytest.mark.parametrize("opts", list(_round_trip_cases()), ids=repr)
+def test_jaxlib_parses_our_bytes(xc, opts):
+    # jaxlib's C++ parser reads our message; what it writes back (its
+    # ToProto of what it understood) equals what we wrote, apart from the
+    # DebugOptions message it always adds.
+    ours = opts.SerializeAsString()
+    parsed = xc.CompileOptions.ParseFromString(ours)
+    assert parsed.num_replicas == opts.num_replicas
+    assert parsed.num_partitions == opts.num_partitions
+    b, pb = opts.executable_build_options, parsed.executable_build_options
+    assert pb.use_spmd_partitioning == b.use_spmd_partitioning
+    assert pb.use_shardy_partitioner == b.use_shardy_partitioner
+    assert pb.use_auto_spmd_partitioning == b.use_auto_spmd_partitioning
+    assert list(pb.auto_spmd_partitioning_mesh_shape) == b.auto_spmd_partitioning_mesh_shape
+    assert list(pb.auto_spmd_partitioning_mesh_ids) == b.auto_spmd_partitioning_mesh_ids
+    assert pb.exec_time_optimization_effort == b.exec_time_optimization_effort
+    assert pb.memory_fitting_effort == b.memory_fitting_effort
+    assert pb.optimization_level == b.optimization_level
+    assert pb.memory_fitting_level == b.memory_fitting_level
+    assert bytes(pb.fdo_profile) == b.fdo_profile
+    assert parsed.parameter_is_tupled_arguments == opts.parameter_is_tupled_arguments
+    assert parsed.compile_portable_executable == opts.compile_portable_executable
+    assert parsed.profile_version == opts.profile_version
+    if b.device_assignment is None:
+        assert parsed.device_assignment is None
+    else:
+        assert repr(parsed.device_assignment) == repr(b.device_assignment)
+    expected_overrides = dict(b.debug_options.to_option_overrides() + opts.env_option_overrides)
+    assert dict(parsed.env_option_overrides) == expected_overrides
+    # The untouched debug options are XLA's defaults, not zeros.
+    assert pb.debug_options.xla_backend_optimization_level == 3
+
+    back = normalise(parsed.SerializeAsString(), COMPILE_OPTIONS)
+    split_debug_options(back)
+    assert back == normalise(ours, COMPILE_OPTIONS)
+    # And our reader reads jaxlib's re-serialisation (lenient: it carries
+    # the DebugOptions message) to the same modelled values, apart from
+    # debug options, which the message then holds as XLA's defaults.
+    lenient = CompileOptions.from_serialized(parsed.SerializeAsString(), strict=False)
+    lenient.executable_build_options.debug_options = b.debug_options
+    assert lenient == opts
+
+
+def test_jaxlib_compiles_with_our_bytes(xc, tmp_path):
+    # End to end: XLA's CompileOptions::ApplyAllOptionOverrides accepts the
+    # override types our DebugOptions sends, and they take effect.
+    import jax
+    import jax.numpy as jnp
+    from jax._src import xla_bridge
+
+    backend = xla_bridge.get_backend("cpu")
+    module = jax.jit(lambda x: x * 2.0 + 1.0).lower(jnp.ones((4,), jnp.float32)).as_text()
+    opts = CompileOptions()
+    d = opts.executable_build_options.debug_options
+    d.xla_dump_to = str(tmp_path)
+    d.xla_dump_hlo_as_text = True
+    d.xla_dump_hlo_as_proto = False
+    d.xla_backend_optimization_level = 2
+    d.xla_llvm_disable_expensive_passes = True
+    d.xla_cpu_enable_fast_math = False
+    d.xla_disable_hlo_passes = ["algsimp"]
+    d.xla_dump_hlo_module_re = ".*"
+    parsed = xc.CompileOptions.ParseFromString(opts.SerializeAsString())
+    devices = xc.DeviceList(tuple(backend.devices()[:1]))
+    executable = backend.compile_and_load(module, devices, parsed)
+    assert executable is not None
+    dumped = os.listdir(tmp_path)
+    assert any(name.endswith(".txt") for name in dumped), dumped
