@@ -257,7 +257,9 @@ def array_from_host(client: "Client", value, device: "Device | None", semantics:
     elif device.client is not client:
         raise ValueError(f"{device} belongs to another client ({device.client.platform}); "
                          f"pass a device of this {client.platform} client")
-    host = np.ascontiguousarray(value)
+    host = np.asarray(value)
+    if not host.flags.c_contiguous:
+        host = host.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
     buffer_type = dtypes.to_pjrt_type(host.dtype)
     dims = ffi.new("int64_t[]", host.shape) if host.ndim else _NULL
     out = ffi.new("PJRT_Buffer **")

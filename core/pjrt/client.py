@@ -20,7 +20,7 @@ from ._c import Api, to_str
 from ._pjrt_cffi import ffi, lib
 from .device import Device, Memory, handle_key
 from .errors import ClosedClientError, check
-from .options import NamedValues, OptionValue
+from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
 
 
 class HostBufferSemantics(enum.IntEnum):
@@ -284,13 +284,15 @@ def make_c_api_client(plugin_name: str, options: Mapping[str, OptionValue] | Non
 
     Raises:
       KeyError: no plugin of that name is loaded.
-      TypeError: an option has a value of another type (the message names the key).
+      TypeError: an option has a value of a type options cannot take, or a known option
+        (XLA's own, or one the plugin declares in ``Plugin.option_types``) has a value of the
+        wrong type; the message names the key.
       XlaRuntimeError: the plugin refused to create a client (its message is kept).
     """
     if distributed_client is not None or transfer_server_factory is not None:
         raise NotImplementedError("multi-process clients are not supported by this pjrt yet")
     plugin = plugin_module.get_plugin(plugin_name)
-    named = NamedValues(options)
+    named = NamedValues(check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types}))
     plugin.initialize()
     api = plugin.api
     args = api.new_args("PJRT_Client_Create_Args")

@@ -14,6 +14,60 @@ from ._pjrt_cffi import ffi, lib
 
 OptionValue = Union[str, int, float, bool, "list[int]"]
 
+#: Create options of XLA's own plugins (CPU, CUDA, ROCm, TPU) and the value type each takes.
+#: XLA reads a known option with a fixed type and aborts the process on another, so these are
+#: checked here, before the plugin sees them.
+XLA_OPTION_TYPES: dict[str, type] = {
+    "cpu_device_count": int,
+    "visible_devices": list,
+    "platform_name": str,
+    "allocator": str,
+    "memory_fraction": float,
+    "preallocate": bool,
+    "collective_memory_size": int,
+    "node_id": int,
+    "num_nodes": int,
+    "enable_mock_nccl": bool,
+    "mock_gpu_topology": str,
+    "should_stage_host_to_device_transfers": bool,
+}
+
+_TYPE_WORDS = {int: "an int", float: "a float", bool: "a bool", str: "a str",
+               list: "a list of ints"}
+
+
+def _matches(value, expected: type) -> bool:
+    if expected is bool:
+        return isinstance(value, (bool, np.bool_))
+    if expected is int:
+        return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+    if expected is float:
+        # An int is accepted where a float is expected and sent as a float.
+        return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    if expected is str:
+        return isinstance(value, str)
+    return isinstance(value, (list, tuple))
+
+
+def check_option_types(options: Mapping[str, OptionValue] | None,
+                       expected_types: Mapping[str, type]) -> dict:
+    """Check declared options' value types; returns the options with floats coerced.
+
+    Raises:
+      TypeError: a declared option has a value of another type; the message names the key.
+    """
+    checked = dict(options or {})
+    for key, value in checked.items():
+        expected = expected_types.get(key)
+        if expected is None:
+            continue
+        if not _matches(value, expected):
+            raise TypeError(f"option {key!r} must be {_TYPE_WORDS[expected]}, got "
+                            f"{type(value).__name__} ({value!r})")
+        if expected is float:
+            checked[key] = float(value)
+    return checked
+
 
 class NamedValues:
     """A ``PJRT_NamedValue[]`` built from a dict, with the memory it points into kept alive."""

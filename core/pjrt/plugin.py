@@ -30,6 +30,8 @@ class Plugin:
       name: the name it was loaded under (e.g. ``"cpu"``).
       library_path: where it was loaded from, or None for a table handed over in memory.
       api: its :class:`pjrt._c.Api`.
+      option_types: create options the plugin declares, with the value type each takes;
+        ``make_c_api_client`` checks them before calling the plugin.
     """
 
     def __init__(self, name: str, api: _c.Api, library_path: str | None):
@@ -39,6 +41,7 @@ class Plugin:
         self._initialized = False
         self._init_lock = threading.Lock()
         self._attributes: dict | None = None
+        self.option_types: dict[str, type] = {}
 
     @property
     def api_version(self) -> tuple[int, int]:

@@ -1,0 +1,117 @@
+"""Client, Device and Memory on the real CPU plugins."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pjrt
+from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT
+
+
+def test_plugin_reports_its_api_version(cpu_plugin):
+    major, minor = cpu_plugin.api_version
+    assert (major, minor) == (0, CPU_PLUGINS[cpu_plugin.name][2])
+    assert pjrt.pjrt_plugin_loaded(cpu_plugin.name)
+
+
+def test_plugin_attributes_carry_stablehlo_versions(cpu_plugin):
+    attributes = cpu_plugin.attributes()
+    current = attributes["stablehlo_current_version"]
+    minimum = attributes["stablehlo_minimum_version"]
+    assert isinstance(current, list) and len(current) == 3
+    assert tuple(minimum) <= tuple(current)
+
+
+def test_client_identity(client):
+    assert client.platform == "cpu"
+    assert isinstance(client.platform_version, str)
+    assert client.process_index() == 0
+    assert client.device_count() == TEST_DEVICE_COUNT
+    assert client.local_device_count() == TEST_DEVICE_COUNT
+    assert client.devices() == client.local_devices()
+
+
+def test_devices(client):
+    devices = client.devices()
+    assert sorted(d.id for d in devices) == list(range(TEST_DEVICE_COUNT))
+    for device in devices:
+        assert device.platform == "cpu"
+        assert device.process_index == 0 and device.host_id == 0
+        assert device.client is client
+        assert isinstance(device.device_kind, str) and device.device_kind
+        assert repr(device) == f"CpuDevice(id={device.id})"
+    # One Python object per device: usable as dict keys.
+    assert client.devices()[0] is devices[0]
+    assert len({d: i for i, d in enumerate(devices)}) == TEST_DEVICE_COUNT
+    assert client.lookup_device(3) is devices[[d.id for d in devices].index(3)]
+
+
+def test_lookup_missing_device(client):
+    with pytest.raises(ValueError, match="no device with id 99"):
+        client.lookup_device(99)
+
+
+def test_memories(client):
+    device = client.local_devices()[0]
+    default = device.default_memory()
+    assert default.kind == "device"
+    assert default in device.addressable_memories()
+    assert device.memory("device") is default
+    assert device in default.addressable_by_devices()
+    assert default.platform == "cpu" and default.process_index == 0
+    with pytest.raises(ValueError, match="no memory of kind 'hbm'"):
+        device.memory("hbm")
+    assert set(client.addressable_memories()) >= set(device.addressable_memories())
+
+
+def test_memory_stats_is_dict_or_none(client):
+    stats = client.local_devices()[0].memory_stats()
+    assert stats is None or isinstance(stats["bytes_in_use"], int)
+
+
+def test_default_device_assignment(client):
+    assignment = client.default_device_assignment(2, 4)
+    assert assignment.shape == (2, 4)
+    assert sorted(assignment.ravel().tolist()) == list(range(8))
+
+
+def test_live_arrays_and_device_live_buffers(client):
+    device = client.local_devices()[5]
+    array = client.buffer_from_pyval(np.arange(3), device)
+    assert array in client.live_arrays()
+    assert array in device.live_buffers()
+    array.delete()
+    assert array not in client.live_arrays()
+
+
+def test_close_frees_everything_and_is_idempotent(cpu_plugin):
+    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2})
+    array = own.buffer_from_pyval(np.ones(4, np.float32))
+    own.close()
+    own.close()
+    assert own.is_closed and array.is_deleted()
+    with pytest.raises(pjrt.ClosedClientError):
+        np.asarray(array)
+    with pytest.raises(pjrt.ClosedClientError):
+        own.buffer_from_pyval(np.ones(2))
+
+
+def test_client_as_context_manager(cpu_plugin):
+    with pjrt.make_c_api_client(cpu_plugin.name) as own:
+        value = np.asarray(own.buffer_from_pyval(np.arange(5)))
+    assert own.is_closed
+    np.testing.assert_array_equal(value, np.arange(5))
+
+
+def test_bad_option_types_are_type_errors_naming_the_key(cpu_plugin):
+    with pytest.raises(TypeError, match="'cpu_device_count'"):
+        pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": "8"})
+    with pytest.raises(TypeError, match="'weird'"):
+        pjrt.make_c_api_client(cpu_plugin.name, {"weird": {"a": 1}})
+    with pytest.raises(TypeError, match="'floats'"):
+        pjrt.make_c_api_client(cpu_plugin.name, {"floats": [1.5, 2.5]})
+
+
+def test_unknown_plugin_name(client):
+    with pytest.raises(KeyError, match="no PJRT plugin named 'nope'"):
+        pjrt.make_c_api_client("nope")

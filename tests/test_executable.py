@@ -1,0 +1,249 @@
+"""LoadedExecutable behaviour: donation, metadata, serialisation, errors, threads, lifetimes."""
+from __future__ import annotations
+
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+import pjrt
+from fixtures import programs
+
+TINY = programs.get("tiny_tanh")
+
+
+@pytest.fixture
+def tiny(client):
+    return client.compile_and_load(TINY.read_text())
+
+
+def _put(client, values, device=None):
+    return [client.buffer_from_pyval(v, device) for v in values]
+
+
+def test_execute_returns_arrays_on_the_device(client, tiny):
+    outputs = tiny.execute(_put(client, TINY.inputs()))
+    assert len(outputs) == 1 and isinstance(outputs[0], pjrt.Array)
+    assert outputs[0].device is client.local_devices()[0]
+    programs.check_outputs(TINY, [np.asarray(outputs[0])])
+
+
+def test_donated_argument_is_consumed(client):
+    program = programs.get("donation")
+    executable = client.compile_and_load(program.read_text())
+    assert executable.donated_parameters == frozenset({0})
+    (x,) = _put(client, program.inputs())
+    (y,) = executable.execute([x])
+    programs.check_outputs(program, [np.asarray(y)])
+    assert x.is_deleted()
+    with pytest.raises(pjrt.DeletedArrayError, match="donated"):
+        np.asarray(x)
+    with pytest.raises(pjrt.DeletedArrayError):
+        executable.execute([x])
+
+
+def test_donating_the_same_array_twice_is_refused(client):
+    text = """
+    func.func public @main(%a: tensor<4xf32> {tf.aliasing_output = 0 : i32}, %b: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = stablehlo.add %a, %b : tensor<4xf32>
+      return %0 : tensor<4xf32>
+    }"""
+    executable = client.compile_and_load(text)
+    (x,) = _put(client, [np.ones(4, np.float32)])
+    with pytest.raises(ValueError, match="donated"):
+        executable.execute([x, x])
+    assert not x.is_deleted()
+
+
+def test_program_without_donation_keeps_inputs(client, tiny):
+    inputs = _put(client, TINY.inputs())
+    tiny.execute(inputs)
+    assert not any(a.is_deleted() for a in inputs)
+    np.testing.assert_array_equal(np.asarray(inputs[0]), TINY.inputs()[0])
+
+
+def test_compiled_memory_stats_and_cost_analysis(client, tiny):
+    stats = tiny.get_compiled_memory_stats()
+    # Two float32[8] arguments and one float32[8] output.
+    assert stats.argument_size_in_bytes == 64
+    assert stats.output_size_in_bytes == 32
+    cost = tiny.cost_analysis()
+    assert isinstance(cost, dict)
+    if cost:  # plugins that report costs count the program's flops
+        assert cost["flops"] > 0
+
+
+def test_names_counts_and_fingerprint(tiny):
+    assert tiny.name() == "jit_tiny_tanh"
+    assert tiny.num_replicas() == 1 and tiny.num_partitions() == 1
+    fingerprint = tiny.fingerprint()
+    assert fingerprint is None or (isinstance(fingerprint, bytes) and fingerprint)
+
+
+def test_optimized_module_names_the_parameters(tiny):
+    module = tiny.optimized_module_proto()
+    assert isinstance(module, bytes) and b"jit_tiny_tanh" in module
+
+
+def test_serialize_and_deserialize_round_trip(client, tiny):
+    blob = tiny.serialize()
+    assert isinstance(blob, bytes) and len(blob) > 0
+    loaded = client.deserialize_executable(blob)
+    outputs = loaded.execute(_put(client, TINY.inputs()))
+    programs.check_outputs(TINY, [np.asarray(outputs[0])])
+
+
+def test_malformed_program_is_a_plugin_error_and_process_goes_on(client, tiny):
+    with pytest.raises(pjrt.XlaRuntimeError) as info:
+        client.compile_and_load("func.func @main( this is not mlir")
+    assert info.value.code_name in ("INVALID_ARGUMENT", "UNKNOWN", "INTERNAL")
+    outputs = tiny.execute(_put(client, TINY.inputs()))
+    programs.check_outputs(TINY, [np.asarray(outputs[0])])
+
+
+def test_program_of_wrong_type_is_type_error(client):
+    with pytest.raises(TypeError, match="StableHLO"):
+        client.compile_and_load(12345)
+
+
+def test_wrong_argument_count(client, tiny):
+    with pytest.raises(TypeError, match="takes 2 arguments, 1 were given"):
+        tiny.execute(_put(client, TINY.inputs()[:1]))
+
+
+def test_wrong_argument_shape(client, tiny):
+    a, b = TINY.inputs()
+    with pytest.raises(TypeError, match=r"argument 1 has shape \(4,\)"):
+        tiny.execute(_put(client, [a, b[:4]]))
+
+
+def test_wrong_argument_dtype(client, tiny):
+    a, b = TINY.inputs()
+    with pytest.raises(TypeError, match="dtype float64"):
+        tiny.execute(_put(client, [a, b.astype(np.float64)]))
+
+
+def test_argument_on_another_device(client, tiny):
+    a, b = TINY.inputs()
+    other = client.local_devices()[1]
+    with pytest.raises(ValueError, match="argument 1 is on"):
+        tiny.execute([client.buffer_from_pyval(a), client.buffer_from_pyval(b, other)])
+
+
+def test_host_array_passed_to_execute(client, tiny):
+    with pytest.raises(TypeError, match="pjrt Arrays"):
+        tiny.execute(TINY.inputs())
+
+
+def test_deleted_argument(client, tiny):
+    inputs = _put(client, TINY.inputs())
+    inputs[0].delete()
+    with pytest.raises(pjrt.DeletedArrayError):
+        tiny.execute(inputs)
+
+
+def test_deleted_executable(client):
+    executable = client.compile_and_load(TINY.read_text())
+    executable.delete()
+    executable.delete()  # idempotent
+    assert executable.is_deleted()
+    with pytest.raises(RuntimeError, match="deleted"):
+        executable.execute(_put(client, TINY.inputs()))
+
+
+def test_execute_sharded_rejects_wrong_shard_count(client):
+    program = programs.get("spmd_elementwise_2d")
+    executable = client.compile_and_load(program.read_text("gspmd"), client.local_devices())
+    shard = client.buffer_from_pyval(np.ones((4, 2), np.float32))
+    with pytest.raises(ValueError, match="has 1 shards"):
+        executable.execute_sharded([[shard]])
+
+
+def test_pjrt_compile_callable_with_numpy_and_arrays(client):
+    program = pjrt.compile(TINY.read_text(), client.local_devices()[2])
+    a, b = TINY.inputs()
+    result = program(a, client.buffer_from_pyval(b))
+    assert isinstance(result, pjrt.Array)
+    assert result.device is client.local_devices()[2]
+    programs.check_outputs(TINY, [np.asarray(result)])
+
+
+def test_pjrt_compile_several_outputs_returns_tuple(client):
+    program = programs.get("multi_output")
+    compiled = pjrt.compile(program.read_text(), client.local_devices()[0])
+    result = compiled(*program.inputs())
+    assert isinstance(result, tuple) and len(result) == 3
+    programs.check_outputs(program, [np.asarray(r) for r in result])
+
+
+def test_threads_execute_concurrently(client, tiny):
+    rng = np.random.default_rng(1)
+    errors = []
+
+    def work(seed):
+        try:
+            local = np.random.default_rng(seed)
+            for _ in range(50):
+                a = local.standard_normal(8).astype(np.float32)
+                b = local.standard_normal(8).astype(np.float32)
+                (out,) = tiny.execute(_put(client, [a, b]))
+                np.testing.assert_allclose(np.asarray(out), np.tanh(a * b + 1), rtol=1e-5, atol=1e-6)
+        except Exception as error:  # noqa: BLE001 - collected and re-raised in the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(int(rng.integers(1 << 30)),)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+def test_execution_is_asynchronous_and_reading_waits(client):
+    """A long program: execute returns before its output is computed; np.asarray waits."""
+    text = """
+    func.func public @main(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {
+      %c0 = stablehlo.constant dense<0> : tensor<i32>
+      %n = stablehlo.constant dense<200> : tensor<i32>
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %r:2 = stablehlo.while(%i = %c0, %acc = %x) : tensor<i32>, tensor<256x256xf32>
+       cond {
+        %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %p : tensor<i1>
+      } do {
+        %d = stablehlo.dot_general %acc, %x, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+        %s = stablehlo.tanh %d : tensor<256x256xf32>
+        %j = stablehlo.add %i, %one : tensor<i32>
+        stablehlo.return %j, %s : tensor<i32>, tensor<256x256xf32>
+      }
+      return %r#1 : tensor<256x256xf32>
+    }"""
+    executable = client.compile_and_load(text)
+    x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
+    (out,) = executable.execute([x])
+    was_ready = out.is_ready()
+    value = np.asarray(out)
+    assert out.is_ready()
+    assert value.shape == (256, 256) and np.isfinite(value).all()
+    # 200 dependent 256^3 matmuls take far longer than launching them.
+    assert not was_ready
+
+
+def test_live_executables_tracks_lifetimes(client):
+    executable = client.compile_and_load(TINY.read_text())
+    assert executable in client.live_executables()
+    executable.delete()
+    assert executable not in client.live_executables()
+
+
+def test_repeated_execution_does_not_leak_buffers(client, tiny):
+    gc.collect()
+    before = len(client.live_arrays())
+    inputs = _put(client, TINY.inputs())
+    for _ in range(2000):
+        (out,) = tiny.execute(inputs)
+    np.asarray(out)
+    del out
+    gc.collect()
+    assert len(client.live_arrays()) == before + 2
