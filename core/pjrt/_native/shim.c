@@ -143,13 +143,45 @@ PJRT_Error* pjrt_shim_buffer_from_host(
   return NULL;
 }
 
+/* Reads a ready host-resident buffer with memcpy. Returns 1 when it did,
+ * 0 when the buffer is not a dense host buffer of `size` bytes (the caller
+ * then asks the plugin to copy), and sets *error_out on a plugin error. */
+static int shim_copy_host_resident(const PJRT_Api* api, PJRT_Buffer* buffer,
+                                   void* destination, size_t size,
+                                   PJRT_Error** error_out) {
+  *error_out = NULL;
+  if (!pjrt_shim_has_entry(api, offsetof(PJRT_Api, PJRT_Buffer_UnsafePointer)))
+    return 0;
+  SHIM_ARGS(PJRT_Buffer_IsOnCpu_Args, on_cpu, is_on_cpu);
+  on_cpu.buffer = buffer;
+  if ((*error_out = api->PJRT_Buffer_IsOnCpu(&on_cpu)) != NULL) return 0;
+  if (!on_cpu.is_on_cpu) return 0;
+  SHIM_ARGS(PJRT_Buffer_OnDeviceSizeInBytes_Args, device_size,
+            on_device_size_in_bytes);
+  device_size.buffer = buffer;
+  if ((*error_out = api->PJRT_Buffer_OnDeviceSizeInBytes(&device_size)) != NULL)
+    return 0;
+  /* Padded, tiled or packed (sub-byte) layouts differ in size: not dense. */
+  if (device_size.on_device_size_in_bytes != size) return 0;
+  if ((*error_out = pjrt_shim_buffer_await_ready(api, buffer)) != NULL) return 0;
+  SHIM_ARGS(PJRT_Buffer_UnsafePointer_Args, pointer, buffer_pointer);
+  pointer.buffer = buffer;
+  if ((*error_out = api->PJRT_Buffer_UnsafePointer(&pointer)) != NULL) return 0;
+  if (pointer.buffer_pointer == 0) return 0;
+  memcpy(destination, (const void*)pointer.buffer_pointer, size);
+  return 1;
+}
+
 PJRT_Error* pjrt_shim_buffer_to_host(const PJRT_Api* api, PJRT_Buffer* buffer,
                                      void* destination, size_t size) {
+  PJRT_Error* error = NULL;
+  if (shim_copy_host_resident(api, buffer, destination, size, &error)) return NULL;
+  if (error != NULL) return error;
   SHIM_ARGS(PJRT_Buffer_ToHostBuffer_Args, args, event);
   args.src = buffer;
   args.dst = destination;
   args.dst_size = size;
-  PJRT_Error* error = api->PJRT_Buffer_ToHostBuffer(&args);
+  error = api->PJRT_Buffer_ToHostBuffer(&args);
   if (error != NULL) return error;
   if (args.event == NULL) return NULL;
   return shim_await_and_destroy(api, args.event);

@@ -59,7 +59,10 @@ PJRT_Error* pjrt_shim_buffer_from_host(
     PJRT_Memory* memory, PJRT_Buffer** buffer_out);
 
 /* Copies `buffer` into `destination` (dense row-major, `size` bytes) and
- * waits for the copy to finish. */
+ * waits for the copy to finish. A buffer that lives in host memory
+ * (PJRT_Buffer_IsOnCpu) and whose on-device size is exactly `size` is read
+ * directly once it is ready: a plain memcpy, which on CPU plugins is several
+ * times faster than the plugin's asynchronous ToHostBuffer. */
 PJRT_Error* pjrt_shim_buffer_to_host(const PJRT_Api* api, PJRT_Buffer* buffer,
                                      void* destination, size_t size);
 
