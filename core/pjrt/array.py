@@ -6,7 +6,6 @@ its client's C handle alive, so a client never goes before its buffers.
 """
 from __future__ import annotations
 
-import threading
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -19,8 +18,6 @@ if TYPE_CHECKING:
     from .client import Client
     from .device import Device, Memory
 
-_release_lock = threading.Lock()
-_destroy_buffers = lib.pjrt_shim_buffers_destroy
 _NULL = ffi.NULL
 
 
@@ -49,28 +46,22 @@ class Array:
         self._host_value = None
         self._host_keepalive = host_keepalive
         self._deleted_reason = None
+        self._handle.buffers[id(self)] = buffers
         client._live_arrays.add(self)
 
     # -- ownership -------------------------------------------------------------------------
 
     def _release(self, reason: str = "deleted") -> None:
         """Destroy the buffers now (idempotent). Later uses raise DeletedArrayError."""
-        with _release_lock:
-            buffers = self._buffers
-            if buffers is None:
-                return
-            self._buffers = None
-            self._deleted_reason = reason
-        if not self._handle.closed:
-            pointers = ffi.new("PJRT_Buffer*[]", buffers)
-            _destroy_buffers(self._handle.api.table, pointers, len(buffers))
+        if self._buffers is None:
+            return
+        self._buffers = None
+        self._deleted_reason = reason
         self._host_keepalive = None
+        self._handle.release_buffers(id(self))
 
     def __del__(self):
-        buffers = self._buffers
-        if buffers is not None and not self._handle.closed:
-            self._buffers = None
-            _destroy_buffers(self._handle.api.table, ffi.new("PJRT_Buffer*[]", buffers), len(buffers))
+        self._handle.release_buffers(id(self))
 
     def _live_buffers(self) -> list:
         buffers = self._buffers
@@ -265,6 +256,7 @@ def array_from_host(client: "Client", value, device: "Device | None", semantics:
     out = ffi.new("PJRT_Buffer **")
     data = ffi.cast("const void *", host.__array_interface__["data"][0])
     api = handle.api
+    api.require("PJRT_Client_BufferFromHostBuffer")  # the shim calls the entry unchecked
     check(api, lib.pjrt_shim_buffer_from_host(
         api.table, handle.pointer, data, buffer_type, dims, host.ndim, int(semantics),
         device._handle if memory is None else _NULL,

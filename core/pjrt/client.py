@@ -20,6 +20,8 @@ from ._c import Api, to_str
 from ._pjrt_cffi import ffi, lib
 from .device import Device, Memory, handle_key
 from .errors import ClosedClientError, check
+
+_destroy_buffers = lib.pjrt_shim_buffers_destroy
 from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
 
 
@@ -35,18 +37,58 @@ class HostBufferSemantics(enum.IntEnum):
 
 
 class ClientHandle:
-    """Owns one ``PJRT_Client*``; destroys it exactly once, after everything made from it."""
+    """Owns one ``PJRT_Client*`` and every buffer and executable made through it.
 
-    __slots__ = ("api", "pointer", "closed", "__weakref__")
+    Arrays and executables register what they own here (keyed by ``id`` of the owner) and
+    take it back when they free it; whoever pops an entry frees it, so each C object is
+    destroyed exactly once. :meth:`destroy` frees whatever is still registered before the
+    client itself, so the order in which the garbage collector finalises a client and its
+    arrays does not matter.
+    """
+
+    __slots__ = ("api", "pointer", "closed", "buffers", "executables", "__weakref__")
 
     def __init__(self, api: Api, pointer):
         self.api = api
         self.pointer = pointer
         self.closed = False
+        #: owner id -> list of PJRT_Buffer* the owner holds
+        self.buffers: dict[int, list] = {}
+        #: owner id -> (PJRT_LoadedExecutable*, PJRT_Executable*)
+        self.executables: dict[int, tuple] = {}
+
+    def release_buffers(self, owner_id: int) -> None:
+        """Free the buffers registered by ``owner_id``, if they are still registered."""
+        buffers = self.buffers.pop(owner_id, None)  # dict.pop is atomic: one caller wins
+        if buffers and not self.closed:
+            _destroy_buffers(self.api.table, ffi.new("PJRT_Buffer*[]", buffers), len(buffers))
+
+    def release_executable(self, owner_id: int) -> None:
+        """Free the executable registered by ``owner_id``, if it is still registered."""
+        pointers = self.executables.pop(owner_id, None)
+        if pointers is None or self.closed:
+            return
+        loaded, executable = pointers
+        api = self.api
+        if executable != ffi.NULL:
+            args = api.new_args("PJRT_Executable_Destroy_Args")
+            args.executable = executable
+            check(api, api.table.PJRT_Executable_Destroy(args))
+        args = api.new_args("PJRT_LoadedExecutable_Destroy_Args")
+        args.executable = loaded
+        check(api, api.table.PJRT_LoadedExecutable_Destroy(args))
 
     def destroy(self) -> None:
+        """Free every registered buffer and executable, then the client (once)."""
         if self.closed:
             return
+        for owner_id in list(self.buffers):
+            self.release_buffers(owner_id)
+        for owner_id in list(self.executables):
+            try:
+                self.release_executable(owner_id)
+            except Exception:  # noqa: BLE001 - keep freeing; the client must still go
+                pass
         self.closed = True
         args = self.api.new_args("PJRT_Client_Destroy_Args")
         args.client = self.pointer
@@ -59,6 +101,13 @@ class ClientHandle:
                 self.destroy()
             except Exception:  # noqa: BLE001 - nothing can be raised from a finaliser
                 pass
+
+
+#: Entries the C helpers call without looking them up; a client needs all of them.
+REQUIRED_FUNCTIONS = (
+    "PJRT_Buffer_Destroy", "PJRT_Buffer_ToHostBuffer", "PJRT_Buffer_ReadyEvent",
+    "PJRT_Event_Await", "PJRT_Event_Destroy", "PJRT_Event_IsReady",
+)
 
 
 _live_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
@@ -251,8 +300,6 @@ class Client:
                 return
             for array in list(self._live_arrays):
                 array._release()
-            for executable in list(self._live_executables):
-                executable._release()
             self._handle.destroy()
             _live_clients.discard(self)
 
@@ -295,6 +342,8 @@ def make_c_api_client(plugin_name: str, options: Mapping[str, OptionValue] | Non
     named = NamedValues(check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types}))
     plugin.initialize()
     api = plugin.api
+    for function in REQUIRED_FUNCTIONS:
+        api.require(function, why="pjrt cannot manage buffers without it")
     args = api.new_args("PJRT_Client_Create_Args")
     args.create_options = named.array
     args.num_options = named.count

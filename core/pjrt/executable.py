@@ -9,7 +9,6 @@ plugin sees it) and makes a single C call.
 from __future__ import annotations
 
 import dataclasses
-import threading
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -149,11 +148,13 @@ class LoadedExecutable:
         self._handle = client._handle
         self._pointer = pointer
         self._executable = _NULL
-        self._lock = threading.Lock()
         api = self._handle.api
+        self._handle.executables[id(self)] = (pointer, _NULL)
         try:
+            api.require("PJRT_LoadedExecutable_Execute")
             self._executable = api.call_new("PJRT_LoadedExecutable_GetExecutable",
                                             loaded_executable=pointer).executable
+            self._handle.executables[id(self)] = (pointer, self._executable)
             devices = api.call_new("PJRT_LoadedExecutable_AddressableDevices", executable=pointer)
             self._devices = tuple(client._device(devices.addressable_devices[i])
                                   for i in range(devices.num_addressable_devices))
@@ -218,22 +219,12 @@ class LoadedExecutable:
     # -- ownership -------------------------------------------------------------------------
 
     def _release(self) -> None:
-        with self._lock:
-            pointer, executable = self._pointer, self._executable
-            self._pointer = self._executable = _NULL
-        if self._handle.closed:
-            return
-        api = self._handle.api
-        if executable != _NULL:
-            check(api, api.table.PJRT_Executable_Destroy(
-                _args(api, "PJRT_Executable_Destroy_Args", executable=executable)))
-        if pointer != _NULL:
-            check(api, api.table.PJRT_LoadedExecutable_Destroy(
-                _args(api, "PJRT_LoadedExecutable_Destroy_Args", executable=pointer)))
+        self._pointer = self._executable = _NULL
+        self._handle.release_executable(id(self))
 
     def __del__(self):
         try:
-            self._release()
+            self._handle.release_executable(id(self))
         except Exception:  # noqa: BLE001 - nothing can be raised from a finaliser
             pass
 

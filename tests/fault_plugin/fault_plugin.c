@@ -1,0 +1,748 @@
+/* A tiny PJRT plugin for testing how pjrt loads plugins and handles their
+ * failures.
+ *
+ * It implements just enough of the PJRT C API for pjrt's Client to work: two
+ * fake devices, one memory each, host buffers that live in malloc'd memory,
+ * and trivially ready events. Everything else in the table is NULL.
+ *
+ * The tests steer it through exported control functions (called with ctypes)
+ * before pjrt loads it: the API version it reports, how many bytes of the
+ * function table it claims to fill in (struct_size), which step fails, and
+ * which entries to leave NULL. Because the state lives in this library's
+ * globals, each configuration needs its own copy of the .so under a new file
+ * name: dlopen hands back the already-loaded object for a path it has seen,
+ * and a copy (another inode) gets a fresh set of globals.
+ *
+ * Every object handed to the host carries a magic word, and is kept (not
+ * freed) after it is destroyed, so that a double destroy or a use after
+ * destroy is caught and counted as misuse instead of corrupting the heap.
+ * Each implemented function also checks that its own entry lies inside the
+ * table size it published: a host that calls past struct_size is misusing an
+ * old plugin's table, and is told so with an error and a misuse count.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pjrt_c_api.h"
+
+#define FAULT_EXPORT __attribute__((visibility("default")))
+
+/* What the plugin does wrong; the numbers are part of the tests' interface. */
+enum {
+  FAULT_MODE_NORMAL = 1,
+  FAULT_MODE_CLIENT_CREATE_FAILS = 2,
+  FAULT_MODE_INITIALIZE_FAILS = 3,
+  FAULT_MODE_NULL_API = 4,
+};
+
+#define FAULT_NUM_DEVICES 2
+#define MAGIC_LIVE 0x4641554cu /* "FAUL" */
+#define MAGIC_DEAD 0x44454144u /* "DEAD" */
+
+/* ---- configuration and counters ---------------------------------------- */
+
+static int g_major = PJRT_API_MAJOR;
+static int g_minor = PJRT_API_MINOR;
+static size_t g_table_size = 0; /* 0: the whole table as our header knows it */
+static int g_mode = FAULT_MODE_NORMAL;
+static int g_failure_code = PJRT_Error_Code_FAILED_PRECONDITION;
+static char g_failure_message[256] = "no fault devices";
+
+static long g_errors_created, g_errors_destroyed;
+static long g_clients_created, g_clients_destroyed;
+static long g_buffers_created, g_buffers_destroyed;
+static long g_events_created, g_events_destroyed;
+static long g_initialize_calls, g_client_create_calls;
+static long g_misuse;
+static char g_last_misuse[256];
+static char g_last_options[1024];
+
+/* Counters may be bumped from whichever thread the host's garbage collector
+ * runs on, so they are updated atomically. */
+static void bump(long* counter) { __atomic_add_fetch(counter, 1, __ATOMIC_SEQ_CST); }
+static long read_counter(long* counter) { return __atomic_load_n(counter, __ATOMIC_SEQ_CST); }
+
+static void misuse(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  vsnprintf(g_last_misuse, sizeof(g_last_misuse), format, args);
+  va_end(args);
+  bump(&g_misuse);
+}
+
+/* ---- the handle types the header leaves opaque ------------------------- */
+
+struct PJRT_Error {
+  unsigned magic;
+  PJRT_Error_Code code;
+  char message[256];
+};
+
+struct PJRT_Event {
+  unsigned magic;
+};
+
+struct PJRT_DeviceDescription {
+  int id;
+  int process_index;
+};
+
+struct PJRT_Memory {
+  unsigned magic;
+  int id;
+  PJRT_Device* device;
+};
+
+struct PJRT_Device {
+  unsigned magic;
+  PJRT_Client* client;
+  PJRT_DeviceDescription description;
+  PJRT_Memory memory;
+};
+
+struct PJRT_Client {
+  unsigned magic;
+  long live_buffers;
+  PJRT_Device devices[FAULT_NUM_DEVICES];
+  PJRT_Device* device_list[FAULT_NUM_DEVICES];
+  PJRT_Memory* memory_list[FAULT_NUM_DEVICES];
+};
+
+struct PJRT_Buffer {
+  unsigned magic;
+  PJRT_Client* client;
+  PJRT_Device* device;
+  size_t size;
+  void* data;
+};
+
+static PJRT_Error* make_error(PJRT_Error_Code code, const char* format, ...) {
+  PJRT_Error* error = calloc(1, sizeof(*error));
+  if (error == NULL) abort(); /* a test plugin has no better answer */
+  va_list args;
+  va_start(args, format);
+  vsnprintf(error->message, sizeof(error->message), format, args);
+  va_end(args);
+  error->magic = MAGIC_LIVE;
+  error->code = code;
+  bump(&g_errors_created);
+  return error;
+}
+
+/* ---- the function table ------------------------------------------------- */
+
+/* Room past our header's table, so a "newer" plugin can report a bigger
+ * struct_size without claiming memory that is not there. */
+static struct {
+  PJRT_Api api;
+  void* newer_entries[16];
+} g_table;
+
+/* Whether the entry at `offset` lies inside the table size we published. */
+static int published(size_t offset) {
+  return g_table.api.struct_size >= offset + sizeof(void*);
+}
+
+/* Every PJRT_Error-returning function starts with this. */
+#define GUARD(function)                                                       \
+  do {                                                                        \
+    if (!published(offsetof(PJRT_Api, function))) {                          \
+      misuse("%s called past the end of the table", #function);              \
+      return make_error(PJRT_Error_Code_INTERNAL,                             \
+                        "%s called past the end of the table (struct_size "   \
+                        "%zu)", #function, g_table.api.struct_size);          \
+    }                                                                         \
+  } while (0)
+
+#define CHECK_HANDLE(function, handle, what)                                    \
+  do {                                                                          \
+    if ((handle) == NULL || (handle)->magic != MAGIC_LIVE) {                    \
+      misuse("%s got a %s " what, #function, (handle) == NULL ? "NULL" : "dead"); \
+      return make_error(PJRT_Error_Code_INVALID_ARGUMENT, "%s: bad " what,       \
+                        #function);                                             \
+    }                                                                           \
+  } while (0)
+
+/* ---- errors ------------------------------------------------------------- */
+
+static void impl_PJRT_Error_Destroy(PJRT_Error_Destroy_Args* args) {
+  PJRT_Error* error = args->error;
+  if (error == NULL) return;
+  if (error->magic != MAGIC_LIVE) {
+    misuse("PJRT_Error_Destroy on an error already destroyed");
+    return;
+  }
+  /* Kept, not freed, so that a second destroy is seen (see the top). */
+  error->magic = MAGIC_DEAD;
+  bump(&g_errors_destroyed);
+}
+
+static void impl_PJRT_Error_Message(PJRT_Error_Message_Args* args) {
+  const PJRT_Error* error = args->error;
+  if (error == NULL || error->magic != MAGIC_LIVE) {
+    misuse("PJRT_Error_Message on a dead error");
+    args->message = "";
+    args->message_size = 0;
+    return;
+  }
+  args->message = error->message;
+  args->message_size = strlen(error->message);
+}
+
+static PJRT_Error* impl_PJRT_Error_GetCode(PJRT_Error_GetCode_Args* args) {
+  GUARD(PJRT_Error_GetCode);
+  CHECK_HANDLE(PJRT_Error_GetCode, args->error, "error");
+  args->code = args->error->code;
+  return NULL;
+}
+
+/* ---- plugin ------------------------------------------------------------- */
+
+static PJRT_Error* impl_PJRT_Plugin_Initialize(PJRT_Plugin_Initialize_Args* args) {
+  (void)args;
+  GUARD(PJRT_Plugin_Initialize);
+  bump(&g_initialize_calls);
+  if (g_mode == FAULT_MODE_INITIALIZE_FAILS) {
+    return make_error((PJRT_Error_Code)g_failure_code, "%s", g_failure_message);
+  }
+  return NULL;
+}
+
+static const int64_t kAttributeList[] = {1, 2, 3};
+static PJRT_NamedValue g_attributes[5];
+
+static void fill_attributes(void) {
+  static const char* names[] = {"fault_name", "fault_answer", "fault_list",
+                                "fault_ratio", "fault_enabled"};
+  for (int i = 0; i < 5; ++i) {
+    g_attributes[i].struct_size = sizeof(PJRT_NamedValue);
+    g_attributes[i].name = names[i];
+    g_attributes[i].name_size = strlen(names[i]);
+    g_attributes[i].value_size = 1;
+  }
+  g_attributes[0].type = PJRT_NamedValue_kString;
+  g_attributes[0].string_value = "fault-injector";
+  g_attributes[0].value_size = strlen("fault-injector");
+  g_attributes[1].type = PJRT_NamedValue_kInt64;
+  g_attributes[1].int64_value = 42;
+  g_attributes[2].type = PJRT_NamedValue_kInt64List;
+  g_attributes[2].int64_array_value = kAttributeList;
+  g_attributes[2].value_size = 3;
+  g_attributes[3].type = PJRT_NamedValue_kFloat;
+  g_attributes[3].float_value = 0.5f;
+  g_attributes[4].type = PJRT_NamedValue_kBool;
+  g_attributes[4].bool_value = true;
+}
+
+static PJRT_Error* impl_PJRT_Plugin_Attributes(PJRT_Plugin_Attributes_Args* args) {
+  GUARD(PJRT_Plugin_Attributes);
+  args->attributes = g_attributes;
+  args->num_attributes = 5;
+  return NULL;
+}
+
+/* ---- events (all born ready) ------------------------------------------- */
+
+static PJRT_Event* make_event(void) {
+  PJRT_Event* event = calloc(1, sizeof(*event));
+  if (event == NULL) abort();
+  event->magic = MAGIC_LIVE;
+  bump(&g_events_created);
+  return event;
+}
+
+static PJRT_Error* impl_PJRT_Event_Destroy(PJRT_Event_Destroy_Args* args) {
+  GUARD(PJRT_Event_Destroy);
+  CHECK_HANDLE(PJRT_Event_Destroy, args->event, "event");
+  args->event->magic = MAGIC_DEAD;
+  bump(&g_events_destroyed);
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Event_IsReady(PJRT_Event_IsReady_Args* args) {
+  GUARD(PJRT_Event_IsReady);
+  CHECK_HANDLE(PJRT_Event_IsReady, args->event, "event");
+  args->is_ready = true;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Event_Await(PJRT_Event_Await_Args* args) {
+  GUARD(PJRT_Event_Await);
+  CHECK_HANDLE(PJRT_Event_Await, args->event, "event");
+  return NULL;
+}
+
+/* ---- clients ------------------------------------------------------------ */
+
+/* Writes the create options into g_last_options as "name=type:value;..." so
+ * a test can see exactly what crossed the C boundary. */
+static void record_options(const PJRT_NamedValue* options, size_t count) {
+  size_t used = 0;
+  g_last_options[0] = '\0';
+#define APPEND(...)                                                        \
+  do {                                                                     \
+    if (used < sizeof(g_last_options))                                     \
+      used += snprintf(g_last_options + used, sizeof(g_last_options) - used, \
+                       __VA_ARGS__);                                       \
+  } while (0)
+  for (size_t i = 0; i < count; ++i) {
+    const PJRT_NamedValue* option = &options[i];
+    APPEND("%s%.*s=", i ? ";" : "", (int)option->name_size, option->name);
+    switch (option->type) {
+      case PJRT_NamedValue_kString:
+        APPEND("str:%.*s", (int)option->value_size, option->string_value);
+        break;
+      case PJRT_NamedValue_kInt64:
+        APPEND("int:%lld", (long long)option->int64_value);
+        break;
+      case PJRT_NamedValue_kInt64List:
+        APPEND("list:");
+        for (size_t j = 0; j < option->value_size; ++j) {
+          APPEND("%s%lld", j ? "," : "", (long long)option->int64_array_value[j]);
+        }
+        break;
+      case PJRT_NamedValue_kFloat:
+        APPEND("float:%g", (double)option->float_value);
+        break;
+      case PJRT_NamedValue_kBool:
+        APPEND("bool:%d", option->bool_value ? 1 : 0);
+        break;
+      default:
+        APPEND("unknown");
+    }
+  }
+#undef APPEND
+}
+
+static PJRT_Error* impl_PJRT_Client_Create(PJRT_Client_Create_Args* args) {
+  GUARD(PJRT_Client_Create);
+  bump(&g_client_create_calls);
+  record_options(args->create_options, args->num_options);
+  if (g_mode == FAULT_MODE_CLIENT_CREATE_FAILS) {
+    return make_error((PJRT_Error_Code)g_failure_code, "%s", g_failure_message);
+  }
+  PJRT_Client* client = calloc(1, sizeof(*client));
+  if (client == NULL) abort();
+  client->magic = MAGIC_LIVE;
+  for (int i = 0; i < FAULT_NUM_DEVICES; ++i) {
+    PJRT_Device* device = &client->devices[i];
+    device->magic = MAGIC_LIVE;
+    device->client = client;
+    device->description.id = i;
+    device->description.process_index = 0;
+    device->memory.magic = MAGIC_LIVE;
+    device->memory.id = i;
+    device->memory.device = device;
+    client->device_list[i] = device;
+    client->memory_list[i] = &device->memory;
+  }
+  args->client = client;
+  bump(&g_clients_created);
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Client_Destroy(PJRT_Client_Destroy_Args* args) {
+  GUARD(PJRT_Client_Destroy);
+  CHECK_HANDLE(PJRT_Client_Destroy, args->client, "client");
+  if (args->client->live_buffers != 0) {
+    /* A real plugin's buffers point into the client; they must go first. */
+    misuse("PJRT_Client_Destroy with %ld buffers still alive",
+           args->client->live_buffers);
+  }
+  args->client->magic = MAGIC_DEAD;
+  bump(&g_clients_destroyed);
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Client_PlatformName(PJRT_Client_PlatformName_Args* args) {
+  GUARD(PJRT_Client_PlatformName);
+  CHECK_HANDLE(PJRT_Client_PlatformName, args->client, "client");
+  args->platform_name = "fault";
+  args->platform_name_size = strlen("fault");
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Client_ProcessIndex(PJRT_Client_ProcessIndex_Args* args) {
+  GUARD(PJRT_Client_ProcessIndex);
+  CHECK_HANDLE(PJRT_Client_ProcessIndex, args->client, "client");
+  args->process_index = 0;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Client_PlatformVersion(PJRT_Client_PlatformVersion_Args* args) {
+  GUARD(PJRT_Client_PlatformVersion);
+  CHECK_HANDLE(PJRT_Client_PlatformVersion, args->client, "client");
+  args->platform_version = "fault 1.0";
+  args->platform_version_size = strlen("fault 1.0");
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Client_Devices(PJRT_Client_Devices_Args* args) {
+  GUARD(PJRT_Client_Devices);
+  CHECK_HANDLE(PJRT_Client_Devices, args->client, "client");
+  args->devices = args->client->device_list;
+  args->num_devices = FAULT_NUM_DEVICES;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Client_AddressableDevices(
+    PJRT_Client_AddressableDevices_Args* args) {
+  GUARD(PJRT_Client_AddressableDevices);
+  CHECK_HANDLE(PJRT_Client_AddressableDevices, args->client, "client");
+  args->addressable_devices = args->client->device_list;
+  args->num_addressable_devices = FAULT_NUM_DEVICES;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Client_AddressableMemories(
+    PJRT_Client_AddressableMemories_Args* args) {
+  GUARD(PJRT_Client_AddressableMemories);
+  CHECK_HANDLE(PJRT_Client_AddressableMemories, args->client, "client");
+  args->addressable_memories = args->client->memory_list;
+  args->num_addressable_memories = FAULT_NUM_DEVICES;
+  return NULL;
+}
+
+/* ---- devices and memories ---------------------------------------------- */
+
+static PJRT_Error* impl_PJRT_DeviceDescription_Id(PJRT_DeviceDescription_Id_Args* args) {
+  GUARD(PJRT_DeviceDescription_Id);
+  args->id = args->device_description->id;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_DeviceDescription_ProcessIndex(
+    PJRT_DeviceDescription_ProcessIndex_Args* args) {
+  GUARD(PJRT_DeviceDescription_ProcessIndex);
+  args->process_index = args->device_description->process_index;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_DeviceDescription_Kind(PJRT_DeviceDescription_Kind_Args* args) {
+  GUARD(PJRT_DeviceDescription_Kind);
+  args->device_kind = "fault device";
+  args->device_kind_size = strlen("fault device");
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Device_GetDescription(PJRT_Device_GetDescription_Args* args) {
+  GUARD(PJRT_Device_GetDescription);
+  CHECK_HANDLE(PJRT_Device_GetDescription, args->device, "device");
+  args->device_description = &args->device->description;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Device_IsAddressable(PJRT_Device_IsAddressable_Args* args) {
+  GUARD(PJRT_Device_IsAddressable);
+  CHECK_HANDLE(PJRT_Device_IsAddressable, args->device, "device");
+  args->is_addressable = true;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Device_LocalHardwareId(PJRT_Device_LocalHardwareId_Args* args) {
+  GUARD(PJRT_Device_LocalHardwareId);
+  CHECK_HANDLE(PJRT_Device_LocalHardwareId, args->device, "device");
+  /* Distinct from the id, so a test can tell which one it read. */
+  args->local_hardware_id = 100 + args->device->description.id;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Device_AddressableMemories(
+    PJRT_Device_AddressableMemories_Args* args) {
+  GUARD(PJRT_Device_AddressableMemories);
+  CHECK_HANDLE(PJRT_Device_AddressableMemories, args->device, "device");
+  /* One memory per device; device i's memory sits at memory_list[i]. */
+  args->memories =
+      &args->device->client->memory_list[args->device->description.id];
+  args->num_memories = 1;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Device_DefaultMemory(PJRT_Device_DefaultMemory_Args* args) {
+  GUARD(PJRT_Device_DefaultMemory);
+  CHECK_HANDLE(PJRT_Device_DefaultMemory, args->device, "device");
+  args->memory = &args->device->memory;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Memory_Id(PJRT_Memory_Id_Args* args) {
+  GUARD(PJRT_Memory_Id);
+  CHECK_HANDLE(PJRT_Memory_Id, args->memory, "memory");
+  args->id = args->memory->id;
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Memory_Kind(PJRT_Memory_Kind_Args* args) {
+  GUARD(PJRT_Memory_Kind);
+  CHECK_HANDLE(PJRT_Memory_Kind, args->memory, "memory");
+  args->kind = "device";
+  args->kind_size = strlen("device");
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Memory_AddressableByDevices(
+    PJRT_Memory_AddressableByDevices_Args* args) {
+  GUARD(PJRT_Memory_AddressableByDevices);
+  CHECK_HANDLE(PJRT_Memory_AddressableByDevices, args->memory, "memory");
+  PJRT_Device* device = args->memory->device;
+  args->devices = &device->client->device_list[device->description.id];
+  args->num_devices = 1;
+  return NULL;
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+/* Bytes per element, or 0 for a type this plugin does not hold. */
+static size_t element_size(PJRT_Buffer_Type type) {
+  switch (type) {
+    case PJRT_Buffer_Type_PRED:
+    case PJRT_Buffer_Type_S8:
+    case PJRT_Buffer_Type_U8:
+      return 1;
+    case PJRT_Buffer_Type_S16:
+    case PJRT_Buffer_Type_U16:
+    case PJRT_Buffer_Type_F16:
+    case PJRT_Buffer_Type_BF16:
+      return 2;
+    case PJRT_Buffer_Type_S32:
+    case PJRT_Buffer_Type_U32:
+    case PJRT_Buffer_Type_F32:
+      return 4;
+    case PJRT_Buffer_Type_S64:
+    case PJRT_Buffer_Type_U64:
+    case PJRT_Buffer_Type_F64:
+    case PJRT_Buffer_Type_C64:
+      return 8;
+    case PJRT_Buffer_Type_C128:
+      return 16;
+    default:
+      return 0;
+  }
+}
+
+static PJRT_Error* impl_PJRT_Client_BufferFromHostBuffer(
+    PJRT_Client_BufferFromHostBuffer_Args* args) {
+  GUARD(PJRT_Client_BufferFromHostBuffer);
+  CHECK_HANDLE(PJRT_Client_BufferFromHostBuffer, args->client, "client");
+  PJRT_Device* device = args->device;
+  if (args->memory != NULL) {
+    CHECK_HANDLE(PJRT_Client_BufferFromHostBuffer, args->memory, "memory");
+    device = args->memory->device;
+  }
+  CHECK_HANDLE(PJRT_Client_BufferFromHostBuffer, device, "device");
+  if (device->client != args->client) {
+    return make_error(PJRT_Error_Code_INVALID_ARGUMENT,
+                      "device %d belongs to another client", device->description.id);
+  }
+  if (args->num_byte_strides != 0) {
+    return make_error(PJRT_Error_Code_UNIMPLEMENTED, "byte strides are not supported");
+  }
+  size_t size = element_size(args->type);
+  if (size == 0) {
+    return make_error(PJRT_Error_Code_UNIMPLEMENTED, "buffer type %d is not supported",
+                      (int)args->type);
+  }
+  for (size_t i = 0; i < args->num_dims; ++i) size *= (size_t)args->dims[i];
+  PJRT_Buffer* buffer = calloc(1, sizeof(*buffer));
+  if (buffer == NULL) abort();
+  buffer->data = malloc(size ? size : 1);
+  if (buffer->data == NULL) abort();
+  memcpy(buffer->data, args->data, size);
+  buffer->magic = MAGIC_LIVE;
+  buffer->client = args->client;
+  buffer->device = device;
+  buffer->size = size;
+  args->client->live_buffers++;
+  /* The copy is done before we return, whatever the semantics asked. */
+  args->done_with_host_buffer = NULL;
+  args->buffer = buffer;
+  bump(&g_buffers_created);
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Buffer_Destroy(PJRT_Buffer_Destroy_Args* args) {
+  GUARD(PJRT_Buffer_Destroy);
+  CHECK_HANDLE(PJRT_Buffer_Destroy, args->buffer, "buffer");
+  PJRT_Buffer* buffer = args->buffer;
+  if (buffer->client->magic != MAGIC_LIVE) {
+    misuse("PJRT_Buffer_Destroy after its client was destroyed");
+  }
+  buffer->client->live_buffers--;
+  free(buffer->data);
+  buffer->data = NULL;
+  buffer->magic = MAGIC_DEAD;
+  bump(&g_buffers_destroyed);
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Buffer_ToHostBuffer(PJRT_Buffer_ToHostBuffer_Args* args) {
+  GUARD(PJRT_Buffer_ToHostBuffer);
+  CHECK_HANDLE(PJRT_Buffer_ToHostBuffer, args->src, "buffer");
+  PJRT_Buffer* buffer = args->src;
+  args->event = NULL;
+  if (args->dst == NULL) { /* a size query */
+    args->dst_size = buffer->size;
+    return NULL;
+  }
+  if (args->dst_size < buffer->size) {
+    return make_error(PJRT_Error_Code_INVALID_ARGUMENT,
+                      "destination holds %zu bytes, the buffer %zu", args->dst_size,
+                      buffer->size);
+  }
+  memcpy(args->dst, buffer->data, buffer->size);
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Buffer_ReadyEvent(PJRT_Buffer_ReadyEvent_Args* args) {
+  GUARD(PJRT_Buffer_ReadyEvent);
+  CHECK_HANDLE(PJRT_Buffer_ReadyEvent, args->buffer, "buffer");
+  args->event = make_event();
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Buffer_Memory(PJRT_Buffer_Memory_Args* args) {
+  GUARD(PJRT_Buffer_Memory);
+  CHECK_HANDLE(PJRT_Buffer_Memory, args->buffer, "buffer");
+  args->memory = &args->buffer->device->memory;
+  return NULL;
+}
+
+/* ---- table assembly ----------------------------------------------------- */
+
+/* The entries this plugin fills in; also the names fault_table_offset and
+ * fault_unset understand. */
+#define FAULT_ENTRIES(X)                  \
+  X(PJRT_Error_Destroy)                   \
+  X(PJRT_Error_Message)                   \
+  X(PJRT_Error_GetCode)                   \
+  X(PJRT_Plugin_Initialize)               \
+  X(PJRT_Plugin_Attributes)               \
+  X(PJRT_Event_Destroy)                   \
+  X(PJRT_Event_IsReady)                   \
+  X(PJRT_Event_Await)                     \
+  X(PJRT_Client_Create)                   \
+  X(PJRT_Client_Destroy)                  \
+  X(PJRT_Client_PlatformName)             \
+  X(PJRT_Client_ProcessIndex)             \
+  X(PJRT_Client_PlatformVersion)          \
+  X(PJRT_Client_Devices)                  \
+  X(PJRT_Client_AddressableDevices)       \
+  X(PJRT_Client_AddressableMemories)      \
+  X(PJRT_Client_BufferFromHostBuffer)     \
+  X(PJRT_DeviceDescription_Id)            \
+  X(PJRT_DeviceDescription_ProcessIndex)  \
+  X(PJRT_DeviceDescription_Kind)          \
+  X(PJRT_Device_GetDescription)           \
+  X(PJRT_Device_IsAddressable)            \
+  X(PJRT_Device_LocalHardwareId)          \
+  X(PJRT_Device_AddressableMemories)      \
+  X(PJRT_Device_DefaultMemory)            \
+  X(PJRT_Memory_Id)                       \
+  X(PJRT_Memory_Kind)                     \
+  X(PJRT_Memory_AddressableByDevices)     \
+  X(PJRT_Buffer_Destroy)                  \
+  X(PJRT_Buffer_Memory)                   \
+  X(PJRT_Buffer_ToHostBuffer)             \
+  X(PJRT_Buffer_ReadyEvent)
+
+/* Entries left NULL that tests still want to cut the table at. */
+#define FAULT_LANDMARKS(X) \
+  X(PJRT_Client_Compile)   \
+  X(PJRT_Client_DefaultDeviceAssignment) \
+  X(PJRT_Buffer_CopyToMemory)
+
+/* Names of entries fault_unset asked to leave NULL (up to 8). */
+static char g_unset[8][64];
+static int g_num_unset;
+
+static void fill_table(void) {
+  memset(&g_table, 0, sizeof(g_table));
+  g_table.api.struct_size = g_table_size ? g_table_size : sizeof(PJRT_Api);
+  g_table.api.pjrt_api_version.struct_size = sizeof(PJRT_Api_Version);
+  g_table.api.pjrt_api_version.major_version = g_major;
+  g_table.api.pjrt_api_version.minor_version = g_minor;
+  /* Each implementation is named impl_<entry>. */
+#define SET_ENTRY(name) g_table.api.name = impl_##name;
+  FAULT_ENTRIES(SET_ENTRY)
+#undef SET_ENTRY
+  for (int i = 0; i < g_num_unset; ++i) {
+#define CLEAR_ENTRY(name) \
+  if (strcmp(g_unset[i], #name) == 0) g_table.api.name = NULL;
+    FAULT_ENTRIES(CLEAR_ENTRY)
+#undef CLEAR_ENTRY
+  }
+}
+
+/* ---- exported interface -------------------------------------------------- */
+
+FAULT_EXPORT const PJRT_Api* GetPjrtApi(void) {
+  if (g_mode == FAULT_MODE_NULL_API) return NULL;
+  fill_attributes();
+  fill_table();
+  return &g_table.api;
+}
+
+/* Sets what GetPjrtApi reports: the API version, the table size in bytes
+ * (0 for our header's full table; at most the table plus 16 spare entries),
+ * and the mode (FAULT_MODE_*). Call before the host loads the plugin. */
+FAULT_EXPORT void fault_configure(int major, int minor, size_t table_size_bytes,
+                                  int mode) {
+  g_major = major;
+  g_minor = minor;
+  g_table_size = table_size_bytes > sizeof(g_table) ? sizeof(g_table) : table_size_bytes;
+  g_mode = mode;
+}
+
+/* The error code and message a failing Initialize or Client_Create returns. */
+FAULT_EXPORT void fault_set_failure(int code, const char* message) {
+  g_failure_code = code;
+  snprintf(g_failure_message, sizeof(g_failure_message), "%s", message);
+}
+
+/* Leaves the entry `name` (e.g. "PJRT_Client_BufferFromHostBuffer") NULL in
+ * the table. Returns 0, or -1 for a name this plugin does not fill in. */
+FAULT_EXPORT int fault_unset(const char* name) {
+  int known = 0;
+#define IS_KNOWN(entry) known |= strcmp(name, #entry) == 0;
+  FAULT_ENTRIES(IS_KNOWN)
+#undef IS_KNOWN
+  if (!known || g_num_unset == 8) return -1;
+  snprintf(g_unset[g_num_unset++], sizeof(g_unset[0]), "%s", name);
+  return 0;
+}
+
+/* Byte offset of a table entry, for choosing where to cut the table; -1 for
+ * a name this file does not list. */
+FAULT_EXPORT long fault_table_offset(const char* name) {
+#define OFFSET_OF(entry) \
+  if (strcmp(name, #entry) == 0) return (long)offsetof(PJRT_Api, entry);
+  FAULT_ENTRIES(OFFSET_OF)
+  FAULT_LANDMARKS(OFFSET_OF)
+#undef OFFSET_OF
+  return -1;
+}
+
+/* sizeof(PJRT_Api) as our header defines it: the full table. */
+FAULT_EXPORT long fault_full_table_size(void) { return (long)sizeof(PJRT_Api); }
+
+FAULT_EXPORT long fault_errors_created(void) { return read_counter(&g_errors_created); }
+FAULT_EXPORT long fault_errors_destroyed(void) { return read_counter(&g_errors_destroyed); }
+FAULT_EXPORT long fault_clients_created(void) { return read_counter(&g_clients_created); }
+FAULT_EXPORT long fault_clients_destroyed(void) { return read_counter(&g_clients_destroyed); }
+FAULT_EXPORT long fault_buffers_created(void) { return read_counter(&g_buffers_created); }
+FAULT_EXPORT long fault_buffers_destroyed(void) { return read_counter(&g_buffers_destroyed); }
+FAULT_EXPORT long fault_events_created(void) { return read_counter(&g_events_created); }
+FAULT_EXPORT long fault_events_destroyed(void) { return read_counter(&g_events_destroyed); }
+FAULT_EXPORT long fault_initialize_calls(void) { return read_counter(&g_initialize_calls); }
+FAULT_EXPORT long fault_client_create_calls(void) { return read_counter(&g_client_create_calls); }
+
+/* How many protocol violations the host committed (double destroy, use of a
+ * destroyed handle, a call past the table end, a client destroyed before its
+ * buffers), and a description of the latest. */
+FAULT_EXPORT long fault_misuse_count(void) { return read_counter(&g_misuse); }
+FAULT_EXPORT const char* fault_last_misuse(void) { return g_last_misuse; }
+
+/* The options the last PJRT_Client_Create received, "name=type:value;...". */
+FAULT_EXPORT const char* fault_last_create_options(void) { return g_last_options; }
