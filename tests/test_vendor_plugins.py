@@ -1,0 +1,96 @@
+"""The hardware vendors' real PJRT plugins, loaded on whatever machine the tests run on.
+
+These run in the ``vendor`` tox environment, which installs jax-cuda12-pjrt, libtpu and
+jax-rocm7-pjrt (``pytest -m vendor``). On a machine without the hardware each plugin must
+load (or fail to load with the missing library named), report its version, and fail client
+creation with its own message wrapped in XlaRuntimeError; with the hardware, the client
+must come up instead.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.metadata
+import os
+
+import numpy as np
+import pytest
+
+import pjrt
+
+pytestmark = pytest.mark.vendor
+
+
+def _library(distribution: str, filename: str) -> str:
+    files = importlib.metadata.distribution(distribution).files or []
+    for file in files:
+        if file.name == filename:
+            return str(file.locate())
+    raise AssertionError(f"{filename} not found in the {distribution} distribution")
+
+
+def _has_nvidia_gpu() -> bool:
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def _has_amd_gpu() -> bool:
+    return os.path.exists("/dev/kfd")
+
+
+def _has_tpu() -> bool:
+    return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+
+
+def test_cuda_plugin():
+    plugin = pjrt.load_pjrt_plugin_dynamically(
+        "vendor_cuda", _library("jax-cuda12-pjrt", "xla_cuda_plugin.so"))
+    assert plugin.api_version == (0, 112)
+    attributes = plugin.attributes()
+    assert attributes["cuda_version"] >= 12000
+    if _has_nvidia_gpu():
+        client = pjrt.make_c_api_client("vendor_cuda")
+        assert client.platform == "cuda" and client.devices()
+        array = client.buffer_from_pyval(np.arange(4.0))
+        np.testing.assert_array_equal(np.asarray(array), np.arange(4.0))
+        return
+    with pytest.raises(pjrt.XlaRuntimeError) as info:
+        pjrt.make_c_api_client("vendor_cuda")
+    assert info.value.code_name == "FAILED_PRECONDITION"
+    assert "No visible GPU devices" in info.value.plugin_message
+
+
+def test_tpu_plugin(monkeypatch):
+    # Off Google Cloud, libtpu retries the metadata server for minutes; skip the lookup.
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    plugin = pjrt.load_pjrt_plugin_dynamically("vendor_tpu", _library("libtpu", "libtpu.so"))
+    assert plugin.api_version == (0, 117)
+    assert plugin.attributes()["stablehlo_minimum_version"] == [0, 9, 0]
+    if _has_tpu():
+        client = pjrt.make_c_api_client("vendor_tpu")
+        assert client.platform == "tpu" and client.devices()
+        return
+    with pytest.raises(pjrt.XlaRuntimeError) as info:
+        pjrt.make_c_api_client("vendor_tpu")
+    assert info.value.code_name == "NOT_FOUND"
+    assert "TPU initialization failed" in info.value.plugin_message
+
+
+def test_rocm_plugin_names_the_missing_library():
+    path = _library("jax-rocm7-pjrt", "xla_rocm_plugin.so")
+    if _has_amd_gpu():
+        plugin = pjrt.load_pjrt_plugin_dynamically("vendor_rocm", path)
+        assert plugin.api_version[0] == 0
+        return
+    with pytest.raises(pjrt.PluginLoadError) as info:
+        pjrt.load_pjrt_plugin_dynamically("vendor_rocm", path)
+    missing = info.value.missing_library
+    assert missing is not None and ".so" in missing
+    assert missing in str(info.value) and "install" in str(info.value)
+    assert not pjrt.pjrt_plugin_loaded("vendor_rocm")
+
+
+def test_all_vendor_plugins_coexist_with_the_cpu_plugin(cpu_plugin):
+    """Several plugins, each with its own copy of XLA, loaded into one process."""
+    pjrt.load_pjrt_plugin_dynamically("vendor_cuda", _library("jax-cuda12-pjrt", "xla_cuda_plugin.so"))
+    pjrt.load_pjrt_plugin_dynamically("vendor_tpu", _library("libtpu", "libtpu.so"))
+    with pjrt.make_c_api_client(cpu_plugin.name) as client:
+        np.testing.assert_array_equal(np.asarray(client.buffer_from_pyval(np.arange(3))), [0, 1, 2])
