@@ -12,7 +12,11 @@ import pjrt
 STANDARD_DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
                    np.uint32, np.uint64, np.float16, np.float32, np.float64, np.complex64,
                    np.complex128, ml_dtypes.bfloat16]
-FLOAT8_DTYPES = [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2]
+FLOAT8_DTYPES = [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e4m3b11fnuz,
+                 ml_dtypes.float8_e4m3fnuz, ml_dtypes.float8_e5m2fnuz]
+# Held one element per byte on the host and packed on the device; the plugin converts.
+SUB_BYTE_DTYPES = [ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2,
+                   ml_dtypes.float4_e2m1fn]
 
 
 def _sample(dtype, shape=(3, 5)):
@@ -37,6 +41,15 @@ def test_round_trip_every_dtype(client, dtype):
     back = np.asarray(array)
     assert back.dtype == host.dtype
     np.testing.assert_array_equal(back.view(np.uint8), host.view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", SUB_BYTE_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_round_trip_sub_byte_dtypes(client, dtype):
+    host = np.array([[1, 0, 1], [0, 1, 1], [1, 1, 0]], dtype=dtype)  # representable in all
+    array = client.buffer_from_pyval(host)
+    assert array.dtype == host.dtype and array.shape == (3, 3)
+    assert array.on_device_size_in_bytes() < host.nbytes  # packed on the device
+    np.testing.assert_array_equal(np.asarray(array).view(np.uint8), host.view(np.uint8))
 
 
 @pytest.mark.parametrize("shape", [(), (0,), (0, 3), (1,), (2, 3, 4), (1, 1, 1, 1, 7)])

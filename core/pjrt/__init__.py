@@ -11,6 +11,7 @@ from .array import Array, block_until_ready, device_put
 from .client import Client, HostBufferSemantics, make_c_api_client
 from .compile_options import CompileOptions, DeviceAssignment, ExecutableBuildOptions
 from .device import Device, Memory
+from .device_list import DeviceList
 from .errors import (ClosedClientError, DeletedArrayError, ErrorCode, PluginLoadError,
                      UnsupportedFeatureError, XlaRuntimeError)
 from .executable import CompiledMemoryStats, ExecuteResults, LoadedExecutable
