@@ -249,6 +249,34 @@ def main(argv=None) -> int:
     assert np.array_equal(np.asarray(fast_execute([a, b])[0]), np.asarray(execute([a, b])[0]))
     record("prototype fast path (same checks, scratch cdata, Array as now)", lambda: measure(fast))
 
+    # -- (b): np.asarray of a fresh 8-element result ----------------------------------------------
+    def with_read(n):
+        t0 = perf_ns()
+        for _ in range(n):
+            np.asarray(execute([a, b])[0])
+        return perf_ns() - t0
+
+    ready = execute([a, b])[0]
+    ready.block_until_ready()
+    ready_buffer = ready._buffers[0]
+    host = np.empty(8, np.float32)
+    host_pointer = ffi.cast("void *", host.ctypes.data)
+    to_host_c = lib.pjrt_shim_buffer_to_host
+
+    def read_pieces(n):
+        t0 = perf_ns()
+        for _ in range(n):
+            out = np.empty(shape, dtype=dtype)
+            ffi.cast("void *", out.__array_interface__["data"][0])
+            out.flags.writeable = False
+        return perf_ns() - t0
+
+    record("(b) np.asarray(execute([a, b])[0])", lambda: measure(with_read))
+    record("  np.asarray part: C to_host of a ready 32-byte buffer", lambda: measure(
+        loop(lambda: to_host_c(table, ready_buffer, host_pointer, 32))) - empty_call)
+    record("  np.asarray part: np.empty + __array_interface__ + ffi.cast + read-only flag",
+           lambda: measure(read_pieces))
+
     # -- report ----------------------------------------------------------------------------------
     width = max(map(len, results))
     print(f"# pjrt {pjrt.__version__} ({os.path.dirname(pjrt.__file__)}), plugin PJRT API "

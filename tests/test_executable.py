@@ -86,6 +86,13 @@ def test_optimized_module_names_the_parameters(tiny):
     assert isinstance(module, bytes) and b"jit_tiny_tanh" in module
 
 
+def test_optimized_program_text(tiny):
+    text = tiny.hlo_text()
+    assert text.startswith("HloModule jit_tiny_tanh")
+    assert "ENTRY %" in text and "ROOT %" in text
+    assert "tanh(" in text and "f32[8]{0} parameter(0)" in text
+
+
 def test_serialize_and_deserialize_round_trip(client, tiny):
     blob = tiny.serialize()
     assert isinstance(blob, bytes) and len(blob) > 0

@@ -89,3 +89,118 @@ def module_signature(serialized_module: bytes) -> ModuleSignature:
     for program_shape in fields.get(4, [])[:1]:
         parameters = tuple(_shape(p) for p in _fields(program_shape).get(1, []))
     return ModuleSignature(parameters, frozenset(_donated(fields)))
+
+
+# -- a readable rendering of the optimised module ---------------------------------------------
+#
+# XLA's own printer lives in C++; this renders the fields of the proto that a reader needs to
+# follow the program (names, shapes, opcodes, operands, called computations and the common
+# attributes) in XLA's textual style. It is for people, not for parsing back.
+#
+# More field numbers (hlo.proto): HloModuleProto name = 1, computations = 3,
+# entry_computation_id = 6. HloComputationProto name = 1, instructions = 2, id = 5,
+# root_id = 6. HloInstructionProto name = 1, opcode = 2, shape = 3, parameter_number = 9,
+# fusion_kind = 11, tuple_index = 13, dimensions = 14, custom_call_target = 28, id = 35,
+# operand_ids = 36, called_computation_ids = 38, comparison_direction = 63.
+# ShapeProto layout = 5; LayoutProto minor_to_major = 1.
+
+_TYPE_NAMES = {1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32",
+               9: "u64", 10: "f16", 11: "f32", 12: "f64", 13: "tuple", 14: "opaque",
+               15: "c64", 16: "bf16", 17: "token", 18: "c128", 19: "f8e5m2", 20: "f8e4m3fn",
+               21: "s4", 22: "u4", 23: "f8e4m3b11fnuz", 24: "f8e5m2fnuz", 25: "f8e4m3fnuz",
+               26: "s2", 27: "u2", 28: "f8e4m3", 29: "f8e3m4", 32: "f4e2m1fn",
+               33: "f8e8m0fnu"}
+
+
+def _ints(chunks: list) -> list[int]:
+    values: list[int] = []
+    for chunk in chunks:
+        if isinstance(chunk, bytes):
+            values.extend(wire.to_int64(v) for v in wire.unpack_varints(chunk))
+        else:
+            values.append(wire.to_int64(chunk))
+    return values
+
+
+def _text(chunks: list) -> str:
+    return chunks[0].decode("utf-8", "replace") if chunks else ""
+
+
+def shape_text(message: bytes) -> str:
+    """A ShapeProto as XLA writes shapes: ``f32[8,4]{1,0}``, ``(f32[2], s32[])``."""
+    fields = _fields(message)
+    element_type = fields.get(2, [0])[0]
+    if element_type == _TUPLE_TYPE:
+        return "(" + ", ".join(shape_text(s) for s in fields.get(4, [])) + ")"
+    name = _TYPE_NAMES.get(element_type, f"type{element_type}")
+    if name in ("token", "opaque"):
+        return f"{name}[]"
+    dims = ",".join(map(str, _ints(fields.get(3, []))))
+    layout = ""
+    for layout_message in fields.get(5, [])[:1]:
+        minor_to_major = _ints(_fields(layout_message).get(1, []))
+        if dims:
+            layout = "{" + ",".join(map(str, minor_to_major)) + "}"
+    return f"{name}[{dims}]{layout}"
+
+
+def _instruction_text(message: bytes, names: dict, computation_names: dict, root_id: int) -> tuple:
+    fields = _fields(message)
+    instruction_id = wire.to_int64(fields.get(35, [0])[0])
+    name = _text(fields.get(1, []))
+    opcode = _text(fields.get(2, []))
+    operands = ", ".join("%" + names.get(i, f"id{i}") for i in _ints(fields.get(36, [])))
+    attributes = []
+    if opcode == "parameter":
+        operands = str(wire.to_int64(fields.get(9, [0])[0]))
+    elif opcode == "constant":
+        operands = "..."  # literal values are not rendered
+    if opcode == "get-tuple-element":
+        attributes.append(f"index={wire.to_int64(fields.get(13, [0])[0])}")
+    dimensions = _ints(fields.get(14, []))
+    if dimensions:
+        attributes.append("dimensions={" + ",".join(map(str, dimensions)) + "}")
+    if 63 in fields:
+        attributes.append(f"direction={_text(fields[63])}")
+    if 11 in fields:
+        attributes.append(f"kind={_text(fields[11])}")
+    called = ["%" + computation_names.get(i, f"id{i}") for i in _ints(fields.get(38, []))]
+    if called:
+        keyword = {"fusion": "calls", "while": "condition, body", "call": "to_apply",
+                   "conditional": "branch_computations"}.get(opcode, "to_apply")
+        if opcode == "while" and len(called) == 2:
+            attributes.append(f"condition={called[0]}, body={called[1]}")
+        else:
+            attributes.append(f"{keyword}={', '.join(called)}")
+    if 28 in fields:
+        attributes.append(f'custom_call_target="{_text(fields[28])}"')
+    shape = shape_text(fields[3][0]) if 3 in fields else "()"
+    prefix = "ROOT " if instruction_id == root_id else ""
+    line = f"  {prefix}%{name} = {shape} {opcode}({operands})"
+    if attributes:
+        line += ", " + ", ".join(attributes)
+    return instruction_id, name, line
+
+
+def module_text(serialized_module: bytes) -> str:
+    """Render a serialised ``HloModuleProto`` as readable HLO text."""
+    fields = _fields(serialized_module)
+    computations = [_fields(c) for c in fields.get(3, [])]
+    computation_names = {wire.to_int64(c.get(5, [0])[0]): _text(c.get(1, [])) for c in computations}
+    entry_id = wire.to_int64(fields.get(6, [0])[0])
+    lines = [f"HloModule {_text(fields.get(1, []))}", ""]
+    for computation in computations:
+        computation_id = wire.to_int64(computation.get(5, [0])[0])
+        root_id = wire.to_int64(computation.get(6, [0])[0])
+        names: dict[int, str] = {}
+        body = []
+        for instruction in computation.get(2, []):
+            instruction_id, name, line = _instruction_text(instruction, names, computation_names,
+                                                           root_id)
+            names[instruction_id] = name
+            body.append(line)
+        header = "ENTRY " if computation_id == entry_id else ""
+        lines.append(f"{header}%{_text(computation.get(1, []))} {{")
+        lines.extend(body)
+        lines.extend(["}", ""])
+    return "\n".join(lines)

@@ -349,6 +349,12 @@ class LoadedExecutable:
                                           why="the plugin cannot return the optimised program")
         return serialized
 
+    def hlo_text(self) -> str:
+        """The optimised program as readable HLO text (names, shapes, opcodes, operands)."""
+        return _hlo.module_text(self.optimized_module_proto())
+
+    as_text = hlo_text
+
     def serialize(self) -> bytes:
         """The compiled executable as bytes, for :meth:`Client.deserialize_executable`."""
         api = self._handle.api
