@@ -18,7 +18,13 @@ from .executable import CompiledMemoryStats, ExecuteResults, LoadedExecutable
 from .plugin import (Plugin, get_plugin, initialize_pjrt_plugin, load_pjrt_plugin_dynamically,
                      load_pjrt_plugin_with_c_api, pjrt_plugin_initialized, pjrt_plugin_loaded)
 from .program import CompiledProgram, compile
-from .registry import (backends, default_backend, device_count, devices, get_backend,
-                       local_device_count, local_devices)
+from .plugin_support import check_plugin_version, import_from_plugin
+from .registry import (backend_errors, backend_pjrt_c_api_version, backends,
+                       backends_are_initialized, canonicalize_platform, clear_backends,
+                       default_backend, device_count, devices, expand_platform_alias, get_backend,
+                       is_gpu, is_known_platform, local_device_count, local_devices,
+                       make_cpu_client, make_pjrt_topology, process_count, process_index,
+                       register_backend_factory, register_plugin, set_platforms)
+from .topology import DeviceTopology
 
 __version__ = "0.1.0"

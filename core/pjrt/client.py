@@ -338,7 +338,12 @@ def make_c_api_client(plugin_name: str, options: Mapping[str, OptionValue] | Non
     """
     if distributed_client is not None or transfer_server_factory is not None:
         raise NotImplementedError("multi-process clients are not supported by this pjrt yet")
-    plugin = plugin_module.get_plugin(plugin_name)
+    return create_client(plugin_module.get_plugin(plugin_name), options)
+
+
+def create_client(plugin: plugin_module.Plugin,
+                  options: Mapping[str, OptionValue] | None = None) -> Client:
+    """Initialise ``plugin`` if needed and create a client of it (see make_c_api_client)."""
     named = NamedValues(check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types}))
     plugin.initialize()
     api = plugin.api

@@ -1,75 +1,458 @@
-"""The backends this process can use, made lazily from registered factories.
+"""The backends this process can use: registered lazily, initialised once, chosen by priority.
 
-A backend is a :class:`~pjrt.client.Client` made by a factory registered under a platform
-name. Nothing is made before the first question; then every factory is tried once, in priority
-order, and the results (clients, or the reasons they failed) are kept. The state lives in a
-:class:`BackendRegistry`; the module-level functions use one default instance.
+A backend is a :class:`~pjrt.client.Client` made by a factory registered under a platform name
+(``cpu``, ``cuda``, ``rocm``, ``tpu``, or a vendor's own). Nothing happens at import: on the
+first question the installed plugins are discovered (see :mod:`pjrt.discovery`), then each
+selected factory is called once. The state lives in a :class:`BackendRegistry` behind one
+lock; the module-level functions use :data:`default_registry` and keep JAX's names.
+
+Choosing platforms: ``PJRT_PLATFORMS=cuda,cpu`` (or :func:`set_platforms`) lists the platforms
+to bring up, first = default; each must come up or the first question fails loudly, and
+platforms not listed are never loaded. Unset, every registered backend is tried, failures are
+recorded with their reason (:func:`backend_errors`), and the default is the highest-priority
+backend that came up.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import glob
 import logging
+import os
 import threading
-from typing import Callable
+import warnings
+from typing import Any, Callable, Mapping, Sequence
 
-from .client import Client
+from . import discovery
+from .client import Client, create_client
+from .errors import PluginLoadError
+from .plugin import Plugin, PluginTable, default_plugins
 
 logger = logging.getLogger(__name__)
+
+PLATFORMS_ENV = "PJRT_PLATFORMS"
+
+#: Platform aliases: a name users may write for a family of platforms.
+PLATFORM_ALIASES: dict[str, tuple[str, ...]] = {"gpu": ("cuda", "rocm")}
+
+#: Platforms whose plugins this project ships and tests; others warn once as experimental.
+NON_EXPERIMENTAL_PLATFORMS = frozenset({"cpu", "cuda", "rocm", "tpu"})
+
+_NVIDIA_DEVICE_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")
+
+BackendFactory = Callable[[], Client]
 
 
 @dataclasses.dataclass
 class BackendRegistration:
-    """One registered backend factory."""
+    """One registered backend factory, and why each field exists."""
 
-    #: Makes the client; called at most once, on first use of the registry.
-    factory: Callable[[], Client]
-    #: Higher wins the default; CPU is 0 so that any accelerator plugin outranks it.
+    #: Makes the client; called at most once per initialisation of the registry.
+    factory: BackendFactory
+    #: Higher wins the default: accelerators (cuda 500, tpu 300) outrank cpu (0).
     priority: int = 0
-    #: When True a failing factory is recorded and skipped, rather than raised.
+    #: When the platform was not asked for by name, a failure is recorded and skipped
+    #: rather than raised, so one broken plugin cannot stop the others.
     fail_quietly: bool = True
+    #: Plugins this project does not test warn once when they come up.
+    experimental: bool = False
+    #: Makes a topology description (compiling without the hardware), if the plugin can.
+    make_topology: Callable[..., Any] | None = None
+    #: Where the registration came from, for ``pjrt info``.
+    source: str = "api"
+    #: The plugin behind the factory, once loaded (None for plain factories).
+    plugin: Plugin | None = None
+
+
+_discovering = threading.local()
+
+
+def discovering() -> bool:
+    """True while pjrt's discovery is calling plugin modules' ``initialize()``.
+
+    JAX calls every ``jax_plugins`` module's ``initialize()`` too; a pjrt plugin module checks
+    this so that it registers with pjrt only when pjrt asks, and does nothing under JAX.
+    """
+    return getattr(_discovering, "active", False)
+
+
+@contextlib.contextmanager
+def _discovery_scope():
+    previous = discovering()
+    _discovering.active = True
+    try:
+        yield
+    finally:
+        _discovering.active = previous
+
+
+def expand_platform_alias(platform: str) -> list[str]:
+    """``"gpu"`` -> ``["cuda", "rocm"]``; any other name -> ``[name]``."""
+    return list(PLATFORM_ALIASES.get(platform, (platform,)))
+
+
+def is_gpu(platform: str) -> bool:
+    """Whether ``platform`` is a GPU platform (``cuda`` or ``rocm``)."""
+    return platform in PLATFORM_ALIASES["gpu"]
+
+
+def _parse_platforms(value: str | Sequence[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    names = value.split(",") if isinstance(value, str) else list(value)
+    names = [n.strip().lower() for n in names if n and n.strip()]
+    return names or None
 
 
 class BackendRegistry:
-    """Backend factories and the clients they made, behind one lock."""
+    """Backend factories, the clients they made and why others failed, behind one lock."""
 
-    def __init__(self):
+    def __init__(self, plugins: PluginTable | None = None, *, discover: bool = True,
+                 environ: Mapping[str, str] | None = None):
+        """Args:
+          plugins: where plugin libraries are loaded (a fresh table in tests).
+          discover: look for installed plugin modules and PJRT_NAMES_AND_LIBRARY_PATHS.
+          environ: the environment to read (``os.environ`` when None).
+        """
         self._lock = threading.RLock()
+        self._plugins = plugins if plugins is not None else PluginTable()
+        self._environ = environ
+        self._discover_enabled = discover
+        self._discovered = False
         self._registrations: dict[str, BackendRegistration] = {}
         self._backends: dict[str, Client] | None = None
         self._errors: dict[str, str] = {}
+        self._default: str | None = None
+        self._platforms_override: list[str] | None = None
+        self._warned_experimental: set[str] = set()
+        self.discovery_records: list[discovery.DiscoveryRecord] = []
 
-    def register_backend_factory(self, name: str, factory: Callable[[], Client], *,
-                                 priority: int = 0, fail_quietly: bool = True) -> None:
+    def _env(self, name: str) -> str | None:
+        return (self._environ if self._environ is not None else os.environ).get(name)
+
+    # -- registration ----------------------------------------------------------------------
+
+    def register_backend_factory(self, name: str, factory: BackendFactory, *, priority: int = 0,
+                                 fail_quietly: bool = True, experimental: bool = False,
+                                 make_topology: Callable[..., Any] | None = None,
+                                 source: str = "api") -> None:
         """Register ``factory`` as the maker of backend ``name``.
 
         Raises:
-          RuntimeError: backends were already initialised (call :meth:`clear_backends` first).
+          RuntimeError: backend ``name`` is already initialised.
+        """
+        with self._lock:
+            if self._backends is not None and name in self._backends:
+                raise RuntimeError(f"backend {name!r} is already initialised; call "
+                                   f"clear_backends() before registering it again")
+            self._registrations[name] = BackendRegistration(
+                factory, priority, fail_quietly, experimental, make_topology, source)
+
+    def register_plugin(self, plugin_name: str, priority: int = 400,
+                        library_path: str | os.PathLike | None = None,
+                        options: Mapping[str, Any] | None = None, c_api: Any = None,
+                        *, source: str = "api") -> Plugin | None:
+        """Load a PJRT plugin and register a backend factory that makes its client.
+
+        Args:
+          plugin_name: the platform name to register (e.g. ``"cuda"``).
+          priority: default-backend priority (higher wins).
+          library_path: the plugin's shared library; exactly one of this and ``c_api``.
+          options: client create options.
+          c_api: a ``PJRT_Api*`` already in memory (PyCapsule, int address or cffi pointer).
+
+        Returns:
+          The loaded :class:`Plugin`; None when platform selection excludes this platform
+          (it is then recorded but not loaded).
+
+        Raises:
+          ValueError: neither or both of ``library_path`` and ``c_api`` were given.
+          PluginLoadError: the library could not be loaded. The failure is also recorded as
+            the backend's reason, so ``backend_errors()`` shows it.
+        """
+        if (library_path is None) == (c_api is None):
+            raise ValueError(f"register_plugin({plugin_name!r}) needs exactly one of "
+                             f"library_path and c_api")
+        options = dict(options or {})
+        experimental = plugin_name not in NON_EXPERIMENTAL_PLATFORMS
+        with self._lock:
+            selected = self.selected_platforms()
+            if selected is not None and plugin_name not in selected:
+                self._registrations[plugin_name] = BackendRegistration(
+                    _not_selected(plugin_name), priority, True, experimental, None, source)
+                return None
+            try:
+                if library_path is not None:
+                    plugin = self._plugins.load(plugin_name, library_path)
+                else:
+                    plugin = self._plugins.add_c_api(plugin_name, c_api)
+            except PluginLoadError as error:
+                self._registrations[plugin_name] = BackendRegistration(
+                    _failing(error), priority, True, experimental, None, source)
+                raise
+
+            def factory() -> Client:
+                return _make_plugin_client(plugin, options)
+
+            def make_topology(topology_name: str = "", **topology_options):
+                from .topology import make_topology as make
+
+                return make(plugin, topology_name, topology_options)
+
+            self.register_backend_factory(plugin_name, factory, priority=priority,
+                                          experimental=experimental, make_topology=make_topology,
+                                          source=source)
+            self._registrations[plugin_name].plugin = plugin
+            return plugin
+
+    # -- discovery -------------------------------------------------------------------------
+
+    def _discover(self) -> None:
+        if self._discovered or not self._discover_enabled:
+            self._discovered = True
+            return
+        self._discovered = True
+        modules = discovery.find_plugin_modules()
+        jax_only = []
+        with _discovery_scope():
+            for module, for_jax, directory in discovery.iter_classified(modules):
+                if for_jax:
+                    jax_only.append((module, directory))
+                    continue
+                self._initialize_module(module)
+        for module, directory in jax_only:
+            self._register_jax_wheel(module, directory)
+        for entry in discovery.plugins_from_env(self._env(discovery.ENV_VARIABLE)):
+            self._register_env_plugin(entry)
+
+    def _initialize_module(self, module: discovery.PluginModule) -> None:
+        record = discovery.DiscoveryRecord(module.module, module.source, "initialized")
+        self.discovery_records.append(record)
+        try:
+            imported = __import__(module.module, fromlist=["initialize"])
+            initialize = getattr(imported, "initialize", None)
+            if initialize is None:
+                record.action, record.detail = "skipped", "the module has no initialize()"
+                return
+            initialize()
+        except PluginLoadError as error:
+            # The registration records the reason; say it once here too.
+            record.action, record.detail = "failed", str(error)
+            logger.info("plugin module %s: %s", module.module, error)
+        except Exception as error:  # noqa: BLE001 - one broken plugin must not stop startup
+            record.action, record.detail = "failed", f"{type(error).__name__}: {error}"
+            logger.warning("plugin module %s could not be %s (%s: %s); skipping it",
+                           module.module, "imported" if isinstance(error, ImportError)
+                           else "initialised", type(error).__name__, error)
+
+    def _register_jax_wheel(self, module: discovery.PluginModule, directory: str | None) -> None:
+        platform = discovery.platform_of_jax_module(module.module)
+        record = discovery.DiscoveryRecord(module.module, module.source + " (JAX plugin)",
+                                           "registered library")
+        self.discovery_records.append(record)
+        if platform in self._registrations:
+            record.action = "skipped"
+            record.detail = f"a pjrt plugin already serves {platform!r}"
+            return
+        library = discovery.find_library(directory)
+        if library is None:
+            record.action, record.detail = "skipped", "written for JAX; no PJRT library beside it"
+            return
+        record.detail = f"{library} as {platform!r}"
+        try:
+            self.register_plugin(platform, priority=_DEFAULT_PRIORITIES.get(platform, 400),
+                                 library_path=library, source=f"{module.source} {module.module}")
+        except PluginLoadError as error:
+            record.action, record.detail = "failed", str(error)
+
+    def _register_env_plugin(self, entry: discovery.EnvPlugin) -> None:
+        source = f"{discovery.ENV_VARIABLE}" + (f" ({entry.config_file})" if entry.config_file else "")
+        record = discovery.DiscoveryRecord(entry.name, source, "registered library", entry.library_path)
+        self.discovery_records.append(record)
+        if entry.name in self._registrations:
+            record.action = "skipped"
+            record.detail = f"{entry.name!r} is already registered"
+            logger.warning("%s names %r, which is already registered; ignoring that entry",
+                           discovery.ENV_VARIABLE, entry.name)
+            return
+        try:
+            self.register_plugin(entry.name, library_path=entry.library_path,
+                                 options=entry.options, source=source)
+        except PluginLoadError as error:
+            record.action, record.detail = "failed", str(error)
+            logger.warning("%s entry %r: %s", discovery.ENV_VARIABLE, entry.name, error)
+
+    # -- platform selection ----------------------------------------------------------------
+
+    def set_platforms(self, platforms: str | Sequence[str] | None) -> None:
+        """Choose the platforms to bring up (overrides PJRT_PLATFORMS); None restores it.
+
+        Raises:
+          RuntimeError: backends are already initialised (call :meth:`clear_backends`).
         """
         with self._lock:
             if self._backends is not None:
-                raise RuntimeError(f"cannot register backend {name!r}: backends are already "
-                                   f"initialised; call clear_backends() first")
-            self._registrations[name] = BackendRegistration(factory, priority, fail_quietly)
+                raise RuntimeError("backends are already initialised; call clear_backends() "
+                                   "before choosing platforms")
+            self._platforms_override = _parse_platforms(platforms)
+
+    def selected_platforms(self) -> list[str] | None:
+        """The platforms asked for (aliases kept as written), or None for all."""
+        if self._platforms_override is not None:
+            return self._expand(self._platforms_override)
+        return self._expand(_parse_platforms(self._env(PLATFORMS_ENV)))
+
+    def _expand(self, names: list[str] | None) -> list[str] | None:
+        if names is None:
+            return None
+        expanded: list[str] = []
+        for name in names:
+            for platform in expand_platform_alias(name):
+                if platform not in expanded:
+                    expanded.append(platform)
+        return expanded
+
+    # -- initialisation --------------------------------------------------------------------
 
     def backends(self) -> dict[str, Client]:
-        """Every backend that came up, by platform name (initialising them on first call)."""
+        """Every backend that came up, by platform name (initialising on first call).
+
+        Raises:
+          RuntimeError: a platform asked for by name failed, or nothing came up; the
+            message says which backends failed and why.
+        """
         with self._lock:
             if self._backends is None:
-                self._backends = self._initialize_all()
+                self._discover()
+                self._backends = {}
+                try:
+                    self._initialize_all()
+                except BaseException:
+                    self._backends = None
+                    raise
+                self._suggest_missing()
             return dict(self._backends)
 
-    def _initialize_all(self) -> dict[str, Client]:
-        made: dict[str, Client] = {}
-        order = sorted(self._registrations.items(), key=lambda item: -item[1].priority)
-        for name, registration in order:
+    def _plan(self) -> list[tuple[str, int, bool]]:
+        selected = self.selected_platforms()
+        if selected is None:
+            return [(name, r.priority, r.fail_quietly) for name, r in self._registrations.items()]
+        # Listed platforms: the order is the priority, and every one must come up.
+        names = [p for p in selected if p in self._registrations or not self._is_alias_member(p)]
+        return [(name, len(names) - i, False) for i, name in enumerate(names)]
+
+    def _is_alias_member(self, platform: str) -> bool:
+        # "gpu" expands to cuda and rocm; only the ones that are registered are required.
+        requested = _parse_platforms(self._platforms_override) or _parse_platforms(
+            self._env(PLATFORMS_ENV)) or []
+        return any(platform in PLATFORM_ALIASES.get(r, ()) for r in requested)
+
+    def _initialize_all(self) -> None:
+        best = None
+        for name, priority, fail_quietly in self._plan():
             try:
-                made[name] = registration.factory()
-            except Exception as error:  # noqa: BLE001 - recorded, and raised if not quiet
-                self._errors[name] = f"{type(error).__name__}: {error}"
-                if not registration.fail_quietly:
-                    raise
-                logger.info("backend %r did not start: %s", name, error)
-        return made
+                client = self._initialize_one(name)
+            except Exception as error:  # noqa: BLE001 - recorded, or raised with a hint
+                reason = f"{type(error).__name__}: {error}"
+                self._errors[name] = reason
+                if not fail_quietly:
+                    raise RuntimeError(
+                        f"unable to initialise backend {name!r}: {reason} (it was asked for "
+                        f"in {PLATFORMS_ENV}; set {PLATFORMS_ENV}='' to use whatever comes up, "
+                        f"or remove {name!r} from it)") from error
+                logger.info("backend %r did not start: %s", name, reason)
+                continue
+            self._backends[name] = client
+            if best is None or priority > best[1]:
+                best = (name, priority)
+        if best is None:
+            raise RuntimeError(self._nothing_came_up())
+        self._default = best[0]
+
+    def _initialize_one(self, name: str) -> Client:
+        registration = self._registrations.get(name)
+        if registration is None:
+            known = ", ".join(sorted(self._registrations)) or "none"
+            raise RuntimeError(f"no backend named {name!r} is registered (registered: {known}); "
+                               f"install its plugin package or list it in "
+                               f"{discovery.ENV_VARIABLE}")
+        if registration.experimental and name not in self._warned_experimental:
+            self._warned_experimental.add(name)
+            logger.warning("platform %r comes from a plugin this project does not test; not "
+                           "every feature may work", name)
+        client = registration.factory()
+        if client is None:
+            raise RuntimeError(f"the factory of backend {name!r} returned no client")
+        if client.device_count() == 0:
+            raise RuntimeError(f"backend {name!r} has no devices")
+        return client
+
+    def _nothing_came_up(self) -> str:
+        if not self._registrations:
+            return ("no PJRT backend is registered: install a plugin package such as pjrt-cpu "
+                    "(pip install ./plugins/cpu), or name a plugin library in "
+                    f"{discovery.ENV_VARIABLE}")
+        lines = [f"  {name}: {self._errors.get(name, 'not started')}"
+                 for name in self._registrations]
+        return "no PJRT backend could be started:\n" + "\n".join(lines)
+
+    def _suggest_missing(self) -> None:
+        if "cuda" in self._backends or not any(os.path.exists(p) for p in _NVIDIA_DEVICE_NODES):
+            return
+        if "cuda" in self._errors:
+            logger.warning("an NVIDIA GPU seems present but the CUDA backend failed: %s",
+                           self._errors["cuda"])
+        else:
+            logger.warning("an NVIDIA GPU seems present but no CUDA plugin is installed; "
+                           "pip install pjrt-cuda to use it (falling back to %s)", self._default)
+
+    # -- queries ---------------------------------------------------------------------------
+
+    def canonicalize_platform(self, platform: str) -> str:
+        """Replace an alias with the platform that came up (``gpu`` -> ``cuda``)."""
+        members = PLATFORM_ALIASES.get(platform)
+        if members is None:
+            return platform
+        up = self.backends()
+        for member in members:
+            if member in up:
+                return member
+        raise RuntimeError(f"no {platform} backend is available ({', '.join(members)} did not "
+                           f"come up); backends available: {', '.join(up) or 'none'}")
+
+    def is_known_platform(self, platform: str) -> bool:
+        """Whether ``platform`` is registered or is an alias (it may still have failed)."""
+        with self._lock:
+            self._discover()
+            return platform in self._registrations or platform in PLATFORM_ALIASES
+
+    def get_backend(self, platform: str | None = None) -> Client:
+        """The client of ``platform`` (the default backend when None).
+
+        Raises:
+          RuntimeError: the platform is unknown or failed to start; says why.
+        """
+        backends = self.backends()
+        if platform is None:
+            return backends[self._default]
+        platform = self.canonicalize_platform(platform)
+        if platform in backends:
+            return backends[platform]
+        if platform in self._errors:
+            raise RuntimeError(f"backend {platform!r} failed to initialise: "
+                               f"{self._errors[platform]}; backends available: "
+                               f"{', '.join(backends)}")
+        selected = self.selected_platforms()
+        if selected is not None and platform in self._registrations:
+            raise RuntimeError(f"backend {platform!r} is not in {PLATFORMS_ENV} "
+                               f"({','.join(selected)}); add it there to use it")
+        raise RuntimeError(f"unknown backend {platform!r}; backends available: "
+                           f"{', '.join(backends)}")
+
+    def default_backend(self) -> str:
+        """The platform name of the default backend."""
+        self.backends()
+        return self._default
 
     def backend_errors(self) -> dict[str, str]:
         """Why each backend that failed to start failed."""
@@ -77,78 +460,112 @@ class BackendRegistry:
         with self._lock:
             return dict(self._errors)
 
-    def get_backend(self, platform: str | None = None) -> Client:
-        """The backend for ``platform``, or the default one.
-
-        Raises:
-          RuntimeError: no such backend came up; the message lists each backend and why.
-        """
-        backends = self.backends()
-        if platform is None:
-            if not backends:
-                raise RuntimeError(self._nothing_came_up())
-            return backends[self.default_backend()]
-        if platform in backends:
-            return backends[platform]
-        reason = self._errors.get(platform)
-        if reason:
-            raise RuntimeError(f"backend {platform!r} failed to start: {reason}")
-        known = ", ".join(sorted(backends)) or "none"
-        raise RuntimeError(f"unknown backend {platform!r}; backends available: {known}")
-
-    def default_backend(self) -> str:
-        """The platform name of the highest-priority backend that came up."""
-        backends = self.backends()
-        if not backends:
-            raise RuntimeError(self._nothing_came_up())
-        return max(backends, key=lambda name: self._registrations[name].priority)
-
-    def _nothing_came_up(self) -> str:
-        if not self._registrations:
-            return ("no PJRT backend is registered: install a plugin package such as pjrt-cpu "
-                    "(pip install ./plugins/cpu)")
-        lines = [f"  {name}: {self._errors.get(name, 'not started')}" for name in self._registrations]
-        return "no PJRT backend could be started:\n" + "\n".join(lines)
-
-    def clear_backends(self) -> None:
-        """Forget the clients made so far (closing them); the next question starts afresh."""
+    def registrations(self) -> dict[str, BackendRegistration]:
+        """The registered backends (discovering plugins first), by name."""
         with self._lock:
-            for client in (self._backends or {}).values():
-                client.close()
-            self._backends = None
-            self._errors = {}
+            self._discover()
+            return dict(self._registrations)
 
     def backends_are_initialized(self) -> bool:
         with self._lock:
             return self._backends is not None
 
+    def clear_backends(self) -> None:
+        """Close the clients made so far; the next question discovers and initialises afresh.
 
-def _make_cpu_backend() -> Client:
-    import os
+        Registrations made through the API stay; those made by discovery are redone.
+        """
+        with self._lock:
+            for client in (self._backends or {}).values():
+                client.close()
+            self._backends = None
+            self._errors = {}
+            self._default = None
+            self._registrations = {name: r for name, r in self._registrations.items()
+                                   if r.source == "api"}
+            self._discovered = False
+            self.discovery_records = []
 
-    try:
-        import pjrt_cpu
-    except ImportError as error:
-        raise RuntimeError("the CPU plugin package is not installed: pip install ./plugins/cpu "
-                           "(pjrt-cpu)") from error
-    from .client import make_c_api_client
-    from .plugin import load_pjrt_plugin_dynamically
+    def make_pjrt_topology(self, platform: str, topology_name: str = "", **options):
+        """A topology description of ``platform``, for compiling without its devices.
 
-    load_pjrt_plugin_dynamically("cpu", pjrt_cpu.library_path())
-    options = {}
-    count = os.environ.get("PJRT_CPU_DEVICE_COUNT")
-    if count:
-        options["cpu_device_count"] = int(count)
-    return make_c_api_client("cpu", options)
+        Raises:
+          RuntimeError: the platform has no topology factory.
+        """
+        with self._lock:
+            self._discover()
+            registration = self._registrations.get(platform)
+        if registration is None or registration.make_topology is None:
+            raise RuntimeError(f"platform {platform!r} cannot make a topology description")
+        return registration.make_topology(topology_name, **options)
 
 
-default_registry = BackendRegistry()
-default_registry.register_backend_factory("cpu", _make_cpu_backend, priority=0)
+_DEFAULT_PRIORITIES = {"cuda": 500, "rocm": 500, "tpu": 300, "cpu": 0}
+
+
+def _make_plugin_client(plugin: Plugin, options: dict) -> Client:
+    return create_client(plugin, options)
+
+
+def _failing(error: Exception) -> BackendFactory:
+    def factory() -> Client:
+        raise error
+    return factory
+
+
+def _not_selected(name: str) -> BackendFactory:
+    def factory() -> Client:
+        raise RuntimeError(f"platform {name!r} is not selected in {PLATFORMS_ENV}")
+    return factory
+
+
+default_registry = BackendRegistry(default_plugins)
+
+
+def _warn_on_fork() -> None:
+    if default_registry.backends_are_initialized():
+        warnings.warn("os.fork() was called after PJRT backends were initialised; the plugins "
+                      "run threads of their own, so the child may deadlock. Fork before using "
+                      "pjrt, or use the 'spawn' start method.", RuntimeWarning, stacklevel=2)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_warn_on_fork)
+
+
+# -- the module-level API, on the default registry ---------------------------------------------
+
+def register_backend_factory(name: str, factory: BackendFactory, *, priority: int = 0,
+                             fail_quietly: bool = True, experimental: bool = False,
+                             make_topology: Callable[..., Any] | None = None) -> None:
+    """Register a backend factory on the default registry (see BackendRegistry)."""
+    default_registry.register_backend_factory(name, factory, priority=priority,
+                                              fail_quietly=fail_quietly,
+                                              experimental=experimental,
+                                              make_topology=make_topology)
+
+
+def register_plugin(plugin_name: str, priority: int = 400, library_path=None, options=None,
+                    c_api=None) -> Plugin | None:
+    """Load a PJRT plugin and register it as a backend (see BackendRegistry.register_plugin)."""
+    source = "entry point" if discovering() else "api"
+    return default_registry.register_plugin(plugin_name, priority, library_path, options, c_api,
+                                            source=source)
+
+
+def set_platforms(platforms: str | Sequence[str] | None) -> None:
+    """Choose the platforms to bring up, like PJRT_PLATFORMS (None: back to the variable)."""
+    default_registry.set_platforms(platforms)
 
 
 def backends() -> dict[str, Client]:
     """Every backend that came up, by platform name."""
     return default_registry.backends()
+
+
+def backend_errors() -> dict[str, str]:
+    """Why each backend that failed to start failed."""
+    return default_registry.backend_errors()
 
 
 def get_backend(platform: str | None = None) -> Client:
@@ -161,14 +578,43 @@ def default_backend() -> str:
     return default_registry.default_backend()
 
 
+def canonicalize_platform(platform: str) -> str:
+    """``gpu`` -> the GPU platform that came up; other names unchanged."""
+    return default_registry.canonicalize_platform(platform)
+
+
+def is_known_platform(platform: str) -> bool:
+    """Whether ``platform`` is registered or an alias."""
+    return default_registry.is_known_platform(platform)
+
+
+def backends_are_initialized() -> bool:
+    return default_registry.backends_are_initialized()
+
+
+def clear_backends() -> None:
+    """Close every backend client; the next question initialises afresh."""
+    default_registry.clear_backends()
+
+
 def devices(backend: str | None = None) -> list:
     """All devices of ``backend`` (the default backend when None)."""
     return get_backend(backend).devices()
 
 
-def local_devices(backend: str | None = None) -> list:
-    """The devices of ``backend`` this process can address."""
-    return get_backend(backend).local_devices()
+def local_devices(process_index: int | None = None, backend: str | None = None) -> list:
+    """The devices of ``backend`` that belong to ``process_index`` (this process by default).
+
+    Raises:
+      ValueError: ``process_index`` is not one of the backend's processes.
+    """
+    client = get_backend(backend)
+    if process_index is None:
+        process_index = client.process_index()
+    if not 0 <= process_index < process_count(backend):
+        raise ValueError(f"unknown process_index {process_index}; the {client.platform} backend "
+                         f"has {process_count(backend)} process(es)")
+    return [d for d in client.devices() if d.process_index == process_index]
 
 
 def device_count(backend: str | None = None) -> int:
@@ -177,3 +623,37 @@ def device_count(backend: str | None = None) -> int:
 
 def local_device_count(backend: str | None = None) -> int:
     return get_backend(backend).local_device_count()
+
+
+def process_index(backend: str | None = None) -> int:
+    return get_backend(backend).process_index()
+
+
+def process_count(backend: str | None = None) -> int:
+    """The number of processes the backend's devices belong to."""
+    return len({d.process_index for d in get_backend(backend).devices()})
+
+
+def backend_pjrt_c_api_version(platform: str | None = None) -> tuple[int, int]:
+    """``(major, minor)`` PJRT C API version of a backend's plugin."""
+    return get_backend(platform).plugin.api_version
+
+
+def make_pjrt_topology(platform: str, topology_name: str = "", **options):
+    """A topology description of ``platform`` for compiling without its devices."""
+    return default_registry.make_pjrt_topology(platform, topology_name, **options)
+
+
+def make_cpu_client(num_devices: int | None = None) -> Client:
+    """A new client of the CPU plugin from ``pjrt-cpu``, with ``num_devices`` devices.
+
+    Raises:
+      RuntimeError: pjrt-cpu is not installed.
+    """
+    try:
+        import pjrt_cpu
+    except ImportError as error:
+        raise RuntimeError("make_cpu_client needs the CPU plugin: pip install pjrt-cpu") from error
+    plugin = default_plugins.load("cpu", pjrt_cpu.library_path())
+    options = pjrt_cpu.client_options(num_devices)
+    return _make_plugin_client(plugin, options)

@@ -1,0 +1,186 @@
+"""Finding PJRT plugins installed in this environment, without importing what cannot help.
+
+Three sources, read once when the registry is first used:
+
+* modules under the ``jax_plugins`` namespace package, and entry points in the group
+  ``jax_plugins`` — the convention JAX set, which plugin wheels already follow;
+* the ``PJRT_NAMES_AND_LIBRARY_PATHS`` environment variable, for plugins that are not packaged.
+
+A plugin module written for pjrt is imported and its ``initialize()`` registers it. A module
+written for JAX alone (its source imports ``jax``) is not imported: its ``initialize()`` would
+talk to JAX's registry, and importing it without JAX installed fails. When such a wheel carries
+a PJRT library next to the module, that library is registered directly under the module's
+platform name, unless a pjrt plugin already serves that platform.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import importlib.util
+import json
+import logging
+import os
+import pkgutil
+import re
+import sys
+from typing import Iterator
+
+logger = logging.getLogger(__name__)
+
+PLUGIN_GROUP = "jax_plugins"
+NAMESPACE_PACKAGE = "jax_plugins"
+ENV_VARIABLE = "PJRT_NAMES_AND_LIBRARY_PATHS"
+
+_IMPORTS_JAX = re.compile(r"^\s*(?:import\s+jax\b|from\s+jax[\s.])", re.MULTILINE)
+_IMPORTS_PJRT = re.compile(r"^\s*(?:import\s+pjrt\b|from\s+pjrt[\s.])", re.MULTILINE)
+_LIBRARY_NAME = re.compile(r".*(?:plugin|pjrt).*\.so$")
+# JAX wheel module names carry the platform and a toolkit version: xla_cuda12, xla_rocm7.
+_FOREIGN_MODULE_NAME = re.compile(r"^(?:xla_)?(?P<platform>[a-z]+?)\d*(?:_plugin)?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginModule:
+    """A module found by discovery, and where it was found."""
+
+    #: Importable module name, e.g. ``pjrt_cuda`` or ``jax_plugins.xla_cuda12``.
+    module: str
+    #: ``"entry point"`` or ``"namespace"``.
+    source: str
+    #: The distribution that installed it, when known.
+    distribution: str | None = None
+
+
+@dataclasses.dataclass
+class DiscoveryRecord:
+    """What discovery did with one plugin module or environment entry (for ``pjrt info``)."""
+
+    name: str
+    source: str
+    action: str  # "initialized", "registered library", "skipped", "failed"
+    detail: str = ""
+
+
+def _entry_points():
+    from importlib.metadata import entry_points
+
+    return entry_points(group=PLUGIN_GROUP)
+
+
+def find_plugin_modules() -> list[PluginModule]:
+    """Every plugin module under the namespace package or advertised by an entry point."""
+    found: dict[str, PluginModule] = {}
+    try:
+        namespace = importlib.import_module(NAMESPACE_PACKAGE)
+    except ImportError:
+        namespace = None
+    if namespace is not None:
+        for info in pkgutil.iter_modules(namespace.__path__, NAMESPACE_PACKAGE + "."):
+            found.setdefault(info.name, PluginModule(info.name, "namespace"))
+    for entry_point in _entry_points():
+        module = entry_point.value.split(":")[0].strip()
+        distribution = getattr(getattr(entry_point, "dist", None), "name", None)
+        # An entry point names the same module the namespace scan found: keep one record.
+        found[module] = PluginModule(module, "entry point", distribution)
+    return sorted(found.values(), key=lambda m: m.module)
+
+
+def _module_source(module: str) -> tuple[str | None, str | None]:
+    """The module's source text and directory, found without importing the module."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None, None
+    if spec is None or spec.origin in (None, "built-in", "frozen"):
+        return None, None
+    directory = (os.path.dirname(spec.origin) if spec.origin.endswith("__init__.py")
+                 or not spec.submodule_search_locations else list(spec.submodule_search_locations)[0])
+    try:
+        with open(spec.origin, encoding="utf-8", errors="replace") as f:
+            return f.read(), directory
+    except OSError:
+        return None, directory
+
+
+def written_for_jax(source: str) -> bool:
+    """Whether a plugin module's source imports jax and not pjrt (so it is JAX's plugin)."""
+    return bool(_IMPORTS_JAX.search(source)) and not _IMPORTS_PJRT.search(source)
+
+
+def platform_of_jax_module(module: str) -> str:
+    """The platform a JAX plugin module serves, from its name: ``xla_cuda12`` -> ``cuda``."""
+    leaf = module.rsplit(".", 1)[-1]
+    match = _FOREIGN_MODULE_NAME.match(leaf)
+    return match.group("platform") if match else leaf
+
+
+def find_library(directory: str | None) -> str | None:
+    """A PJRT plugin library (``*plugin*.so`` / ``*pjrt*.so``) in ``directory``, if any."""
+    if not directory or not os.path.isdir(directory):
+        return None
+    names = sorted(n for n in os.listdir(directory) if _LIBRARY_NAME.match(n))
+    return os.path.join(directory, names[0]) if names else None
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvPlugin:
+    """One ``name:path`` entry of PJRT_NAMES_AND_LIBRARY_PATHS."""
+
+    name: str
+    library_path: str
+    options: dict | None
+    config_file: str | None = None
+
+
+def read_plugin_config(json_path: str) -> tuple[str, dict | None]:
+    """``(library_path, create_options)`` from a plugin's JSON configuration file.
+
+    Raises:
+      ValueError: the file has no ``library_path`` (the message names the file), or is not
+        a JSON object.
+    """
+    with open(json_path, encoding="utf-8") as f:
+        config = json.load(f)
+    if not isinstance(config, dict) or "library_path" not in config:
+        raise ValueError(f"PJRT plugin configuration {json_path} has no \"library_path\" "
+                         f"field; it must name the plugin's shared library")
+    options = config.get("create_options")
+    if options is not None and not isinstance(options, dict):
+        raise ValueError(f"\"create_options\" in {json_path} must be an object of option "
+                         f"names to values")
+    return config["library_path"], options
+
+
+def plugins_from_env(value: str | None) -> list[EnvPlugin]:
+    """Parse ``name1:path1,name2:path2`` (``;`` between name and path on Windows).
+
+    A malformed entry is a warning naming it; the other entries are still returned. A path
+    ending in ``.json`` is a configuration file (see :func:`read_plugin_config`).
+
+    Raises:
+      ValueError: a JSON configuration without ``library_path``.
+    """
+    plugins = []
+    separator = ";" if sys.platform == "win32" else ":"
+    for entry in (value or "").split(","):
+        entry = entry.strip()
+        if not entry:
+            continue
+        name, found, path = entry.partition(separator)
+        name, path = name.strip(), path.strip()
+        if not found or not name or not path:
+            logger.warning("ignoring malformed entry %r in %s: expected name%spath", entry,
+                           ENV_VARIABLE, separator)
+            continue
+        if path.endswith(".json"):
+            library_path, options = read_plugin_config(path)
+            plugins.append(EnvPlugin(name, library_path, options, config_file=path))
+        else:
+            plugins.append(EnvPlugin(name, path, None))
+    return plugins
+
+
+def iter_classified(modules: list[PluginModule]) -> Iterator[tuple[PluginModule, bool, str | None]]:
+    """Each module with whether it was written for JAX alone, and its directory."""
+    for module in modules:
+        source, directory = _module_source(module.module)
+        yield module, bool(source) and written_for_jax(source), directory

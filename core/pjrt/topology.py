@@ -1,0 +1,103 @@
+"""Topology descriptions (``PJRT_TopologyDescription``): a platform's devices without a client.
+
+A plugin that can describe its hardware without reaching it (TPU, for example) lets programs be
+compiled ahead of time for a topology such as ``"v5e:2x2"``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from ._c import to_str
+from ._pjrt_cffi import ffi
+from .errors import check
+from .options import NamedValues, named_values_to_dict
+from .plugin import Plugin
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceDescription:
+    """A device as a topology describes it."""
+
+    id: int
+    process_index: int
+    device_kind: str
+
+
+class DeviceTopology:
+    """Owns a ``PJRT_TopologyDescription``: ``platform``, ``platform_version``,
+    :meth:`device_descriptions`, :meth:`serialize`, :meth:`attributes`."""
+
+    def __init__(self, plugin: Plugin, pointer):
+        self._plugin = plugin
+        self._pointer = pointer
+        api = plugin.api
+        name = api.call_new("PJRT_TopologyDescription_PlatformName", topology=pointer)
+        self.platform = to_str(name.platform_name, name.platform_name_size)
+        version = api.call_new("PJRT_TopologyDescription_PlatformVersion", topology=pointer)
+        self.platform_version = to_str(version.platform_version, version.platform_version_size)
+
+    def device_descriptions(self) -> list[DeviceDescription]:
+        api = self._plugin.api
+        args = api.call_new("PJRT_TopologyDescription_GetDeviceDescriptions", topology=self._pointer)
+        result = []
+        for i in range(args.num_descriptions):
+            description = args.descriptions[i]
+            kind = api.call_new("PJRT_DeviceDescription_Kind", device_description=description)
+            result.append(DeviceDescription(
+                int(api.call_new("PJRT_DeviceDescription_Id", device_description=description).id),
+                int(api.call_new("PJRT_DeviceDescription_ProcessIndex",
+                                 device_description=description).process_index),
+                to_str(kind.device_kind, kind.device_kind_size)))
+        return result
+
+    def attributes(self) -> dict:
+        args = self._plugin.api.call_new("PJRT_TopologyDescription_Attributes", topology=self._pointer)
+        return named_values_to_dict(args.attributes, args.num_attributes)
+
+    def serialize(self) -> bytes:
+        args = self._plugin.api.call_new("PJRT_TopologyDescription_Serialize", topology=self._pointer)
+        try:
+            return ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
+        finally:
+            if args.serialized_topology_deleter != ffi.NULL:
+                args.serialized_topology_deleter(args.serialized_topology)
+
+    def close(self) -> None:
+        pointer, self._pointer = self._pointer, ffi.NULL
+        if pointer != ffi.NULL:
+            api = self._plugin.api
+            args = api.new_args("PJRT_TopologyDescription_Destroy_Args")
+            args.topology = pointer
+            check(api, api.table.PJRT_TopologyDescription_Destroy(args))
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - nothing can be raised from a finaliser
+            pass
+
+    def __repr__(self) -> str:
+        return f"DeviceTopology(platform={self.platform!r}, version={self.platform_version!r})"
+
+
+def make_topology(plugin: Plugin, topology_name: str = "",
+                  options: Mapping | None = None) -> DeviceTopology:
+    """Ask ``plugin`` to describe ``topology_name`` (e.g. ``"v5e:2x2"``; "" for its own).
+
+    Raises:
+      UnsupportedFeatureError: the plugin cannot describe topologies.
+      XlaRuntimeError: the plugin refused (its message is kept).
+    """
+    plugin.initialize()
+    api = plugin.api
+    named = NamedValues(options)
+    encoded = topology_name.encode()
+    name = ffi.new("char[]", encoded)
+    args = api.new_args("PJRT_TopologyDescription_Create_Args")
+    args.topology_name = name
+    args.topology_name_size = len(encoded)
+    args.create_options = named.array
+    args.num_options = named.count
+    api.call("PJRT_TopologyDescription_Create", args)
+    return DeviceTopology(plugin, args.topology)
