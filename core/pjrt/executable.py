@@ -431,20 +431,17 @@ class LoadedExecutable:
         pointer = self._live_pointer()
         num_devices = len(self._devices)
         self._check_count(len(arguments))
-        per_device = []
-        for d, device in enumerate(self._devices):
-            row = []
-            for i, shards in enumerate(arguments):
-                if len(shards) != num_devices:
-                    raise ValueError(f"argument {i} has {len(shards)} shards; the executable "
-                                     f"runs on {num_devices} devices")
-                row.append(self._check_argument(i, shards[d], device))
-            per_device.append([args[d] for args in arguments])
-            per_device[-1] = row
-        self._check_donations(list(zip(*arguments)) if arguments else [])
-        flat = [buffer for row in per_device for buffer in row]
+        for i, shards in enumerate(arguments):
+            if len(shards) != num_devices:
+                raise ValueError(f"argument {i} has {len(shards)} shards; the executable "
+                                 f"runs on {num_devices} devices")
+        # Device-major, as the plugin takes them: every argument of device 0, then device 1...
+        flat = [self._check_argument(i, shards[d], device)
+                for d, device in enumerate(self._devices) for i, shards in enumerate(arguments)]
+        per_device_arguments = list(zip(*arguments)) if arguments else []
+        self._check_donations(per_device_arguments)
         outputs = self._run(pointer, flat, num_devices, len(arguments))
-        self._consume_donated(list(zip(*arguments)) if arguments else [])
+        self._consume_donated(per_device_arguments)
         results = [[None] * num_devices for _ in range(self._num_outputs)]
         for d, device in enumerate(self._devices):
             for i, array in enumerate(self._wrap_outputs(outputs, d, (device,))):
