@@ -139,7 +139,12 @@ def read_plugin_config(json_path: str) -> tuple[str, dict | None]:
         a JSON object.
     """
     with open(json_path, encoding="utf-8") as f:
-        config = json.load(f)
+        try:
+            config = json.load(f)
+        except json.JSONDecodeError as error:
+            # json's own message gives a line and column but not the file.
+            raise ValueError(f"PJRT plugin configuration {json_path} is not valid JSON: "
+                             f"{error}") from None
     if not isinstance(config, dict) or "library_path" not in config:
         raise ValueError(f"PJRT plugin configuration {json_path} has no \"library_path\" "
                          f"field; it must name the plugin's shared library")

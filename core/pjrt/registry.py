@@ -62,6 +62,17 @@ class BackendRegistration:
     source: str = "api"
     #: The plugin behind the factory, once loaded (None for plain factories).
     plugin: Plugin | None = None
+    #: The plugin module whose ``initialize()`` (or library) made this registration, if any.
+    module: str | None = None
+
+
+@dataclasses.dataclass
+class _DiscoveryContext:
+    """Who is discovering on this thread, and which plugin module it is initialising."""
+
+    registry: "BackendRegistry"
+    source: str = "api"
+    module: str | None = None
 
 
 _discovering = threading.local()
@@ -73,17 +84,24 @@ def discovering() -> bool:
     JAX calls every ``jax_plugins`` module's ``initialize()`` too; a pjrt plugin module checks
     this so that it registers with pjrt only when pjrt asks, and does nothing under JAX.
     """
-    return getattr(_discovering, "active", False)
+    return getattr(_discovering, "context", None) is not None
+
+
+def _discovery_context() -> _DiscoveryContext | None:
+    return getattr(_discovering, "context", None)
 
 
 @contextlib.contextmanager
-def _discovery_scope():
-    previous = discovering()
-    _discovering.active = True
+def _discovery_scope(context: _DiscoveryContext):
+    # A plugin module registers through the module-level functions; while this scope is open
+    # they reach the registry that is discovering (a test's or the CLI's, not only the
+    # default one) and label the registration with the module it came from.
+    previous = _discovery_context()
+    _discovering.context = context
     try:
         yield
     finally:
-        _discovering.active = previous
+        _discovering.context = previous
 
 
 def expand_platform_alias(platform: str) -> list[str]:
@@ -135,7 +153,7 @@ class BackendRegistry:
     def register_backend_factory(self, name: str, factory: BackendFactory, *, priority: int = 0,
                                  fail_quietly: bool = True, experimental: bool = False,
                                  make_topology: Callable[..., Any] | None = None,
-                                 source: str = "api") -> None:
+                                 source: str = "api", module: str | None = None) -> None:
         """Register ``factory`` as the maker of backend ``name``.
 
         Raises:
@@ -146,12 +164,13 @@ class BackendRegistry:
                 raise RuntimeError(f"backend {name!r} is already initialised; call "
                                    f"clear_backends() before registering it again")
             self._registrations[name] = BackendRegistration(
-                factory, priority, fail_quietly, experimental, make_topology, source)
+                factory, priority, fail_quietly, experimental, make_topology, source,
+                module=module)
 
     def register_plugin(self, plugin_name: str, priority: int = 400,
                         library_path: str | os.PathLike | None = None,
                         options: Mapping[str, Any] | None = None, c_api: Any = None,
-                        *, source: str = "api") -> Plugin | None:
+                        *, source: str = "api", module: str | None = None) -> Plugin | None:
         """Load a PJRT plugin and register a backend factory that makes its client.
 
         Args:
@@ -163,7 +182,7 @@ class BackendRegistry:
 
         Returns:
           The loaded :class:`Plugin`; None when platform selection excludes this platform
-          (it is then recorded but not loaded).
+          (it is then recorded but not loaded; it is loaded if a later selection asks for it).
 
         Raises:
           ValueError: neither or both of ``library_path`` and ``c_api`` were given.
@@ -175,20 +194,26 @@ class BackendRegistry:
                              f"library_path and c_api")
         options = dict(options or {})
         experimental = plugin_name not in NON_EXPERIMENTAL_PLATFORMS
+
+        def load() -> Plugin:
+            if library_path is not None:
+                return self._plugins.load(plugin_name, library_path)
+            return self._plugins.add_c_api(plugin_name, c_api)
+
         with self._lock:
             selected = self.selected_platforms()
             if selected is not None and plugin_name not in selected:
+                # Platforms not asked for are never touched, but the registration stays
+                # usable: a later selection that includes it loads the library then.
                 self._registrations[plugin_name] = BackendRegistration(
-                    _not_selected(plugin_name), priority, True, experimental, None, source)
+                    lambda: _make_plugin_client(load(), options), priority, True,
+                    experimental, None, source, module=module)
                 return None
             try:
-                if library_path is not None:
-                    plugin = self._plugins.load(plugin_name, library_path)
-                else:
-                    plugin = self._plugins.add_c_api(plugin_name, c_api)
+                plugin = load()
             except PluginLoadError as error:
                 self._registrations[plugin_name] = BackendRegistration(
-                    _failing(error), priority, True, experimental, None, source)
+                    _failing(error), priority, True, experimental, None, source, module=module)
                 raise
 
             def factory() -> Client:
@@ -201,7 +226,7 @@ class BackendRegistry:
 
             self.register_backend_factory(plugin_name, factory, priority=priority,
                                           experimental=experimental, make_topology=make_topology,
-                                          source=source)
+                                          source=source, module=module)
             self._registrations[plugin_name].plugin = plugin
             return plugin
 
@@ -211,18 +236,21 @@ class BackendRegistry:
         if self._discovered or not self._discover_enabled:
             self._discovered = True
             return
+        # Read the environment first: a broken configuration file raises before any plugin
+        # is touched, and raises again on the next question instead of being half-applied.
+        env_plugins = discovery.plugins_from_env(self._env(discovery.ENV_VARIABLE))
         self._discovered = True
         modules = discovery.find_plugin_modules()
         jax_only = []
-        with _discovery_scope():
-            for module, for_jax, directory in discovery.iter_classified(modules):
-                if for_jax:
-                    jax_only.append((module, directory))
-                    continue
+        for module, for_jax, directory in discovery.iter_classified(modules):
+            if for_jax:
+                jax_only.append((module, directory))
+                continue
+            with _discovery_scope(_DiscoveryContext(self, module.source, module.module)):
                 self._initialize_module(module)
         for module, directory in jax_only:
             self._register_jax_wheel(module, directory)
-        for entry in discovery.plugins_from_env(self._env(discovery.ENV_VARIABLE)):
+        for entry in env_plugins:
             self._register_env_plugin(entry)
 
     def _initialize_module(self, module: discovery.PluginModule) -> None:
@@ -236,9 +264,10 @@ class BackendRegistry:
                 return
             initialize()
         except PluginLoadError as error:
-            # The registration records the reason; say it once here too.
+            # The registration keeps the reason for backend_errors(); the log says it once.
             record.action, record.detail = "failed", str(error)
-            logger.info("plugin module %s: %s", module.module, error)
+            logger.warning("plugin module %s could not load its library: %s; skipping it",
+                           module.module, error)
         except Exception as error:  # noqa: BLE001 - one broken plugin must not stop startup
             record.action, record.detail = "failed", f"{type(error).__name__}: {error}"
             logger.warning("plugin module %s could not be %s (%s: %s); skipping it",
@@ -261,9 +290,12 @@ class BackendRegistry:
         record.detail = f"{library} as {platform!r}"
         try:
             self.register_plugin(platform, priority=_DEFAULT_PRIORITIES.get(platform, 400),
-                                 library_path=library, source=f"{module.source} {module.module}")
-        except PluginLoadError as error:
+                                 library_path=library, source=module.source,
+                                 module=module.module)
+        except (PluginLoadError, ValueError) as error:
             record.action, record.detail = "failed", str(error)
+            logger.warning("JAX plugin %s: its library %s could not be loaded: %s",
+                           module.module, library, error)
 
     def _register_env_plugin(self, entry: discovery.EnvPlugin) -> None:
         source = f"{discovery.ENV_VARIABLE}" + (f" ({entry.config_file})" if entry.config_file else "")
@@ -278,7 +310,7 @@ class BackendRegistry:
         try:
             self.register_plugin(entry.name, library_path=entry.library_path,
                                  options=entry.options, source=source)
-        except PluginLoadError as error:
+        except (PluginLoadError, ValueError) as error:
             record.action, record.detail = "failed", str(error)
             logger.warning("%s entry %r: %s", discovery.ENV_VARIABLE, entry.name, error)
 
@@ -294,7 +326,12 @@ class BackendRegistry:
             if self._backends is not None:
                 raise RuntimeError("backends are already initialised; call clear_backends() "
                                    "before choosing platforms")
-            self._platforms_override = _parse_platforms(platforms)
+            platforms = _parse_platforms(platforms)
+            if platforms != self._platforms_override and self._discovered:
+                # Discovery registered plugins under the old selection (skipping the
+                # libraries it excluded); redo it under the new one.
+                self._forget_discovered()
+            self._platforms_override = platforms
 
     def selected_platforms(self) -> list[str] | None:
         """The platforms asked for (aliases kept as written), or None for all."""
@@ -333,19 +370,32 @@ class BackendRegistry:
                 self._suggest_missing()
             return dict(self._backends)
 
+    def _requested(self) -> list[str]:
+        """The platform names as written in set_platforms() or PJRT_PLATFORMS, aliases kept."""
+        if self._platforms_override is not None:
+            return self._platforms_override
+        return _parse_platforms(self._env(PLATFORMS_ENV)) or []
+
     def _plan(self) -> list[tuple[str, int, bool]]:
         selected = self.selected_platforms()
         if selected is None:
             return [(name, r.priority, r.fail_quietly) for name, r in self._registrations.items()]
+        # "gpu" expands to cuda and rocm; only the members that are registered are required,
+        # but at least one must be, or asking for a GPU silently gives none.
+        for alias in self._requested():
+            members = PLATFORM_ALIASES.get(alias)
+            if members and not any(m in self._registrations for m in members):
+                known = ", ".join(sorted(self._registrations)) or "none"
+                raise RuntimeError(
+                    f"{PLATFORMS_ENV} asks for {alias!r}, but no plugin for "
+                    f"{' or '.join(members)} is registered (registered: {known}); install "
+                    f"one, or remove {alias!r} from {PLATFORMS_ENV}")
         # Listed platforms: the order is the priority, and every one must come up.
         names = [p for p in selected if p in self._registrations or not self._is_alias_member(p)]
         return [(name, len(names) - i, False) for i, name in enumerate(names)]
 
     def _is_alias_member(self, platform: str) -> bool:
-        # "gpu" expands to cuda and rocm; only the ones that are registered are required.
-        requested = _parse_platforms(self._platforms_override) or _parse_platforms(
-            self._env(PLATFORMS_ENV)) or []
-        return any(platform in PLATFORM_ALIASES.get(r, ()) for r in requested)
+        return any(platform in PLATFORM_ALIASES.get(r, ()) for r in self._requested())
 
     def _initialize_all(self) -> None:
         best = None
@@ -356,10 +406,14 @@ class BackendRegistry:
                 reason = f"{type(error).__name__}: {error}"
                 self._errors[name] = reason
                 if not fail_quietly:
-                    raise RuntimeError(
-                        f"unable to initialise backend {name!r}: {reason} (it was asked for "
-                        f"in {PLATFORMS_ENV}; set {PLATFORMS_ENV}='' to use whatever comes up, "
-                        f"or remove {name!r} from it)") from error
+                    if self._platforms_override is not None:
+                        hint = ("it was asked for with set_platforms(); call "
+                                "set_platforms(None) to use whatever comes up")
+                    else:
+                        hint = (f"it was asked for in {PLATFORMS_ENV}; set {PLATFORMS_ENV}='' to "
+                                f"use whatever comes up, or remove {name!r} from it")
+                    raise RuntimeError(f"unable to initialise backend {name!r}: {reason} "
+                                       f"({hint})") from error
                 logger.info("backend %r did not start: %s", name, reason)
                 continue
             self._backends[name] = client
@@ -376,15 +430,16 @@ class BackendRegistry:
             raise RuntimeError(f"no backend named {name!r} is registered (registered: {known}); "
                                f"install its plugin package or list it in "
                                f"{discovery.ENV_VARIABLE}")
-        if registration.experimental and name not in self._warned_experimental:
-            self._warned_experimental.add(name)
-            logger.warning("platform %r comes from a plugin this project does not test; not "
-                           "every feature may work", name)
         client = registration.factory()
         if client is None:
             raise RuntimeError(f"the factory of backend {name!r} returned no client")
         if client.device_count() == 0:
             raise RuntimeError(f"backend {name!r} has no devices")
+        # Only a backend that came up is worth this warning; one that failed says why instead.
+        if registration.experimental and name not in self._warned_experimental:
+            self._warned_experimental.add(name)
+            logger.warning("platform %r comes from a plugin this project does not test; not "
+                           "every feature may work", name)
         return client
 
     def _nothing_came_up(self) -> str:
@@ -455,9 +510,16 @@ class BackendRegistry:
         return self._default
 
     def backend_errors(self) -> dict[str, str]:
-        """Why each backend that failed to start failed."""
-        self.backends()
+        """Why each backend that failed to start failed (initialising them first if needed).
+
+        Unlike :meth:`backends`, this answers even when initialisation raised (a platform
+        asked for by name failed, or nothing came up): the reasons are what one wants then.
+        """
         with self._lock:
+            try:
+                self.backends()
+            except RuntimeError:
+                pass
             return dict(self._errors)
 
     def registrations(self) -> dict[str, BackendRegistration]:
@@ -481,10 +543,14 @@ class BackendRegistry:
             self._backends = None
             self._errors = {}
             self._default = None
-            self._registrations = {name: r for name, r in self._registrations.items()
-                                   if r.source == "api"}
-            self._discovered = False
-            self.discovery_records = []
+            self._forget_discovered()
+
+    def _forget_discovered(self) -> None:
+        # Registrations made through the API stay; discovery's are redone next time.
+        self._registrations = {name: r for name, r in self._registrations.items()
+                               if r.source == "api"}
+        self._discovered = False
+        self.discovery_records = []
 
     def make_pjrt_topology(self, platform: str, topology_name: str = "", **options):
         """A topology description of ``platform``, for compiling without its devices.
@@ -513,12 +579,6 @@ def _failing(error: Exception) -> BackendFactory:
     return factory
 
 
-def _not_selected(name: str) -> BackendFactory:
-    def factory() -> Client:
-        raise RuntimeError(f"platform {name!r} is not selected in {PLATFORMS_ENV}")
-    return factory
-
-
 default_registry = BackendRegistry(default_plugins)
 
 
@@ -535,22 +595,41 @@ if hasattr(os, "register_at_fork"):
 
 # -- the module-level API, on the default registry ---------------------------------------------
 
+def _target() -> tuple[BackendRegistry, str, str | None]:
+    """The registry a module-level registration goes to, with its source and module.
+
+    Inside discovery that is the discovering registry; otherwise the default one.
+    """
+    context = _discovery_context()
+    if context is None:
+        return default_registry, "api", None
+    return context.registry, context.source, context.module
+
+
 def register_backend_factory(name: str, factory: BackendFactory, *, priority: int = 0,
                              fail_quietly: bool = True, experimental: bool = False,
                              make_topology: Callable[..., Any] | None = None) -> None:
-    """Register a backend factory on the default registry (see BackendRegistry)."""
-    default_registry.register_backend_factory(name, factory, priority=priority,
-                                              fail_quietly=fail_quietly,
-                                              experimental=experimental,
-                                              make_topology=make_topology)
+    """Register a backend factory (see BackendRegistry.register_backend_factory).
+
+    Called by a plugin module's ``initialize()`` during discovery, it registers with the
+    registry that is discovering; otherwise with the default registry.
+    """
+    registry, source, module = _target()
+    registry.register_backend_factory(name, factory, priority=priority,
+                                      fail_quietly=fail_quietly, experimental=experimental,
+                                      make_topology=make_topology, source=source, module=module)
 
 
 def register_plugin(plugin_name: str, priority: int = 400, library_path=None, options=None,
                     c_api=None) -> Plugin | None:
-    """Load a PJRT plugin and register it as a backend (see BackendRegistry.register_plugin)."""
-    source = "entry point" if discovering() else "api"
-    return default_registry.register_plugin(plugin_name, priority, library_path, options, c_api,
-                                            source=source)
+    """Load a PJRT plugin and register it as a backend (see BackendRegistry.register_plugin).
+
+    Called by a plugin module's ``initialize()`` during discovery, it registers with the
+    registry that is discovering; otherwise with the default registry.
+    """
+    registry, source, module = _target()
+    return registry.register_plugin(plugin_name, priority, library_path, options, c_api,
+                                    source=source, module=module)
 
 
 def set_platforms(platforms: str | Sequence[str] | None) -> None:

@@ -1,0 +1,7 @@
+"""``python -m pjrt``: the ``pjrt`` command (see :mod:`pjrt.cli`)."""
+import sys
+
+from .cli import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,435 @@
+"""The backend registry: laziness, platform selection, aliases, errors, threads, and the
+module-level API on the default registry.
+
+Tests build their own :class:`~pjrt.registry.BackendRegistry` on a fresh
+:class:`~pjrt.plugin.PluginTable` and a given environment, so no state leaks between them.
+Every backend is a real client of XLA's CPU plugin; factories that are counted still make
+real clients.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import pjrt
+import pjrt_cpu
+from pjrt import registry
+from pjrt._pjrt_cffi import ffi
+from pjrt.client import create_client
+from pjrt.plugin import PluginTable
+
+from conftest import cpu_plugin_path
+from fixtures import programs
+
+TINY = programs.get("tiny_tanh")
+LIB_81 = cpu_plugin_path("xla_cpu_0_81")
+LIB_106 = cpu_plugin_path("xla_cpu_0_106")
+ENV = "PJRT_NAMES_AND_LIBRARY_PATHS"
+
+
+class CountingFactory:
+    """A backend factory that counts its calls and makes a real CPU client each time."""
+
+    def __init__(self, table: PluginTable, name: str, library: str = LIB_81, devices: int = 1):
+        self.table, self.name, self.library, self.devices = table, name, library, devices
+        self.calls = 0
+        self._lock = threading.Lock()
+
+    def __call__(self):
+        with self._lock:
+            self.calls += 1
+        plugin = self.table.load(self.name, self.library)
+        return create_client(plugin, {"cpu_device_count": self.devices})
+
+
+def failing(message: str):
+    def factory():
+        raise OSError(message)
+    return factory
+
+
+@pytest.fixture
+def make_registry():
+    """Fresh registries (each on its own plugin table); their clients are closed afterwards."""
+    made = []
+
+    def make(environ: dict | None = None, *, table: PluginTable | None = None,
+             discover: bool = True) -> registry.BackendRegistry:
+        reg = registry.BackendRegistry(table or PluginTable(), environ=environ or {},
+                                       discover=discover)
+        made.append(reg)
+        return reg
+
+    yield make
+    for reg in made:
+        reg.clear_backends()
+
+
+@pytest.fixture
+def cpu2_config(tmp_path) -> str:
+    """PJRT_NAMES_AND_LIBRARY_PATHS entry: the 0.106 CPU plugin as ``cpu2`` with 3 devices."""
+    config = tmp_path / "cpu2.json"
+    config.write_text(json.dumps({"library_path": LIB_106,
+                                  "create_options": {"cpu_device_count": 3}}))
+    return f"cpu2:{config}"
+
+
+def run_tiny(device) -> None:
+    compiled = pjrt.compile(TINY.read_text(), device)
+    programs.check_outputs(TINY, [np.asarray(compiled(*TINY.inputs()))])
+
+
+# -- laziness -------------------------------------------------------------------------------
+
+def test_nothing_is_loaded_or_called_until_asked(make_registry):
+    table = PluginTable()
+    reg = make_registry(table=table)
+    factory = CountingFactory(table, "lazy")
+    reg.register_backend_factory("lazy", factory)
+    assert factory.calls == 0
+    assert table.names() == [] and reg.discovery_records == []
+    assert not reg.backends_are_initialized()
+
+    # Looking at the registrations discovers plugins and loads their libraries, but makes
+    # no client.
+    assert set(reg.registrations()) == {"cpu", "lazy"}
+    assert factory.calls == 0 and not reg.backends_are_initialized()
+
+    assert set(reg.backends()) == {"cpu", "lazy"}
+    assert reg.backends_are_initialized()
+    reg.backends()
+    reg.get_backend("lazy")
+    assert factory.calls == 1
+
+
+def test_registry_reads_its_own_environment(make_registry, monkeypatch):
+    monkeypatch.setenv("PJRT_PLATFORMS", "nosuch")
+    reg = make_registry({})
+    assert reg.default_backend() == "cpu"
+
+
+def test_concurrent_first_questions_initialise_each_factory_once(make_registry):
+    table = PluginTable()
+    reg = make_registry(table=table, discover=False)
+    factories = [CountingFactory(table, f"t{i}", devices=i + 1) for i in range(3)]
+    for i, factory in enumerate(factories):
+        reg.register_backend_factory(factory.name, factory, priority=i)
+    barrier = threading.Barrier(16)
+    seen, errors = [], []
+
+    def ask(i):
+        try:
+            barrier.wait()
+            client = reg.get_backend() if i % 2 else reg.backends()["t1"]
+            seen.append(client)
+        except Exception as error:  # noqa: BLE001 - reported by the assert below
+            errors.append(error)
+
+    threads = [threading.Thread(target=ask, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert [f.calls for f in factories] == [1, 1, 1]
+    assert len(seen) == 16
+    assert {c.plugin.name for c in seen} == {"t1", "t2"}
+    assert reg.default_backend() == "t2" and reg.get_backend().device_count() == 3
+
+
+# -- platform selection ---------------------------------------------------------------------
+
+def test_platforms_env_brings_up_only_the_listed_platform(make_registry, cpu2_config):
+    table = PluginTable()
+    reg = make_registry({"PJRT_PLATFORMS": "cpu2", ENV: cpu2_config}, table=table)
+    other = CountingFactory(table, "other")
+    reg.register_backend_factory("other", other, priority=1000)
+
+    backends = reg.backends()
+    assert set(backends) == {"cpu2"}
+    assert reg.default_backend() == "cpu2"
+    assert backends["cpu2"].device_count() == 3
+    run_tiny(backends["cpu2"].devices()[1])
+    # The others were registered but never touched: no call, no library loaded.
+    assert other.calls == 0
+    assert table.names() == ["cpu2"]
+    assert set(reg.registrations()) == {"cpu", "cpu2", "other"}
+    assert reg.registrations()["cpu"].plugin is None
+    with pytest.raises(RuntimeError, match="'cpu' is not in PJRT_PLATFORMS"):
+        reg.get_backend("cpu")
+
+
+def test_a_listed_platform_that_fails_is_a_loud_error(make_registry):
+    reg = make_registry({"PJRT_PLATFORMS": "broken,cpu"})
+    reg.register_backend_factory("broken", failing("no device attached"))
+    for _ in range(2):  # not cached as a half-initialised state
+        with pytest.raises(RuntimeError) as excinfo:
+            reg.backends()
+        message = str(excinfo.value)
+        assert "unable to initialise backend 'broken'" in message
+        assert "OSError: no device attached" in message
+        assert "PJRT_PLATFORMS=''" in message  # the hint
+    assert not reg.backends_are_initialized()
+
+
+def test_a_listed_platform_that_is_not_registered_is_named(make_registry):
+    reg = make_registry({"PJRT_PLATFORMS": "cpu,nosuch"})
+    with pytest.raises(RuntimeError, match="no backend named 'nosuch' is registered") as info:
+        reg.backends()
+    assert "registered: cpu" in str(info.value)
+
+
+def test_unlisted_failures_are_recorded_not_raised(make_registry):
+    reg = make_registry()
+    reg.register_backend_factory("flaky", failing("driver too old"), priority=900)
+    assert reg.default_backend() == "cpu"
+    assert reg.backend_errors() == {"flaky": "OSError: driver too old"}
+    with pytest.raises(RuntimeError, match="'flaky' failed to initialise: OSError: driver"):
+        reg.get_backend("flaky")
+    with pytest.raises(RuntimeError, match="unknown backend 'nosuch'"):
+        reg.get_backend("nosuch")
+
+
+@pytest.mark.parametrize("platforms", ["gpu", "gpu,cpu"])
+def test_gpu_alias_without_a_gpu_plugin_is_a_clear_error(make_registry, platforms):
+    reg = make_registry({"PJRT_PLATFORMS": platforms})
+    with pytest.raises(RuntimeError) as excinfo:
+        reg.backends()
+    message = str(excinfo.value)
+    assert "'gpu'" in message and "cuda or rocm" in message
+    assert "registered: cpu" in message
+
+
+def test_gpu_alias_brings_up_the_registered_member(make_registry):
+    # XLA's CPU library registered under a GPU platform name stands for a GPU plugin here:
+    # what is tested is the alias, and the client behind it is real.
+    table = PluginTable()
+    reg = make_registry({"PJRT_PLATFORMS": "gpu"}, table=table)
+    reg.register_plugin("rocm", library_path=LIB_81, options={"cpu_device_count": 2})
+    assert set(reg.backends()) == {"rocm"}
+    assert reg.canonicalize_platform("gpu") == "rocm"
+    assert reg.get_backend("gpu") is reg.get_backend("rocm")
+    assert reg.get_backend("gpu").device_count() == 2
+    assert "cpu" not in table.names()
+
+
+def test_set_platforms_overrides_the_environment(make_registry, cpu2_config):
+    reg = make_registry({"PJRT_PLATFORMS": "nosuch", ENV: cpu2_config})
+    reg.set_platforms(["cpu"])
+    assert set(reg.backends()) == {"cpu"}
+    with pytest.raises(RuntimeError, match="already initialised"):
+        reg.set_platforms("cpu2")
+
+    old = reg.get_backend("cpu")
+    reg.clear_backends()
+    assert old.is_closed and not reg.backends_are_initialized()
+    reg.set_platforms("cpu2, CPU")  # spaces and case are forgiven
+    assert reg.selected_platforms() == ["cpu2", "cpu"]
+    assert set(reg.backends()) == {"cpu2", "cpu"}
+    assert reg.default_backend() == "cpu2"
+
+    reg.clear_backends()
+    reg.set_platforms(None)  # back to PJRT_PLATFORMS, which names nothing registered
+    with pytest.raises(RuntimeError, match="no backend named 'nosuch'"):
+        reg.backends()
+
+
+def test_changing_the_selection_after_discovery_redoes_it(make_registry, cpu2_config):
+    table = PluginTable()
+    reg = make_registry({ENV: cpu2_config}, table=table)
+    reg.set_platforms("cpu2")
+    assert set(reg.registrations()) == {"cpu", "cpu2"}
+    assert table.names() == ["cpu2"]  # cpu was discovered but excluded
+    reg.set_platforms(None)
+    assert set(reg.backends()) == {"cpu", "cpu2"}
+    assert set(table.names()) == {"cpu", "cpu2"}
+
+
+def test_an_api_plugin_excluded_at_registration_loads_when_selected_later(make_registry):
+    table = PluginTable()
+    reg = make_registry({"PJRT_PLATFORMS": "cpu"}, table=table)
+    assert reg.register_plugin("late", library_path=LIB_106) is None
+    assert "late" not in table.names()
+    assert set(reg.backends()) == {"cpu"}
+    reg.clear_backends()
+    reg.set_platforms("late")
+    assert reg.get_backend("late").plugin.api_version == (0, 106)
+    assert "late" in table.names()
+
+
+def test_aliases_and_names(make_registry):
+    assert registry.expand_platform_alias("gpu") == ["cuda", "rocm"]
+    assert registry.expand_platform_alias("cpu") == ["cpu"]
+    assert registry.is_gpu("cuda") and registry.is_gpu("rocm")
+    assert not registry.is_gpu("gpu") and not registry.is_gpu("cpu")
+
+    reg = make_registry()
+    reg.register_backend_factory("flaky", failing("gone"))
+    assert reg.is_known_platform("cpu")
+    assert reg.is_known_platform("gpu")  # an alias is known even with no member
+    assert reg.is_known_platform("flaky")  # registered, even though it will fail
+    assert not reg.is_known_platform("nosuch")
+    assert not reg.backends_are_initialized()  # asking what is known starts nothing
+    assert reg.canonicalize_platform("cpu") == "cpu"
+    assert reg.canonicalize_platform("nosuch") == "nosuch"
+    with pytest.raises(RuntimeError, match="no gpu backend is available"):
+        reg.canonicalize_platform("gpu")
+
+
+# -- nothing came up ------------------------------------------------------------------------
+
+def test_nothing_came_up_lists_every_backend_and_why(make_registry):
+    reg = make_registry(discover=False)
+    reg.register_backend_factory("alpha", failing("alpha has no devices attached"))
+    reg.register_backend_factory("beta", lambda: None)
+    with pytest.raises(RuntimeError) as excinfo:
+        reg.backends()
+    lines = str(excinfo.value).splitlines()
+    assert lines[0] == "no PJRT backend could be started:"
+    assert lines[1:] == ["  alpha: OSError: alpha has no devices attached",
+                         "  beta: RuntimeError: the factory of backend 'beta' returned no client"]
+
+
+def test_nothing_registered_says_what_to_install(make_registry):
+    reg = make_registry(discover=False)
+    with pytest.raises(RuntimeError, match="no PJRT backend is registered.*pjrt-cpu"):
+        reg.backends()
+
+
+# -- registering ----------------------------------------------------------------------------
+
+def test_registering_an_initialised_name_is_refused(make_registry):
+    table = PluginTable()
+    reg = make_registry(table=table, discover=False)
+    reg.register_backend_factory("x", CountingFactory(table, "x"))
+    reg.get_backend("x")
+    with pytest.raises(RuntimeError, match="'x' is already initialised"):
+        reg.register_backend_factory("x", CountingFactory(table, "x"))
+    # A name that is not initialised yet may still be added, and after a clear, replaced.
+    reg.register_backend_factory("y", CountingFactory(table, "y"))
+    reg.clear_backends()
+    again = CountingFactory(table, "x", devices=2)
+    reg.register_backend_factory("x", again)
+    assert reg.get_backend("x").device_count() == 2 and again.calls == 1
+
+
+def test_register_plugin_needs_exactly_one_source(make_registry):
+    reg = make_registry(discover=False)
+    with pytest.raises(ValueError, match="exactly one of library_path and c_api"):
+        reg.register_plugin("none")
+    with pytest.raises(ValueError, match="exactly one of library_path and c_api"):
+        reg.register_plugin("both", library_path=LIB_81, c_api=1)
+    assert reg.registrations() == {}
+
+
+def test_register_plugin_from_a_c_api_address(make_registry):
+    loaded = PluginTable().load("origin", LIB_106)
+    address = int(ffi.cast("uintptr_t", loaded.api.table))
+    reg = make_registry(discover=False)
+    plugin = reg.register_plugin("capi", c_api=address, options={"cpu_device_count": 2})
+    assert plugin.library_path is None and plugin.api_version == (0, 106)
+    client = reg.get_backend("capi")
+    assert client.device_count() == 2
+    run_tiny(client.devices()[1])
+
+
+def test_register_plugin_with_a_missing_library_records_the_reason(make_registry):
+    reg = make_registry()
+    with pytest.raises(pjrt.PluginLoadError, match="no file at /nonexistent/x.so"):
+        reg.register_plugin("gone", library_path="/nonexistent/x.so")
+    assert reg.default_backend() == "cpu"
+    assert "no file at /nonexistent/x.so" in reg.backend_errors()["gone"]
+
+
+# -- the module-level API on the default registry -------------------------------------------
+
+def test_module_level_api_uses_the_installed_cpu_plugin():
+    devices = pjrt.devices()
+    assert devices and all(d.platform == "cpu" for d in devices)
+    assert pjrt.default_backend() == "cpu"
+    assert "cpu" in pjrt.backends()
+    assert pjrt.get_backend() is pjrt.get_backend("cpu")
+    assert pjrt.backends_are_initialized()
+    assert pjrt.device_count() == len(devices) == pjrt.local_device_count()
+    assert pjrt.local_devices() == devices
+    assert pjrt.process_index() == 0 and pjrt.process_count() == 1
+    assert pjrt.backend_pjrt_c_api_version() == pjrt.get_backend().plugin.api_version == (0, 81)
+    assert pjrt.is_known_platform("cpu") and pjrt.canonicalize_platform("cpu") == "cpu"
+
+    compiled = pjrt.compile(TINY.read_text())  # no device: the default backend's first
+    assert compiled.devices == [devices[0]]
+    programs.check_outputs(TINY, [np.asarray(compiled(*TINY.inputs()))])
+
+    with pytest.raises(ValueError, match="unknown process_index 5"):
+        pjrt.local_devices(process_index=5)
+
+
+def test_make_cpu_client():
+    with pjrt.make_cpu_client(num_devices=3) as client:
+        assert client.platform == "cpu" and client.device_count() == 3
+        run_tiny(client.devices()[2])
+
+
+def test_cpu_device_count_from_the_environment(monkeypatch):
+    monkeypatch.setenv(pjrt_cpu.DEVICE_COUNT_ENV, "2")
+    assert pjrt_cpu.client_options() == {"cpu_device_count": 2}
+    assert pjrt_cpu.client_options(5) == {"cpu_device_count": 5}  # an argument wins
+    with pjrt.make_cpu_client() as client:
+        assert client.device_count() == 2
+    monkeypatch.setenv(pjrt_cpu.DEVICE_COUNT_ENV, "two")
+    with pytest.raises(ValueError, match="PJRT_CPU_DEVICE_COUNT='two' is not an integer"):
+        pjrt_cpu.client_options()
+    monkeypatch.setenv(pjrt_cpu.DEVICE_COUNT_ENV, "0")
+    with pytest.raises(ValueError, match="at least 1"):
+        pjrt_cpu.client_options()
+    monkeypatch.setenv(pjrt_cpu.DEVICE_COUNT_ENV, " ")
+    assert pjrt_cpu.client_options() == {}
+
+
+def test_fork_after_initialisation_warns():
+    pjrt.backends()
+    # Capture every warning: jax, when another test has imported it, warns about fork too.
+    with pytest.warns(RuntimeWarning) as caught:
+        pid = os.fork()
+        if pid == 0:  # the child leaves at once, before touching anything
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    ours = [w for w in caught if "was called after PJRT backends were initialised"
+            in str(w.message)]
+    assert len(ours) == 1 and ours[0].category is RuntimeWarning
+    assert "'spawn' start method" in str(ours[0].message)
+
+
+# -- plugin packages ------------------------------------------------------------------------
+
+def test_check_plugin_version():
+    assert pjrt.check_plugin_version("pjrt_cpu", "0.1.0", "0.1.7")
+    assert pjrt.check_plugin_version("pjrt_cpu", "1.2.3", "1.2.0rc1")
+    with pytest.warns(RuntimeWarning, match="pjrt_cpu 0.2.0 is installed, but it does not "
+                                            "match pjrt 0.1.0"):
+        assert pjrt.check_plugin_version("pjrt_cpu", "0.1.0", "0.2.0") is False
+
+
+def test_import_from_plugin(tmp_path, monkeypatch):
+    assert pjrt.import_from_plugin("cpu", "no_such_submodule") is None
+    with pytest.raises(ValueError, match="unknown plugin 'nosuch'"):
+        pjrt.import_from_plugin("nosuch", "anything")
+
+    # Give pjrt_cpu a real submodule from a directory added to its package path.
+    (tmp_path / "extra_kernels.py").write_text("ANSWER = 42\n")
+    monkeypatch.setattr(pjrt_cpu, "__path__", [*pjrt_cpu.__path__, str(tmp_path)])
+    monkeypatch.delitem(sys.modules, "pjrt_cpu.extra_kernels", raising=False)
+    try:
+        assert pjrt.import_from_plugin("cpu", "extra_kernels").ANSWER == 42
+        monkeypatch.setattr(pjrt_cpu, "__version__", "7.0.0")
+        with pytest.warns(RuntimeWarning, match="pjrt_cpu 7.0.0"):
+            assert pjrt.import_from_plugin("cpu", "extra_kernels") is None
+        assert pjrt.import_from_plugin("cpu", "extra_kernels", check_version=False).ANSWER == 42
+    finally:
+        sys.modules.pop("pjrt_cpu.extra_kernels", None)
