@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import enum
+import gc
 import threading
 import weakref
 from typing import Any, Mapping, Sequence
@@ -22,6 +23,7 @@ from .device import Device, Memory, handle_key
 from .errors import ClosedClientError, check
 
 _destroy_buffers = lib.pjrt_shim_buffers_destroy
+_destroy_buffer = lib.pjrt_shim_buffer_destroy
 from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
 
 
@@ -44,29 +46,43 @@ class ClientHandle:
     destroyed exactly once. :meth:`destroy` frees whatever is still registered before the
     client itself, so the order in which the garbage collector finalises a client and its
     arrays does not matter.
+
+    A buffer that numpy is reading without a copy (see ``Array.__array__``) is the exception:
+    ``destroy`` leaves it, and the client, to be freed when the last such view goes.
     """
 
-    __slots__ = ("api", "pointer", "closed", "buffers", "executables", "__weakref__")
+    __slots__ = ("api", "pointer", "closed", "buffers", "executables", "viewed", "__weakref__")
 
     def __init__(self, api: Api, pointer):
         self.api = api
         self.pointer = pointer
+        #: Set by destroy(): the client may no longer be used, even if it is not yet freed.
         self.closed = False
         #: owner id -> list of PJRT_Buffer* the owner holds
         self.buffers: dict[int, list] = {}
         #: owner id -> (PJRT_LoadedExecutable*, PJRT_Executable*)
         self.executables: dict[int, tuple] = {}
+        #: owner id -> weak reference to the object numpy views of its buffer keep alive
+        self.viewed: dict[int, weakref.ref] = {}
 
     def release_buffers(self, owner_id: int) -> None:
         """Free the buffers registered by ``owner_id``, if they are still registered."""
         buffers = self.buffers.pop(owner_id, None)  # dict.pop is atomic: one caller wins
-        if buffers and not self.closed:
-            _destroy_buffers(self.api.table, ffi.new("PJRT_Buffer*[]", buffers), len(buffers))
+        self.viewed.pop(owner_id, None)
+        if buffers is None or self.pointer == ffi.NULL:
+            return
+        table = self.api.table
+        if len(buffers) == 1:
+            _destroy_buffer(table, buffers[0])
+        else:
+            _destroy_buffers(table, ffi.new("PJRT_Buffer*[]", buffers), len(buffers))
+        if self.closed and not self.buffers:
+            self._destroy_client()  # the last viewed buffer of a closed client is gone
 
     def release_executable(self, owner_id: int) -> None:
         """Free the executable registered by ``owner_id``, if it is still registered."""
         pointers = self.executables.pop(owner_id, None)
-        if pointers is None or self.closed:
+        if pointers is None or self.pointer == ffi.NULL:
             return
         loaded, executable = pointers
         api = self.api
@@ -78,21 +94,36 @@ class ClientHandle:
         args.executable = loaded
         check(api, api.table.PJRT_LoadedExecutable_Destroy(args))
 
+    def _is_viewed(self, owner_id: int) -> bool:
+        reference = self.viewed.get(owner_id)
+        return reference is not None and reference() is not None
+
     def destroy(self) -> None:
-        """Free every registered buffer and executable, then the client (once)."""
+        """Free every registered executable and buffer, then the client (once).
+
+        Buffers still read through numpy views stay until those views go; the client is
+        freed after them.
+        """
         if self.closed:
             return
-        for owner_id in list(self.buffers):
-            self.release_buffers(owner_id)
+        self.closed = True
         for owner_id in list(self.executables):
             try:
                 self.release_executable(owner_id)
             except Exception:  # noqa: BLE001 - keep freeing; the client must still go
                 pass
-        self.closed = True
+        for owner_id in list(self.buffers):
+            if not self._is_viewed(owner_id):
+                self.release_buffers(owner_id)
+        if not self.buffers:
+            self._destroy_client()
+
+    def _destroy_client(self) -> None:
+        pointer, self.pointer = self.pointer, ffi.NULL
+        if pointer == ffi.NULL:
+            return
         args = self.api.new_args("PJRT_Client_Destroy_Args")
-        args.client = self.pointer
-        self.pointer = ffi.NULL
+        args.client = pointer
         check(self.api, self.api.table.PJRT_Client_Destroy(args))
 
     def __del__(self):
@@ -126,7 +157,6 @@ class Client:
         self._lock = threading.Lock()
         self._devices_by_handle: dict[int, Device] = {}
         self._memories_by_handle: dict[int, Memory] = {}
-        self._live_arrays: "weakref.WeakSet" = weakref.WeakSet()
         self._live_executables: "weakref.WeakSet" = weakref.WeakSet()
         api = self._api
         name = api.call_new("PJRT_Client_PlatformName", client=handle.pointer)
@@ -210,8 +240,16 @@ class Client:
                          f"(device ids: {ids})")
 
     def live_arrays(self) -> list:
-        """Arrays made through this client that are alive and not deleted."""
-        return [a for a in list(self._live_arrays) if not a.is_deleted()]
+        """Arrays made through this client that are alive and not deleted.
+
+        Arrays are not tracked one by one (that would slow every execution down); this walks
+        the objects the garbage collector knows, so it is meant for debugging, not hot loops.
+        """
+        from .array import Array
+
+        handle = self._handle
+        return [o for o in gc.get_objects()
+                if type(o) is Array and o._handle is handle and not o.is_deleted()]
 
     def live_buffers(self) -> list:
         return self.live_arrays()
@@ -298,8 +336,6 @@ class Client:
         with self._lock:
             if self._handle.closed:
                 return
-            for array in list(self._live_arrays):
-                array._release()
             self._handle.destroy()
             _live_clients.discard(self)
 
@@ -354,7 +390,9 @@ def create_client(plugin: plugin_module.Plugin,
     args.num_options = named.count
     api.call("PJRT_Client_Create", args)
     handle = ClientHandle(api, args.client)
-    return Client(plugin, handle)
+    client = Client(plugin, handle)
+    plugin_module.notify_client_created(client)
+    return client
 
 
 @atexit.register

@@ -165,6 +165,28 @@ def _checked_plugin(name: str, table, path: str | None) -> Plugin:
     return Plugin(name, api, path)
 
 
+#: Callables run with each :class:`Plugin` just loaded into a :class:`PluginTable` (and with
+#: each new :class:`~pjrt.client.Client`, through ``client_created_hooks``). Other modules add
+#: themselves here instead of being imported by this one: pjrt.ffi uses them to hand pending
+#: custom-call registrations to plugins as they appear. A failing hook is logged, never raised,
+#: so that an optional feature cannot stop a plugin from loading.
+plugin_load_hooks: list = []
+client_created_hooks: list = []
+
+
+def _run_hooks(hooks: list, subject) -> None:
+    for hook in list(hooks):
+        try:
+            hook(subject)
+        except Exception:  # noqa: BLE001 - see plugin_load_hooks
+            logger.warning("hook %r failed for %r", hook, subject, exc_info=True)
+
+
+def notify_client_created(client) -> None:
+    """Run ``client_created_hooks`` for a client ``make_c_api_client`` just made."""
+    _run_hooks(client_created_hooks, client)
+
+
 class PluginTable:
     """The plugins loaded in this process, by name, each loaded at most once."""
 
@@ -191,7 +213,8 @@ class PluginTable:
                 return existing
             plugin = load_library(name, path)
             self._plugins[name] = plugin
-            return plugin
+        _run_hooks(plugin_load_hooks, plugin)
+        return plugin
 
     def add_c_api(self, name: str, c_api) -> Plugin:
         """Record a plugin whose ``PJRT_Api*`` is already in memory."""
@@ -200,7 +223,8 @@ class PluginTable:
                 raise ValueError(f"plugin {name!r} is already loaded")
             plugin = plugin_from_c_api(name, c_api)
             self._plugins[name] = plugin
-            return plugin
+        _run_hooks(plugin_load_hooks, plugin)
+        return plugin
 
     def get(self, name: str) -> Plugin:
         """The plugin loaded as ``name``; KeyError (naming the loaded ones) otherwise."""

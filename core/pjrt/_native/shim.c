@@ -143,40 +143,41 @@ PJRT_Error* pjrt_shim_buffer_from_host(
   return NULL;
 }
 
-/* Reads a ready host-resident buffer with memcpy. Returns 1 when it did,
- * 0 when the buffer is not a dense host buffer of `size` bytes (the caller
- * then asks the plugin to copy), and sets *error_out on a plugin error. */
-static int shim_copy_host_resident(const PJRT_Api* api, PJRT_Buffer* buffer,
-                                   void* destination, size_t size,
-                                   PJRT_Error** error_out) {
-  *error_out = NULL;
+PJRT_Error* pjrt_shim_buffer_host_address(const PJRT_Api* api,
+                                          PJRT_Buffer* buffer, size_t size,
+                                          uintptr_t* address_out) {
+  PJRT_Error* error;
+  *address_out = 0;
   if (!pjrt_shim_has_entry(api, offsetof(PJRT_Api, PJRT_Buffer_UnsafePointer)))
-    return 0;
+    return NULL;
   SHIM_ARGS(PJRT_Buffer_IsOnCpu_Args, on_cpu, is_on_cpu);
   on_cpu.buffer = buffer;
-  if ((*error_out = api->PJRT_Buffer_IsOnCpu(&on_cpu)) != NULL) return 0;
-  if (!on_cpu.is_on_cpu) return 0;
+  if ((error = api->PJRT_Buffer_IsOnCpu(&on_cpu)) != NULL) return error;
+  if (!on_cpu.is_on_cpu) return NULL;
   SHIM_ARGS(PJRT_Buffer_OnDeviceSizeInBytes_Args, device_size,
             on_device_size_in_bytes);
   device_size.buffer = buffer;
-  if ((*error_out = api->PJRT_Buffer_OnDeviceSizeInBytes(&device_size)) != NULL)
-    return 0;
+  if ((error = api->PJRT_Buffer_OnDeviceSizeInBytes(&device_size)) != NULL)
+    return error;
   /* Padded, tiled or packed (sub-byte) layouts differ in size: not dense. */
-  if (device_size.on_device_size_in_bytes != size) return 0;
-  if ((*error_out = pjrt_shim_buffer_await_ready(api, buffer)) != NULL) return 0;
+  if (device_size.on_device_size_in_bytes != size) return NULL;
+  if ((error = pjrt_shim_buffer_await_ready(api, buffer)) != NULL) return error;
   SHIM_ARGS(PJRT_Buffer_UnsafePointer_Args, pointer, buffer_pointer);
   pointer.buffer = buffer;
-  if ((*error_out = api->PJRT_Buffer_UnsafePointer(&pointer)) != NULL) return 0;
-  if (pointer.buffer_pointer == 0) return 0;
-  memcpy(destination, (const void*)pointer.buffer_pointer, size);
-  return 1;
+  if ((error = api->PJRT_Buffer_UnsafePointer(&pointer)) != NULL) return error;
+  *address_out = pointer.buffer_pointer;
+  return NULL;
 }
 
 PJRT_Error* pjrt_shim_buffer_to_host(const PJRT_Api* api, PJRT_Buffer* buffer,
                                      void* destination, size_t size) {
-  PJRT_Error* error = NULL;
-  if (shim_copy_host_resident(api, buffer, destination, size, &error)) return NULL;
+  uintptr_t address = 0;
+  PJRT_Error* error = pjrt_shim_buffer_host_address(api, buffer, size, &address);
   if (error != NULL) return error;
+  if (address != 0) {
+    memcpy(destination, (const void*)address, size);
+    return NULL;
+  }
   SHIM_ARGS(PJRT_Buffer_ToHostBuffer_Args, args, event);
   args.src = buffer;
   args.dst = destination;
@@ -203,13 +204,17 @@ static void shim_drop_error(const PJRT_Api* api, PJRT_Error* error) {
   api->PJRT_Error_Destroy(&args);
 }
 
+void pjrt_shim_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer) {
+  if (buffer == NULL) return;
+  SHIM_ARGS(PJRT_Buffer_Destroy_Args, args, buffer);
+  args.buffer = buffer;
+  shim_drop_error(api, api->PJRT_Buffer_Destroy(&args));
+}
+
 void pjrt_shim_buffers_destroy(const PJRT_Api* api, PJRT_Buffer** buffers,
                                size_t count) {
   for (size_t i = 0; i < count; ++i) {
-    if (buffers[i] == NULL) continue;
-    SHIM_ARGS(PJRT_Buffer_Destroy_Args, args, buffer);
-    args.buffer = buffers[i];
-    shim_drop_error(api, api->PJRT_Buffer_Destroy(&args));
+    pjrt_shim_buffer_destroy(api, buffers[i]);
   }
 }
 

@@ -70,6 +70,17 @@ PJRT_Error* pjrt_shim_buffer_to_host(const PJRT_Api* api, PJRT_Buffer* buffer,
 PJRT_Error* pjrt_shim_buffer_await_ready(const PJRT_Api* api,
                                          PJRT_Buffer* buffer);
 
+/* If `buffer` lives in host memory (PJRT_Buffer_IsOnCpu) as a dense array of
+ * exactly `size` bytes, waits for it to be ready and sets *address_out to its
+ * first byte; otherwise sets *address_out to 0. Host-resident buffers can then
+ * be read without a copy. */
+PJRT_Error* pjrt_shim_buffer_host_address(const PJRT_Api* api,
+                                          PJRT_Buffer* buffer, size_t size,
+                                          uintptr_t* address_out);
+
+/* Frees one buffer, dropping any error (see pjrt_shim_buffers_destroy). */
+void pjrt_shim_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer);
+
 /* Frees `count` buffers. Errors from the plugin are freed and dropped: there
  * is no caller to report them to when a garbage-collected array goes away. */
 void pjrt_shim_buffers_destroy(const PJRT_Api* api, PJRT_Buffer** buffers,
