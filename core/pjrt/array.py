@@ -11,6 +11,7 @@ the plugin adopts instead of being copied by the plugin at half of memcpy speed.
 """
 from __future__ import annotations
 
+import math
 import weakref
 from typing import TYPE_CHECKING, Sequence
 
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 
 _NULL = ffi.NULL
 
+#: Arrays at least this large are read through a view of host-resident buffers; a copy is
+#: cheaper than setting up the view below it.
+_VIEW_THRESHOLD_BYTES = 1 << 16
 #: Host arrays at least this large are staged for adoption by host-memory plugins.
 _STAGING_THRESHOLD_BYTES = 1 << 20
 #: Alignment XLA's CPU runtime needs to adopt host memory instead of copying it.
@@ -134,7 +138,7 @@ class Array:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
@@ -210,9 +214,12 @@ class Array:
             raise NotImplementedError("reading a multi-device array needs its sharding")
         api = self._handle.api
         nbytes = self.nbytes
+        if nbytes < _VIEW_THRESHOLD_BYTES:
+            value = self._host_copy = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
+            return value
         address = ffi.new("uintptr_t *")
         check(api, lib.pjrt_shim_buffer_host_address(api.table, buffers[0], nbytes, address))
-        if address[0] and nbytes:
+        if address[0]:
             memory = _HostMemory(self, address[0], nbytes)
             view = np.asarray(memory).view(self.dtype).reshape(self.shape)
             self._handle.viewed[id(self)] = weakref.ref(memory)

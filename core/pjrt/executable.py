@@ -9,6 +9,7 @@ plugin sees it) and makes a single C call.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -126,6 +127,22 @@ class CompiledMemoryStats:
     peak_memory_in_bytes: int = 0
 
 
+class _Scratch:
+    """Argument and output pointer arrays reused by one thread's calls of one executable."""
+
+    __slots__ = ("arguments", "outputs", "error", "num_arguments", "num_outputs", "busy")
+
+    def __init__(self, num_arguments: int, num_outputs: int):
+        self.num_arguments = num_arguments
+        self.num_outputs = num_outputs
+        self.arguments = ffi.new("PJRT_Buffer*[]", max(num_arguments, 1))
+        self.outputs = ffi.new("PJRT_Buffer*[]", max(num_outputs, 1))
+        self.error = ffi.new("PJRT_Error **")
+        #: Set during a call, so that a call made from inside it (a Python custom call
+        #: running on this thread) gets arrays of its own.
+        self.busy = False
+
+
 class ExecuteResults:
     """Outputs of :meth:`LoadedExecutable.execute_sharded`, one Array per output and device."""
 
@@ -162,6 +179,12 @@ class LoadedExecutable:
                                                  executable=self._executable).num_outputs)
             self._output_shapes, self._output_dtypes = self._read_output_types()
             self._signature = self._read_signature()
+            self._parameter_specs = (
+                tuple((p.shape, p.dtype) if p is not None else None
+                      for p in self._signature.parameters)
+                if self._signature is not None else None)
+            self._donated = tuple(sorted(self.donated_parameters))
+            self._thread_scratch = threading.local()
         except BaseException:
             self._release()
             raise
@@ -405,17 +428,50 @@ class LoadedExecutable:
           DeletedArrayError: an argument was deleted or donated before.
           XlaRuntimeError: the plugin failed to launch the program.
         """
-        if len(self._devices) != 1:
-            raise ValueError(f"this executable runs on {len(self._devices)} devices; use "
+        # The hot path: every check inline, one C call, and the outputs wrapped directly.
+        # Anything unusual falls back to the checks that build the error messages.
+        devices = self._devices
+        if len(devices) != 1:
+            raise ValueError(f"this executable runs on {len(devices)} devices; use "
                              f"execute_sharded")
-        pointer = self._live_pointer()
-        self._check_count(len(arguments))
-        device = self._devices[0]
-        buffers = [self._check_argument(i, a, device) for i, a in enumerate(arguments)]
-        self._check_donations([arguments])
-        outputs = self._run(pointer, buffers, 1, len(buffers))
-        self._consume_donated([arguments])
-        return self._wrap_outputs(outputs, 0, (device,))
+        pointer = self._pointer
+        specs = self._parameter_specs
+        count = len(arguments)
+        if pointer == _NULL or self._handle.closed or (specs is not None and count != len(specs)):
+            pointer = self._live_pointer()
+            self._check_count(count)
+        device = devices[0]
+        scratch = self._scratch(count)
+        argument_array = scratch.arguments
+        try:
+            for i, argument in enumerate(arguments):
+                if type(argument) is Array:
+                    buffers = argument._buffers
+                    spec = specs[i] if specs is not None else None
+                    if (buffers is not None and argument._devices[0] is device
+                            and len(buffers) == 1 and (spec is None or (
+                                argument.shape == spec[0] and argument.dtype == spec[1]))):
+                        argument_array[i] = buffers[0]
+                        continue
+                argument_array[i] = self._check_argument(i, argument, device)
+            if self._donated:
+                keep = self._prepare_donations([arguments])
+                self._launch(pointer, scratch, 1, count, keep)
+                self._consume_donated([arguments], keep)
+            else:
+                self._launch(pointer, scratch, 1, count, ())
+            outputs = scratch.outputs
+            client = self._client
+            shapes, output_dtypes = self._output_shapes, self._output_dtypes
+            if shapes is None:
+                return [_array_from_buffer(client, outputs[i], devices)
+                        for i in range(self._num_outputs)]
+            if self._num_outputs == 1:
+                return [Array(client, [outputs[0]], devices, shapes[0], output_dtypes[0])]
+            return [Array(client, [outputs[i]], devices, shapes[i], output_dtypes[i])
+                    for i in range(self._num_outputs)]
+        finally:
+            scratch.busy = False
 
     def execute_sharded(self, arguments: Sequence[Sequence[Array]]) -> ExecuteResults:
         """Run on every device of the executable.
@@ -439,46 +495,78 @@ class LoadedExecutable:
         flat = [self._check_argument(i, shards[d], device)
                 for d, device in enumerate(self._devices) for i, shards in enumerate(arguments)]
         per_device_arguments = list(zip(*arguments)) if arguments else []
-        self._check_donations(per_device_arguments)
-        outputs = self._run(pointer, flat, num_devices, len(arguments))
-        self._consume_donated(per_device_arguments)
+        keep = self._prepare_donations(per_device_arguments) if self._donated else ()
+        scratch = self._scratch(len(arguments), num_devices)
+        try:
+            for position, buffer in enumerate(flat):
+                scratch.arguments[position] = buffer
+            self._launch(pointer, scratch, num_devices, len(arguments), keep)
+            outputs = scratch.outputs
+        finally:
+            scratch.busy = False
+        self._consume_donated(per_device_arguments, keep)
         results = [[None] * num_devices for _ in range(self._num_outputs)]
         for d, device in enumerate(self._devices):
             for i, array in enumerate(self._wrap_outputs(outputs, d, (device,))):
                 results[i][d] = array
         return ExecuteResults(results)
 
-    def _check_donations(self, per_device_arguments) -> None:
-        donated = self.donated_parameters
-        if not donated:
-            return
+    def _prepare_donations(self, per_device_arguments) -> tuple:
+        """Check donated arguments; the indices that must not be donated this time.
+
+        An array whose memory numpy is reading without a copy is passed as not donatable, so
+        the plugin copies it instead of reusing it, and the array stays valid.
+        """
+        keep = set()
         for arguments in per_device_arguments:
-            for index in donated:
+            for index in self._donated:
                 if index >= len(arguments):
                     continue
                 for other, argument in enumerate(arguments):
                     if other != index and argument is arguments[index]:
                         raise ValueError(f"argument {index} is donated to the program and also "
                                          f"passed as argument {other}; pass a copy")
+                if arguments[index]._viewed():
+                    keep.add(index)
+        return tuple(sorted(keep))
 
-    def _consume_donated(self, per_device_arguments) -> None:
-        for index in self.donated_parameters:
+    def _consume_donated(self, per_device_arguments, keep: tuple) -> None:
+        for index in self._donated:
+            if index in keep:
+                continue
             for arguments in per_device_arguments:
                 if index < len(arguments):
                     arguments[index]._release("donated")
 
-    def _run(self, pointer, buffers: list, num_devices: int, num_arguments: int):
+    def _scratch(self, num_arguments: int, num_devices: int = 1) -> "_Scratch":
+        """This thread's argument/output arrays for a call (fresh ones if already in use)."""
+        scratch = getattr(self._thread_scratch, "scratch", None)
+        if (scratch is None or scratch.busy or scratch.num_arguments < num_arguments * num_devices
+                or scratch.num_outputs < self._num_outputs * num_devices):
+            scratch = _Scratch(num_arguments * num_devices, self._num_outputs * num_devices)
+            if getattr(self._thread_scratch, "scratch", None) is None or num_devices == 1:
+                self._thread_scratch.scratch = scratch
+        scratch.busy = True
+        return scratch
+
+    def _launch(self, pointer, scratch: "_Scratch", num_devices: int, num_arguments: int,
+                keep: tuple) -> None:
         api = self._handle.api
-        argument_array = ffi.new("PJRT_Buffer*[]", buffers) if buffers else _NULL
-        outputs = ffi.new("PJRT_Buffer*[]", max(num_devices * self._num_outputs, 1))
-        error = ffi.new("PJRT_Error **")
-        status = _execute(api.table, pointer, argument_array, num_devices, num_arguments,
-                          outputs, self._num_outputs, _NULL, 0, _NULL, _NULL, error)
+        if keep:
+            keep_array = ffi.new("int64_t[]", keep)
+            status = _execute(api.table, pointer, scratch.arguments, num_devices, num_arguments,
+                              scratch.outputs, self._num_outputs, keep_array, len(keep), _NULL,
+                              _NULL, scratch.error)
+        else:
+            status = _execute(api.table, pointer, scratch.arguments, num_devices, num_arguments,
+                              scratch.outputs, self._num_outputs, _NULL, 0, _NULL, _NULL,
+                              scratch.error)
         if status != 0:
             raise MemoryError("out of host memory while preparing the execution")
-        if error[0] != _NULL:
-            raise consume(api, error[0])
-        return outputs
+        error = scratch.error[0]
+        if error != _NULL:
+            scratch.error[0] = _NULL
+            raise consume(api, error)
 
     def _wrap_outputs(self, outputs, device_index: int, devices: tuple) -> list[Array]:
         client = self._client
