@@ -153,3 +153,70 @@ def test_scalar_conversions(client):
     assert len(client.buffer_from_pyval(np.arange(5))) == 5
     with pytest.raises(TypeError):
         len(array)
+
+
+LARGE = 1 << 17  # float32 elements: 512 KiB, above the size read through a view
+
+
+def test_large_host_resident_array_is_read_without_a_copy(client):
+    array = client.buffer_from_pyval(np.arange(LARGE, dtype=np.float32))
+    view = np.asarray(array)
+    assert view.ctypes.data == array.unsafe_buffer_pointer()
+    assert not view.flags.writeable
+    np.testing.assert_array_equal(view, np.arange(LARGE, dtype=np.float32))
+    assert np.asarray(array) is view  # the same view while it is in use
+
+
+def test_large_host_array_is_copied_once_and_not_aliased(client):
+    host = np.arange(LARGE, dtype=np.float32)
+    array = client.buffer_from_pyval(host)
+    host[:] = -1  # the default semantics copy: later changes to the source do not show
+    np.testing.assert_array_equal(np.asarray(array)[:5], np.arange(5, dtype=np.float32))
+
+
+def test_deleting_a_viewed_array_keeps_the_view_valid(client):
+    array = client.buffer_from_pyval(np.arange(LARGE, dtype=np.float32))
+    tail = np.asarray(array)[-3:]  # a derived view keeps the memory as well
+    handle, key = array._handle, id(array)
+    array.delete()
+    assert array.is_deleted()
+    with pytest.raises(pjrt.DeletedArrayError):
+        array.block_until_ready()
+    np.testing.assert_array_equal(tail, np.arange(LARGE - 3, LARGE, dtype=np.float32))
+    assert key in handle.buffers  # still owned, for the view
+    del array, tail
+    gc.collect()
+    assert key not in handle.buffers  # freed once the last view went
+
+
+def test_closing_a_client_with_a_viewed_array(cpu_plugin):
+    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 1})
+    view = np.asarray(own.buffer_from_pyval(np.full(LARGE, 3.0, np.float32)))
+    handle = own._handle
+    own.close()
+    assert own.is_closed
+    assert float(view.sum()) == 3.0 * LARGE  # still readable: the client waits for the view
+    del view
+    gc.collect()
+    assert handle.pointer == pjrt.array.ffi.NULL and not handle.buffers
+
+
+def test_donating_a_viewed_array_copies_instead(client):
+    text = """
+    func.func public @main(%x: tensor<131072xf32> {tf.aliasing_output = 0 : i32}) -> tensor<131072xf32> {
+      %one = stablehlo.constant dense<1.0> : tensor<131072xf32>
+      %0 = stablehlo.add %x, %one : tensor<131072xf32>
+      return %0 : tensor<131072xf32>
+    }"""
+    executable = client.compile_and_load(text)
+    x = client.buffer_from_pyval(np.zeros(LARGE, np.float32))
+    view = np.asarray(x)
+    (y,) = executable.execute([x])
+    np.testing.assert_array_equal(np.asarray(y)[:3], [1, 1, 1])
+    assert not x.is_deleted()  # not consumed: numpy was reading it
+    np.testing.assert_array_equal(view[:3], [0, 0, 0])
+    del view
+    gc.collect()
+    (z,) = executable.execute([x])
+    assert x.is_deleted()  # nothing views it now: donated as the program asks
+    np.testing.assert_array_equal(np.asarray(z)[:3], [1, 1, 1])
