@@ -168,12 +168,20 @@ def test_execute_sharded_rejects_wrong_shard_count(client):
 
 
 def test_pjrt_compile_callable_with_numpy_and_arrays(client):
+    device = client.local_devices()[2]
+    program = pjrt.compile(TINY.read_text(), device)
+    a, b = TINY.inputs()
+    result = program(a, client.buffer_from_pyval(b, device))
+    assert isinstance(result, pjrt.Array)
+    assert result.device is device
+    programs.check_outputs(TINY, [np.asarray(result)])
+
+
+def test_pjrt_compile_refuses_an_array_on_another_device(client):
     program = pjrt.compile(TINY.read_text(), client.local_devices()[2])
     a, b = TINY.inputs()
-    result = program(a, client.buffer_from_pyval(b))
-    assert isinstance(result, pjrt.Array)
-    assert result.device is client.local_devices()[2]
-    programs.check_outputs(TINY, [np.asarray(result)])
+    with pytest.raises(pjrt.DeviceAssignmentMismatchError, match=r"argument 1 is on CpuDevice\(id=0\)"):
+        program(a, client.buffer_from_pyval(b, client.local_devices()[0]))
 
 
 def test_pjrt_compile_several_outputs_returns_tuple(client):

@@ -7,7 +7,8 @@ says which parameters are donated to outputs. Only those fields are read here.
 
 Field numbers (xla/service/hlo.proto, xla/xla_data.proto):
   HloModuleProtoWithConfig: hlo_module = 1, config = 2.
-  HloModuleProto: host_program_shape = 4, input_output_alias = 8, buffer_donor = 18.
+  HloModuleProto: host_program_shape = 4, input_output_alias = 8, spmd_output_sharding = 12,
+    spmd_parameters_shardings = 14, buffer_donor = 18.
   ProgramShapeProto: parameters = 1, result = 2.
   ShapeProto: element_type = 2, dimensions = 3, tuple_shapes = 4.
   HloInputOutputAliasProto: entries = 1; AliasEntryProto: parameter_number = 2.
@@ -35,10 +36,13 @@ class ShapeInfo:
 
 @dataclasses.dataclass(frozen=True)
 class ModuleSignature:
-    """Parameters of an entry computation and the parameters donated to its outputs."""
+    """Parameters of an entry computation, the parameters donated to its outputs, and the
+    shardings SPMD partitioning chose (serialised ``OpSharding``; None when not partitioned)."""
 
     parameters: tuple  # of ShapeInfo, or None for a tuple-shaped parameter
     donated_parameters: frozenset
+    parameter_shardings: tuple | None = None
+    output_sharding: bytes | None = None
 
 
 def _fields(message: bytes) -> dict[int, list]:
@@ -88,7 +92,10 @@ def module_signature(serialized_module: bytes) -> ModuleSignature:
     parameters: tuple = ()
     for program_shape in fields.get(4, [])[:1]:
         parameters = tuple(_shape(p) for p in _fields(program_shape).get(1, []))
-    return ModuleSignature(parameters, frozenset(_donated(fields)))
+    parameter_shardings = tuple(fields[14]) if 14 in fields else None
+    output_sharding = fields[12][0] if 12 in fields else None
+    return ModuleSignature(parameters, frozenset(_donated(fields)), parameter_shardings,
+                           output_sharding)
 
 
 # -- a readable rendering of the optimised module ---------------------------------------------

@@ -11,6 +11,7 @@ the plugin adopts instead of being copied by the plugin at half of memcpy speed.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import weakref
 from typing import TYPE_CHECKING, Sequence
@@ -36,6 +37,17 @@ _STAGING_THRESHOLD_BYTES = 1 << 20
 _ADOPTABLE_ALIGNMENT = 64
 #: Dtypes packed below a byte on the device: the plugin converts them, so it must copy.
 _PACKED_DTYPE_NAMES = frozenset({"int4", "uint4", "int2", "uint2", "float4_e2m1fn"})
+
+
+@dataclasses.dataclass(frozen=True)
+class Shard:
+    """One device's part of an Array."""
+
+    device: "Device"
+    #: The slices of the global array this shard covers.
+    index: tuple
+    #: The shard as a single-device Array (it shares the global array's buffer).
+    data: "Array"
 
 
 class _HostMemory:
@@ -69,10 +81,20 @@ class Array:
     """
 
     __slots__ = ("_client", "_handle", "_buffers", "_devices", "shape", "dtype", "_host_copy",
-                 "_host_view", "_host_keepalive", "_deleted_reason", "__weakref__")
+                 "_host_view", "_host_keepalive", "_deleted_reason", "_sharding", "_parent",
+                 "__weakref__")
 
     def __init__(self, client: "Client", buffers: list, devices: tuple, shape: tuple,
-                 dtype: np.dtype, host_keepalive=None):
+                 dtype: np.dtype, host_keepalive=None, sharding=None, parent: "Array | None" = None):
+        """Wrap buffers the caller hands over (not for users: arrays come from transfers
+        and executions).
+
+        Args:
+          buffers: ``buffers[i]`` is the shard on ``devices[i]``; the array owns them unless
+            ``parent`` is given, in which case it borrows one of the parent's.
+          shape: the global shape; dtype: the element type.
+          sharding: how the shards lay the array out (a single-device sharding when None).
+        """
         self._client = client
         handle = self._handle = client._handle
         self._buffers = buffers
@@ -83,7 +105,10 @@ class Array:
         self._host_view = None
         self._host_keepalive = host_keepalive
         self._deleted_reason = None
-        handle.buffers[id(self)] = buffers
+        self._sharding = sharding
+        self._parent = parent
+        if parent is None:
+            handle.buffers[id(self)] = buffers
 
     # -- ownership -------------------------------------------------------------------------
 
@@ -95,8 +120,13 @@ class Array:
         """Destroy the buffers now (idempotent). Later uses raise DeletedArrayError.
 
         While numpy views of the buffer are alive the memory stays until they go (the array
-        reads as deleted at once).
+        reads as deleted at once). A borrowed shard releases the global array it belongs to.
         """
+        if self._parent is not None:
+            self._buffers = None
+            self._deleted_reason = reason
+            self._parent._release(reason)
+            return
         if self._buffers is None:
             return
         self._buffers = None
@@ -110,6 +140,9 @@ class Array:
 
     def _live_buffers(self) -> list:
         buffers = self._buffers
+        if self._parent is not None and self._parent._buffers is None:
+            buffers = None  # a shard of a global array that has been deleted or donated
+            self._deleted_reason = self._parent._deleted_reason
         if buffers is None:
             raise DeletedArrayError(
                 f"this array has been {self._deleted_reason or 'deleted'}; it can no longer "
@@ -124,6 +157,8 @@ class Array:
 
     def is_deleted(self) -> bool:
         """Whether the array was deleted, donated, or its client closed."""
+        if self._parent is not None and self._parent.is_deleted():
+            return True
         return self._buffers is None or self._handle.closed
 
     # -- metadata --------------------------------------------------------------------------
@@ -155,6 +190,34 @@ class Array:
     def devices(self) -> set:
         """The set of devices holding a part of the array."""
         return set(self._devices)
+
+    @property
+    def sharding(self):
+        """How the array is laid out over its devices (a :class:`~pjrt.sharding.Sharding`)."""
+        if self._sharding is None:
+            from .sharding import SingleDeviceSharding
+
+            self._sharding = SingleDeviceSharding(self._devices[0])
+        return self._sharding
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        return self.sharding.is_fully_replicated
+
+    @property
+    def addressable_shards(self) -> list["Shard"]:
+        """The shards this process holds: each with its ``device``, ``index`` (the slices of
+        the global array it covers) and ``data`` (a single-device Array of the shard)."""
+        buffers = self._live_buffers()
+        if self._sharding is None:
+            index = tuple(slice(None) for _ in self.shape)
+            return [Shard(self._devices[0], index, self)]
+        indices = self._sharding.devices_indices_map(self.shape)
+        shard_shape = self._sharding.shard_shape(self.shape)
+        return [Shard(device, indices[device],
+                      Array(self._client, [buffer], (device,), shard_shape, self.dtype,
+                            parent=self))
+                for device, buffer in zip(self._devices, buffers)]
 
     @property
     def memory_kind(self) -> str:
@@ -211,7 +274,8 @@ class Array:
             return view
         buffers = self._live_buffers()
         if len(buffers) != 1:
-            raise NotImplementedError("reading a multi-device array needs its sharding")
+            value = self._host_copy = self._assemble()
+            return value
         api = self._handle.api
         nbytes = self.nbytes
         if nbytes < _VIEW_THRESHOLD_BYTES:
@@ -228,6 +292,19 @@ class Array:
         value = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
         self._host_copy = value
         return value
+
+    def _assemble(self) -> np.ndarray:
+        """The global value of a multi-device array, from one copy of each distinct shard."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        written = set()
+        for shard in self.addressable_shards:
+            key = tuple((s.start, s.stop, s.step) if isinstance(s, slice) else s
+                        for s in shard.index)
+            if key not in written:  # replicated shards hold the same values: read one
+                written.add(key)
+                out[shard.index] = shard.data._value()
+        out.flags.writeable = False
+        return out
 
     def __array__(self, dtype=None, copy=None):
         value = self._value()
@@ -262,7 +339,14 @@ class Array:
         return bool(self._value())
 
     def copy_to_device(self, device: "Device") -> "Array":
-        """A copy of this single-device array on ``device`` (of the same or another client)."""
+        """A copy of this single-device array on ``device`` (of the same or another client).
+
+        Raises:
+          ValueError: the array spans several devices (use ``pjrt.device_put``).
+        """
+        if len(self._devices) != 1:
+            raise ValueError("copy_to_device moves a single-device array; place a global "
+                             "array with pjrt.device_put(x, sharding)")
         buffer = self._live_buffers()[0]
         target_client = device.client
         if target_client._handle is not self._handle:
@@ -281,6 +365,8 @@ class Array:
                      self.shape, self.dtype)
 
     def __repr__(self) -> str:
+        if len(self._devices) > 1 and not self.is_deleted():
+            return (f"Array(shape={self.shape}, dtype={self.dtype}, sharding={self.sharding!r})")
         if self.is_deleted():
             return f"Array(<{self._deleted_reason or 'deleted'}>, shape={self.shape}, dtype={self.dtype})"
         where = ", ".join(str(d) for d in self._devices)
@@ -300,13 +386,21 @@ def _buffer_to_host(api, buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
 def array_from_host(client: "Client", value, device: "Device | None", semantics: int,
                     memory: "Memory | None" = None) -> Array:
     """Copy a host value to one device of ``client``; see ``Client.buffer_from_pyval``."""
-    handle = client.handle
     if device is None:
         device = memory.addressable_by_devices()[0] if memory is not None else client._local_devices[0]
     elif device.client is not client:
         raise ValueError(f"{device} belongs to another client ({device.client.platform}); "
                          f"pass a device of this {client.platform} client")
     host = np.asarray(value)
+    buffer, keepalive = put_buffer(client, host, device, semantics, memory)
+    return Array(client, [buffer], (device,), host.shape, host.dtype, keepalive)
+
+
+def put_buffer(client: "Client", host: np.ndarray, device: "Device", semantics: int,
+               memory: "Memory | None" = None) -> tuple:
+    """Start a host-to-device copy; returns the new ``PJRT_Buffer*`` (owned by the caller)
+    and the host array the buffer may alias (to keep alive with it), or None."""
+    handle = client.handle
     if not host.flags.c_contiguous:
         host = host.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
     buffer_type = dtypes.to_pjrt_type(host.dtype)
@@ -322,8 +416,7 @@ def array_from_host(client: "Client", value, device: "Device | None", semantics:
         api.table, handle.pointer, ffi.from_buffer(host), buffer_type, dims, host.ndim,
         int(semantics), device._handle if memory is None else _NULL,
         memory._handle if memory is not None else _NULL, out))
-    keepalive = host if semantics >= 2 else None
-    return Array(client, [out[0]], (device,), host.shape, host.dtype, keepalive)
+    return out[0], (host if semantics >= 2 else None)
 
 
 def _adoptable_copy(host: np.ndarray) -> np.ndarray:
@@ -333,19 +426,3 @@ def _adoptable_copy(host: np.ndarray) -> np.ndarray:
     staged = raw[offset:offset + host.nbytes].view(host.dtype).reshape(host.shape)
     np.copyto(staged, host)
     return staged
-
-
-def device_put(value, device: "Device") -> Array:
-    """Place ``value`` (a numpy-compatible value or an Array) on ``device``."""
-    if isinstance(value, Array):
-        if value._devices == (device,):
-            return value
-        return value.copy_to_device(device)
-    return device.client.buffer_from_pyval(value, device)
-
-
-def block_until_ready(arrays: Sequence[Array]) -> list[Array]:
-    """Wait for every array in ``arrays``; returns them."""
-    for array in arrays:
-        array.block_until_ready()
-    return list(arrays)

@@ -301,22 +301,26 @@ class Client:
         return array_from_host(self, argument, device, host_buffer_semantics, memory)
 
     def compile_and_load(self, computation: str | bytes, executable_devices: Sequence[Device]
-                         | None = None, compile_options=None):
+                         | None = None, compile_options=None, *, replicated: bool = False):
         """Compile a StableHLO program (MLIR text ``str`` or bytecode ``bytes``) and load it.
 
         Args:
           computation: the program.
           executable_devices: the devices it runs on; with several and no ``compile_options``,
-            the program is compiled as an SPMD program partitioned over them in this order.
+            the program is compiled as an SPMD program partitioned over them in this order
+            (or, with ``replicated``, as one replica per device).
           compile_options: a :class:`~pjrt.compile_options.CompileOptions`; when given, its
             device assignment wins over ``executable_devices``.
+          replicated: run one copy of the program per device, each on its own slice of the
+            data (pmap-style), instead of partitioning it.
 
         Returns:
           A :class:`~pjrt.executable.LoadedExecutable`.
         """
         from .executable import compile_program
 
-        return compile_program(self, computation, executable_devices, compile_options)
+        return compile_program(self, computation, executable_devices, compile_options,
+                               replicated=replicated)
 
     compile = compile_and_load
 

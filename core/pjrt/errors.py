@@ -126,3 +126,11 @@ def _destroy(api, error) -> None:
     args = api.new_args("PJRT_Error_Destroy_Args")
     args.error = error
     api.table.PJRT_Error_Destroy(args)
+
+
+class DeviceAssignmentMismatchError(ValueError):
+    """Arguments committed to devices other than those a program runs on.
+
+    The message lists each mismatched argument with the devices it sits on and the devices the
+    program expects; copy the argument with ``pjrt.device_put(x, sharding)`` first.
+    """

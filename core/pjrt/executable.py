@@ -44,17 +44,24 @@ def uses_shardy(program: bytes) -> bool:
     return b"sdy.mesh" in program or b"#sdy.sharding" in program or b"sdy.sharding" in program
 
 
-def default_compile_options(devices: Sequence["Device"], program: bytes) -> CompileOptions:
-    """Options for running ``program`` on ``devices``: one device, or SPMD over all of them."""
+def default_compile_options(devices: Sequence["Device"], program: bytes, *,
+                            replicated: bool = False) -> CompileOptions:
+    """Options for running ``program`` on ``devices``: one device, SPMD over all of them, or
+    (``replicated``) one copy of the program per device, each on its own data."""
     options = CompileOptions()
     build = options.executable_build_options
-    ids = np.array([[d.id for d in devices]], dtype=np.int64)
+    ids = [d.id for d in devices]
+    if replicated:
+        build.num_replicas = len(devices)
+        build.num_partitions = 1
+        build.device_assignment = DeviceAssignment.create(np.array(ids, np.int64).reshape(-1, 1))
+        return options
     build.num_replicas = 1
     build.num_partitions = len(devices)
     if len(devices) > 1:
         build.use_spmd_partitioning = True
         build.use_shardy_partitioner = uses_shardy(program)
-    build.device_assignment = DeviceAssignment.create(ids)
+    build.device_assignment = DeviceAssignment.create(np.array([ids], dtype=np.int64))
     return options
 
 
@@ -73,13 +80,14 @@ def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
 
 
 def compile_program(client: "Client", computation, executable_devices=None,
-                    compile_options: CompileOptions | None = None) -> "LoadedExecutable":
+                    compile_options: CompileOptions | None = None, *,
+                    replicated: bool = False) -> "LoadedExecutable":
     """See :meth:`pjrt.client.Client.compile_and_load`."""
     program = _program_bytes(computation)
     handle = client.handle
     if compile_options is None:
         devices = _check_devices(client, executable_devices or client._local_devices[:1])
-        compile_options = default_compile_options(devices, program)
+        compile_options = default_compile_options(devices, program, replicated=replicated)
     elif compile_options.device_assignment is None and executable_devices:
         devices = _check_devices(client, executable_devices)
         build = compile_options.executable_build_options
@@ -185,6 +193,9 @@ class LoadedExecutable:
                 if self._signature is not None else None)
             self._donated = tuple(sorted(self.donated_parameters))
             self._thread_scratch = threading.local()
+            self._replicas = int(api.call_new("PJRT_Executable_NumReplicas",
+                                              executable=self._executable).num_replicas)
+            self._input_shardings = self._output_shardings = None
         except BaseException:
             self._release()
             raise
@@ -303,6 +314,53 @@ class LoadedExecutable:
     def donated_parameters(self) -> frozenset:
         """Indices of parameters whose buffers the program takes over (donation)."""
         return self._signature.donated_parameters if self._signature else frozenset()
+
+    @property
+    def input_shardings(self) -> tuple:
+        """How each parameter is laid out over the executable's devices (a Sharding each):
+        the partitioner's choice for an SPMD program, one slice per device for a replicated
+        one, the single device otherwise."""
+        if self._input_shardings is None:
+            count = len(self._signature.parameters) if self._signature is not None else 0
+            self._input_shardings = self._shardings(
+                self._signature.parameter_shardings if self._signature else None, count)
+        return self._input_shardings
+
+    @property
+    def output_shardings(self) -> tuple:
+        """How each output is laid out over the executable's devices (a Sharding each)."""
+        if self._output_shardings is None:
+            raw = self._signature.output_sharding if self._signature is not None else None
+            per_output = None
+            if raw is not None:
+                from .hlo_sharding import HloSharding
+
+                parsed = HloSharding.from_proto(raw)
+                per_output = ([e for e in parsed.tuple_elements()] if parsed.is_tuple()
+                              else [parsed])
+                if len(per_output) != self._num_outputs:
+                    per_output = None
+            self._output_shardings = self._shardings(per_output, self._num_outputs)
+        return self._output_shardings
+
+    def _shardings(self, raw: Sequence | None, count: int) -> tuple:
+        from .hlo_sharding import HloSharding
+        from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
+
+        devices = self._devices
+        if len(devices) == 1:
+            return tuple(SingleDeviceSharding(devices[0]) for _ in range(count))
+        if self._replicas > 1:
+            return tuple(PmapSharding(devices) for _ in range(count))
+        result = []
+        for i in range(count):
+            entry = raw[i] if raw is not None and i < len(raw) else None
+            if entry is None:
+                result.append(GSPMDSharding.get_replicated(devices))
+            else:
+                hlo = entry if isinstance(entry, HloSharding) else HloSharding.from_proto(entry)
+                result.append(GSPMDSharding(devices, hlo))
+        return tuple(result)
 
     def name(self) -> str:
         args = self._handle.api.call_new("PJRT_Executable_Name", executable=self._executable_ptr())
@@ -511,6 +569,65 @@ class LoadedExecutable:
                 results[i][d] = array
         return ExecuteResults(results)
 
+    def execute_global(self, arguments: Sequence[Array]) -> list[Array]:
+        """Run on every device with global Arrays laid out as :attr:`input_shardings` say;
+        returns global Arrays laid out as :attr:`output_shardings` say.
+
+        ``pjrt.compile`` places or reshards arguments to those shardings before calling this.
+
+        Raises:
+          DeviceAssignmentMismatchError: an argument sits on other devices.
+          ValueError: an argument's sharding or shape does not match the parameter's.
+          TypeError: wrong number of arguments, or not an Array.
+        """
+        pointer = self._live_pointer()
+        self._check_count(len(arguments))
+        devices = self._devices
+        shardings = self.input_shardings
+        _check_device_sets(arguments, devices)
+        rows = []
+        for i, (argument, sharding) in enumerate(zip(arguments, shardings)):
+            buffers = argument._live_buffers()
+            if not argument.sharding.is_equivalent_to(sharding, argument.ndim) and not (
+                    argument.sharding == sharding):
+                raise ValueError(f"argument {i} is laid out as {argument.sharding!r} but the "
+                                 f"program expects {sharding!r}; place it with "
+                                 f"pjrt.device_put(x, sharding)")
+            expected = self._parameter_specs[i] if self._parameter_specs else None
+            shard_shape = tuple(sharding.shard_shape(argument.shape))
+            if expected is not None and (shard_shape != expected[0] or argument.dtype != expected[1]):
+                raise TypeError(f"argument {i} has shape {argument.shape} and dtype "
+                                f"{argument.dtype}: shards of {shard_shape}, but the program "
+                                f"expects shards of {expected[0]} and dtype {expected[1]}")
+            by_device = dict(zip(argument._devices, buffers))
+            rows.append([by_device[d] for d in devices])
+        num_devices = len(devices)
+        keep = self._prepare_donations([list(arguments)]) if self._donated else ()
+        scratch = self._scratch(len(arguments), num_devices)
+        try:
+            position = 0
+            for d in range(num_devices):
+                for row in rows:
+                    scratch.arguments[position] = row[d]
+                    position += 1
+            self._launch(pointer, scratch, num_devices, len(arguments), keep)
+            outputs = scratch.outputs
+            count = self._num_outputs
+            per_output = [[outputs[d * count + j] for d in range(num_devices)]
+                          for j in range(count)]
+        finally:
+            scratch.busy = False
+        self._consume_donated([list(arguments)], keep)
+        results = []
+        for j, (buffers, sharding) in enumerate(zip(per_output, self.output_shardings)):
+            shard_shape = self._output_shapes[j] if self._output_shapes else None
+            dtype = self._output_dtypes[j] if self._output_dtypes else None
+            if shard_shape is None:
+                shard_shape, dtype = _buffer_metadata(self._client, buffers[0])
+            results.append(Array(self._client, buffers, devices,
+                                 _global_shape(sharding, shard_shape), dtype, None, sharding))
+        return results
+
     def _prepare_donations(self, per_device_arguments) -> tuple:
         """Check donated arguments; the indices that must not be donated this time.
 
@@ -593,13 +710,19 @@ def _args(api, struct_name: str, **fields):
     return args
 
 
-def _array_from_buffer(client: "Client", buffer, devices: tuple) -> Array:
-    """Wrap a buffer whose shape and dtype are read from the plugin."""
+def _buffer_metadata(client: "Client", buffer) -> tuple:
+    """``(shape, dtype)`` of a buffer, read from the plugin."""
     api = client._handle.api
     element_type = api.call_new("PJRT_Buffer_ElementType", buffer=buffer).type
     dims = api.call_new("PJRT_Buffer_Dimensions", buffer=buffer)
     shape = tuple(int(dims.dims[i]) for i in range(dims.num_dims))
-    return Array(client, [buffer], devices, shape, dtypes.from_pjrt_type(element_type))
+    return shape, dtypes.from_pjrt_type(element_type)
+
+
+def _array_from_buffer(client: "Client", buffer, devices: tuple) -> Array:
+    """Wrap a buffer whose shape and dtype are read from the plugin."""
+    shape, dtype = _buffer_metadata(client, buffer)
+    return Array(client, [buffer], devices, shape, dtype)
 
 
 def deserialize_executable(client: "Client", serialized: bytes,
@@ -618,3 +741,39 @@ def deserialize_executable(client: "Client", serialized: bytes,
         args.overridden_serialized_compile_options_size = len(options)
     api.call("PJRT_Executable_DeserializeAndLoad", args)
     return LoadedExecutable(client, args.loaded_executable)
+
+
+def _check_device_sets(arguments: Sequence[Array], devices: tuple) -> None:
+    """Raise DeviceAssignmentMismatchError listing arguments that sit on other devices."""
+    from .errors import DeviceAssignmentMismatchError
+
+    expected = set(devices)
+    wrong = []
+    for i, argument in enumerate(arguments):
+        if not isinstance(argument, Array):
+            raise TypeError(f"argument {i} is a {type(argument).__name__}; pass pjrt Arrays")
+        if set(argument._devices) != expected:
+            wrong.append(f"argument {i} is on {_device_text(argument._devices)}")
+    if wrong:
+        raise DeviceAssignmentMismatchError(
+            "the program runs on " + _device_text(devices) + ", but " + "; ".join(wrong)
+            + ". Move the arguments with pjrt.device_put(x, sharding) first.")
+
+
+def _device_text(devices) -> str:
+    ids = [d.id for d in devices]
+    platform = devices[0].platform if devices else "?"
+    return f"{platform} devices {ids}" if len(ids) > 1 else f"{devices[0]}"
+
+
+def _global_shape(sharding, shard_shape: tuple) -> tuple:
+    """The global shape of an output whose per-device shards have ``shard_shape``."""
+    from .sharding import PmapSharding
+
+    if isinstance(sharding, PmapSharding):
+        return (len(sharding._device_assignment),) + tuple(shard_shape)
+    hlo = sharding.to_hlo_sharding(len(shard_shape))
+    if not hlo.is_tiled():
+        return tuple(shard_shape)
+    tiles = hlo.tile_assignment_dimensions[:len(shard_shape)]
+    return tuple(int(n) * int(t) for n, t in zip(shard_shape, tiles))

@@ -1,4 +1,10 @@
-"""``pjrt.compile``: compile a StableHLO program and call it like a function."""
+"""``pjrt.compile``: compile a StableHLO program and call it like a function.
+
+One device: arguments are placed on it. Several devices (a list or a :class:`Mesh`): the program
+is compiled as an SPMD program over them and called with global arrays, each placed or
+resharded to the layout the compiled program expects; with ``replicated=True`` one copy runs per
+device on its slice of the leading axis, and the outputs are stacked.
+"""
 from __future__ import annotations
 
 from typing import Sequence
@@ -8,62 +14,96 @@ import numpy as np
 from .array import Array
 from .client import Client
 from .device import Device
+from .errors import DeviceAssignmentMismatchError
 from .executable import LoadedExecutable
 
 
 class CompiledProgram:
     """A compiled program that takes numpy arrays or pjrt Arrays and returns Arrays.
 
-    Calling it places host arguments on the program's device, runs it, and returns a single
-    Array for a one-output program and a tuple of Arrays otherwise.
+    It returns a single Array for a one-output program and a tuple of Arrays otherwise.
     """
 
     def __init__(self, executable: LoadedExecutable):
         self.executable = executable
-        self._device = executable.local_devices()[0] if len(executable.local_devices()) == 1 else None
+        devices = executable.local_devices()
+        self._device = devices[0] if len(devices) == 1 else None
 
     @property
     def devices(self) -> list[Device]:
         return self.executable.local_devices()
 
+    @property
+    def input_shardings(self) -> tuple:
+        return self.executable.input_shardings
+
+    @property
+    def output_shardings(self) -> tuple:
+        return self.executable.output_shardings
+
     def __call__(self, *arguments):
+        if self._device is not None:
+            outputs = self.executable.execute(self._place_on_device(arguments))
+        else:
+            outputs = self.executable.execute_global(self._place_global(arguments))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+    def _place_on_device(self, arguments) -> list:
         device = self._device
-        if device is None:
-            raise NotImplementedError("calling a multi-device program with whole arrays needs "
-                                      "shardings; use executable.execute_sharded with per-device "
-                                      "Arrays")
         placed = []
-        client = device.client
         for argument in arguments:
             if isinstance(argument, Array):
-                if argument._devices[0] is not device and not argument.is_deleted():
-                    argument = argument.copy_to_device(device)
+                if argument._devices != (device,) and not argument.is_deleted():
+                    raise DeviceAssignmentMismatchError(
+                        f"the program runs on {device}, but argument {len(placed)} is on "
+                        f"{', '.join(map(str, argument._devices))}; move it with "
+                        f"pjrt.device_put(x, {device}) first")
             else:
-                argument = client.buffer_from_pyval(np.asarray(argument), device)
+                argument = device.client.buffer_from_pyval(np.asarray(argument), device)
             placed.append(argument)
-        outputs = self.executable.execute(placed)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return placed
+
+    def _place_global(self, arguments) -> list:
+        from .device_put import device_put
+        from .executable import _check_device_sets
+
+        shardings = self.executable.input_shardings
+        if len(arguments) != len(shardings):
+            raise TypeError(f"the program takes {len(shardings)} arguments, "
+                            f"{len(arguments)} were given")
+        _check_device_sets([a for a in arguments if isinstance(a, Array)], tuple(self.devices))
+        return [device_put(a if isinstance(a, Array) else np.asarray(a), s)
+                for a, s in zip(arguments, shardings)]
 
     def __repr__(self) -> str:
         return f"CompiledProgram({self.executable!r})"
 
 
-def compile(program: str | bytes, devices: Sequence[Device] | Device | None = None,
-            compile_options=None, *, client: Client | None = None) -> CompiledProgram:
+def compile(program: str | bytes, devices=None, compile_options=None, *,
+            client: Client | None = None, replicated: bool = False) -> CompiledProgram:
     """Compile a StableHLO program (text or bytecode) for ``devices``.
 
     Args:
       program: StableHLO as MLIR text or bytecode.
-      devices: a device, or a list of devices (several: an SPMD program over them); the
-        default backend's first device when None.
+      devices: a Device, a list of Devices, or a :class:`~pjrt.sharding.Mesh` (its devices in
+        mesh order); several make an SPMD program over them. The default backend's first
+        device when None.
       compile_options: optional :class:`~pjrt.compile_options.CompileOptions`.
       client: the client to compile with; taken from ``devices`` or the default backend.
+      replicated: with several devices, run one copy per device on its slice of the leading
+        axis (pmap-style) instead of partitioning the program.
 
     Returns:
       A :class:`CompiledProgram`.
     """
+    from .sharding import Mesh
+
     if isinstance(devices, Device):
         devices = [devices]
+    elif isinstance(devices, Mesh):
+        devices = list(devices.devices.flat)
+    elif devices is not None:
+        devices = list(devices)
     if client is None:
         if devices:
             client = devices[0].client
@@ -71,6 +111,6 @@ def compile(program: str | bytes, devices: Sequence[Device] | Device | None = No
             from .registry import get_backend
 
             client = get_backend()
-    executable = client.compile_and_load(program, list(devices) if devices else None,
-                                         compile_options)
+    executable = client.compile_and_load(program, devices or None, compile_options,
+                                         replicated=replicated)
     return CompiledProgram(executable)

@@ -1009,6 +1009,81 @@ class GSPMDSharding(Sharding):
         return f"GSPMDSharding({self._hlo}{memory})"
 
 
+class PmapSharding(Sharding):
+    """One slice of a leading (``axis``) dimension per device, that dimension removed.
+
+    What replicated (pmap-style) execution produces: device ``i`` holds ``x[i]``. A rank-``n``
+    global array has rank ``n - 1`` shards.
+    """
+
+    __slots__ = ("_devices", "_axis", "_memory_kind")
+
+    def __init__(self, devices: Union[Sequence[Device], DeviceList], axis: int = 0, *,
+                 memory_kind: Optional[str] = None):
+        devices = tuple(devices)
+        DeviceList(devices)  # validates: non-empty, distinct, one client
+        if axis < 0:
+            raise ValueError(f"PmapSharding axis must be >= 0, not {axis}")
+        object.__setattr__(self, "_devices", devices)
+        object.__setattr__(self, "_axis", axis)
+        object.__setattr__(self, "_memory_kind", _canonical_memory_kind(memory_kind, devices))
+
+    @property
+    def axis(self) -> int:
+        return self._axis
+
+    @property
+    def memory_kind(self) -> Optional[str]:
+        return self._memory_kind
+
+    @property
+    def _device_assignment(self) -> tuple[Device, ...]:
+        return self._devices
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        return len(self._devices) == 1
+
+    def to_hlo_sharding(self, ndim: int) -> HloSharding:
+        if ndim <= self._axis:
+            raise ValueError(f"a PmapSharding over axis {self._axis} needs rank > {self._axis}")
+        dims = [1] * ndim
+        dims[self._axis] = len(self._devices)
+        return HloSharding.iota_tile(dims)
+
+    def with_memory_kind(self, kind: str) -> "PmapSharding":
+        return PmapSharding(self._devices, self._axis, memory_kind=kind)
+
+    def _check(self, global_shape) -> tuple[int, ...]:
+        shape = _check_shape(global_shape)
+        if len(shape) <= self._axis or shape[self._axis] != len(self._devices):
+            raise ValueError(f"a PmapSharding over {len(self._devices)} devices needs dimension "
+                             f"{self._axis} of size {len(self._devices)}; shape {shape}")
+        return shape
+
+    def shard_shape(self, global_shape: Sequence[int]) -> tuple[int, ...]:
+        shape = self._check(global_shape)
+        return shape[:self._axis] + shape[self._axis + 1:]
+
+    def devices_indices_map(self, global_shape: Sequence[int]) -> dict[Device, Index]:
+        shape = self._check(global_shape)
+        whole = (slice(None),) * len(shape)
+        return {device: whole[:self._axis] + (i,) + whole[self._axis + 1:]
+                for i, device in enumerate(self._devices)}
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, PmapSharding):
+            return NotImplemented
+        return (self._devices == other._devices and self._axis == other._axis
+                and self._memory_kind == other._memory_kind)
+
+    def __hash__(self) -> int:
+        return hash(("pmap", self._devices, self._axis, self._memory_kind))
+
+    def __repr__(self) -> str:
+        return f"PmapSharding(devices={list(self._devices)}, axis={self._axis})"
+
+
 def sharding_from_mhlo_text(text: str, devices: Union[Sequence[Device], DeviceList], *,
                             memory_kind: Optional[str] = None) -> GSPMDSharding:
     """A :class:`GSPMDSharding` from an ``mhlo.sharding`` string such as

@@ -1,0 +1,190 @@
+"""Placing values on devices: ``device_put`` and the batched transfers behind it.
+
+A host value is cut into the shards a sharding asks for and each shard is sent to its device;
+an Array already on devices is copied device to device where a shard with the same index
+exists, and taken through the host only for shards that do not.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from .array import Array, put_buffer
+from .device import Device
+from .sharding import GSPMDSharding, PmapSharding, Sharding
+
+if TYPE_CHECKING:
+    from .client import Client
+
+
+def _client_of(sharding: Sharding) -> "Client":
+    devices = sharding._device_assignment
+    client = devices[0].client
+    for device in devices:
+        if device.client is not client:
+            raise ValueError("a sharding's devices must all belong to one client")
+    return client
+
+
+def _index_key(index) -> tuple:
+    return tuple((s.start, s.stop, s.step) if isinstance(s, slice) else s for s in index)
+
+
+def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequence,
+                       devices: Sequence[Device]) -> Array:
+    """Build a global Array of ``shape`` from host ``shards``, ``shards[i]`` going to
+    ``devices[i]`` (the sharding's addressable devices, in its order).
+
+    Raises:
+      ValueError: a shard's shape is not the sharding's shard shape, or the devices are not
+        the sharding's addressable devices.
+    """
+    shape = tuple(int(d) for d in shape)
+    expected = tuple(sharding.shard_shape(shape))
+    order = [d for d in sharding._device_assignment if d.is_addressable]
+    if list(devices) != order:
+        raise ValueError("batched_device_put needs one shard per addressable device of the "
+                         "sharding, in the sharding's device order")
+    client = _client_of(sharding)
+    buffers, keepalive, dtype = [], [], None
+    try:
+        for host, device in zip(shards, devices):
+            host = np.asarray(host)
+            if host.shape != expected:
+                raise ValueError(f"the shard for {device} has shape {host.shape}; the sharding "
+                                 f"gives shards of shape {expected} for an array of {shape}")
+            dtype = host.dtype if dtype is None else dtype
+            if host.dtype != dtype:
+                raise ValueError(f"shards disagree on dtype: {dtype} and {host.dtype}")
+            buffer, alias = put_buffer(client, host, device, 0)
+            buffers.append(buffer)
+            keepalive.append(alias)
+    except BaseException:
+        _free(client, buffers)
+        raise
+    return Array(client, buffers, tuple(devices), shape, dtype, keepalive or None, sharding)
+
+
+def _free(client: "Client", buffers: list) -> None:
+    from ._pjrt_cffi import lib
+
+    for buffer in buffers:
+        lib.pjrt_shim_buffer_destroy(client._api.table, buffer)
+
+
+def device_put(x, device: Device | Sharding | None = None) -> Array:
+    """Place ``x`` (a host value or an Array) on a device or with a sharding.
+
+    Args:
+      x: a numpy array (or anything ``np.asarray`` takes) or a pjrt Array.
+      device: a Device, a Sharding, or None for the default backend's first device.
+
+    Returns:
+      An Array; ``x`` itself when it is already placed that way.
+
+    Raises:
+      IndivisibleError: a dimension does not divide among its shards.
+      ValueError: the target's devices span several clients.
+    """
+    if device is None:
+        from .registry import get_backend
+
+        device = get_backend().local_devices()[0]
+    if isinstance(device, Device):
+        if isinstance(x, Array) and x._devices == (device,):
+            return x
+        if isinstance(x, Array) and len(x._devices) == 1:
+            return x.copy_to_device(device)
+        return device.client.buffer_from_pyval(np.asarray(x), device)
+    if not isinstance(device, Sharding):
+        raise TypeError(f"device_put places on a Device or a Sharding, not {type(device).__name__}")
+    sharding = device
+    if isinstance(x, Array):
+        return batched_copy_array_to_devices_with_sharding([x], [sharding])[0]
+    host = np.asarray(x)
+    indices = sharding.addressable_devices_indices_map(host.shape)
+    devices = list(indices)
+    return batched_device_put(host.shape, sharding, [host[indices[d]] for d in devices], devices)
+
+
+def batched_copy_array_to_devices_with_sharding(arrays: Sequence[Array],
+                                                shardings: Sequence[Sharding]) -> list[Array]:
+    """Reshard each array to its sharding: shard by shard, device to device where the source
+    has a shard with the same index, through the host otherwise.
+
+    Raises:
+      ValueError: a target sharding's devices belong to another client.
+    """
+    results = []
+    for array, sharding in zip(arrays, shardings):
+        if array.sharding == sharding or (
+                len(array._devices) == len(sharding._device_assignment)
+                and array._devices == tuple(sharding._device_assignment)
+                and array.sharding.is_equivalent_to(sharding, array.ndim)):
+            results.append(array)
+            continue
+        results.append(_reshard(array, sharding))
+    return results
+
+
+def _reshard(array: Array, sharding: Sharding) -> Array:
+    client = _client_of(sharding)
+    target = sharding.addressable_devices_indices_map(array.shape)
+    sources = {}
+    same_client = client._handle is array._handle
+    if same_client:
+        for shard in array.addressable_shards:
+            sources.setdefault(_index_key(shard.index), {})[shard.device] = shard
+    host = None
+    buffers, keepalive = [], []
+    api = client._api
+    try:
+        for device, index in target.items():
+            candidates = sources.get(_index_key(index), {})
+            shard = candidates.get(device) or next(iter(candidates.values()), None)
+            if shard is not None:
+                copied = api.call_new("PJRT_Buffer_CopyToDevice", buffer=shard.data._live_buffers()[0],
+                                      dst_device=device._handle)
+                buffers.append(copied.dst_buffer)
+                keepalive.append(None)
+                continue
+            if host is None:
+                host = np.asarray(array)
+            buffer, alias = put_buffer(client, np.ascontiguousarray(host[index]) if host.ndim
+                                       else host, device, 0)
+            buffers.append(buffer)
+            keepalive.append(alias)
+    except BaseException:
+        _free(client, buffers)
+        raise
+    return Array(client, buffers, tuple(target), array.shape, array.dtype, keepalive, sharding)
+
+
+def reorder_shards(x: Array, dst_sharding: Sharding) -> Array:
+    """``x`` with its shards moved to ``dst_sharding``'s devices (same layout, other order)."""
+    return batched_copy_array_to_devices_with_sharding([x], [dst_sharding])[0]
+
+
+def replicate(x, devices: Sequence[Device]) -> Array:
+    """A global Array holding the whole of ``x`` on every device in ``devices``."""
+    return device_put(x, GSPMDSharding.get_replicated(list(devices)))
+
+
+def shard_along_axis(x, devices: Sequence[Device], axis: int = 0) -> Array:
+    """A global Array with ``x[i]`` (along ``axis``) on ``devices[i]`` (a PmapSharding)."""
+    return device_put(x, PmapSharding(list(devices), axis))
+
+
+def batched_block_until_ready(arrays: Sequence[Array]) -> list[Array]:
+    """Wait until every array's value is computed; returns them."""
+    for array in arrays:
+        array.block_until_ready()
+    return list(arrays)
+
+
+block_until_ready = batched_block_until_ready
+
+__all__ = ["device_put", "batched_device_put", "batched_copy_array_to_devices_with_sharding",
+           "reorder_shards", "replicate", "shard_along_axis", "batched_block_until_ready",
+           "block_until_ready"]
