@@ -163,9 +163,14 @@ class BackendRegistry:
             if self._backends is not None and name in self._backends:
                 raise RuntimeError(f"backend {name!r} is already initialised; call "
                                    f"clear_backends() before registering it again")
+            previous = self._registrations.get(name)
             self._registrations[name] = BackendRegistration(
                 factory, priority, fail_quietly, experimental, make_topology, source,
                 module=module)
+            if previous is not None and previous.plugin is not None and previous.module == module:
+                # A plugin module that wraps the factory register_plugin made for it keeps
+                # the plugin it loaded (for `pjrt info` and the API version queries).
+                self._registrations[name].plugin = previous.plugin
 
     def register_plugin(self, plugin_name: str, priority: int = 400,
                         library_path: str | os.PathLike | None = None,

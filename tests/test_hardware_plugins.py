@@ -1,0 +1,540 @@
+"""The hardware plugin packages pjrt-cuda, pjrt-rocm and pjrt-tpu, on the vendors' real wheels.
+
+These run in the ``vendor`` tox environment, which installs the three packages with
+jax-cuda12-pjrt, jax-rocm7-pjrt, libtpu and nvidia-cuda-runtime-cu12. On a machine without a
+GPU or TPU each backend must fail with its reason recorded while the CPU backend comes up as
+the default; where the hardware exists (its device nodes are present) the backend must come up.
+
+Discovery is exercised on fresh registries (``BackendRegistry(PluginTable())``), and the
+questions about what got imported are answered by a fresh interpreter, since other test
+modules import jax into this one.
+"""
+from __future__ import annotations
+
+import glob
+import importlib.metadata
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from pjrt import registry
+from pjrt.errors import PluginLoadError, XlaRuntimeError
+from pjrt.options import XLA_OPTION_TYPES, check_option_types
+from pjrt.plugin import PluginTable
+
+try:
+    import pjrt_cuda
+    import pjrt_rocm
+    import pjrt_tpu
+    from pjrt_cuda import libraries
+except ImportError as error:
+    # The core tox environment does not install these packages; there every test here is
+    # deselected (they are all `vendor`), but the module must still import.
+    _MISSING = str(error)
+    pjrt_cuda = pjrt_rocm = pjrt_tpu = libraries = None
+else:
+    _MISSING = None
+
+pytestmark = pytest.mark.vendor
+
+HAS_NVIDIA_GPU = bool(glob.glob("/dev/nvidia[0-9]*"))
+HAS_AMD_GPU = os.path.exists("/dev/kfd")
+HAS_TPU = bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
+
+#: Variables that would change what discovery or the plugins do; each test starts without them.
+_PLUGIN_VARIABLES = (
+    "PJRT_PLATFORMS", "PJRT_NAMES_AND_LIBRARY_PATHS", "TPU_LIBRARY_PATH",
+    "XLA_PYTHON_CLIENT_ALLOCATOR", "XLA_CLIENT_MEM_FRACTION", "XLA_PYTHON_CLIENT_MEM_FRACTION",
+    "XLA_PYTHON_CLIENT_PREALLOCATE", "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB",
+    "PJRT_CUDA_VISIBLE_DEVICES", "PJRT_CUDA_SKIP_VERSION_CHECK",
+)
+
+
+@pytest.fixture(autouse=True)
+def plugin_environment(monkeypatch):
+    if _MISSING:
+        pytest.fail(f"the hardware plugin packages are not installed ({_MISSING}); run these "
+                    f"tests in the vendor tox environment (tox -e vendor)")
+    for name in _PLUGIN_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    # Off Google Cloud libtpu would retry the metadata server for minutes.
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    # pjrt-tpu may set this one in os.environ itself; setting it here first makes monkeypatch
+    # restore the variable's absence afterwards.
+    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "")
+    monkeypatch.delenv("ALLOW_MULTIPLE_LIBTPU_LOAD")
+    # GPU memory: take little, and only when asked, where a GPU exists.
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
+
+@pytest.fixture
+def make_registry():
+    """Fresh discovering registries, each on its own plugin table; closed afterwards."""
+    made = []
+
+    def make() -> registry.BackendRegistry:
+        reg = registry.BackendRegistry(PluginTable(), environ={})
+        made.append(reg)
+        return reg
+
+    yield make
+    for reg in made:
+        reg.clear_backends()
+
+
+def _expected_up() -> dict[str, bool]:
+    return {"cpu": True, "cuda": HAS_NVIDIA_GPU, "rocm": HAS_AMD_GPU, "tpu": HAS_TPU}
+
+
+def _expected_default() -> str:
+    up = _expected_up()
+    return max((p for p in up if up[p]), key=lambda p: {"cuda": 500, "rocm": 500, "tpu": 300,
+                                                          "cpu": 0}[p])
+
+
+# -- the packages ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, distribution, platform, priority", [
+    ("pjrt_cuda", "jax-cuda12-pjrt", "cuda", 500),
+    ("pjrt_rocm", "jax-rocm7-pjrt", "rocm", 500),
+    ("pjrt_tpu", "libtpu", "tpu", 300),
+])
+def test_library_path_is_the_file_inside_the_vendor_wheel(name, distribution, platform, priority):
+    module = sys.modules[name]
+    path = module.library_path()
+    assert os.path.isabs(path) and os.path.isfile(path)
+    files = {os.path.realpath(str(f.locate()))
+             for f in importlib.metadata.distribution(distribution).files or []}
+    assert os.path.realpath(path) in files
+    assert (module.PLATFORM, module.PRIORITY) == (platform, priority)
+    assert module.__version__ == "0.1.0"
+    assert importlib.metadata.version(module.__name__.replace("_", "-")) == "0.1.0"
+
+
+@pytest.mark.parametrize("name", ["pjrt_cuda", "pjrt_rocm", "pjrt_tpu"])
+def test_each_package_advertises_a_jax_plugins_entry_point(name):
+    entry_points = importlib.metadata.entry_points(group="jax_plugins")
+    assert name in {ep.value for ep in entry_points}
+
+
+@pytest.mark.parametrize("name", ["pjrt_cuda", "pjrt_rocm", "pjrt_tpu"])
+def test_initialize_outside_discovery_registers_nothing(name, monkeypatch):
+    module = sys.modules[name]
+    calls = []
+    monkeypatch.setattr(registry, "register_plugin", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(registry, "register_backend_factory", lambda *a, **k: calls.append(a))
+    assert not registry.discovering()
+    assert module.initialize() is None
+    assert calls == []
+
+
+def test_under_jax_initialize_imports_neither_pjrt_nor_the_vendor_modules():
+    """What JAX does: import each jax_plugins entry point and call initialize()."""
+    child = textwrap.dedent("""
+        import json, sys
+        import pjrt_cuda, pjrt_rocm, pjrt_tpu
+        for module in (pjrt_cuda, pjrt_rocm, pjrt_tpu):
+            module.initialize()
+        print(json.dumps(sorted(m for m in ("pjrt", "pjrt.registry", "jax", "libtpu",
+                                            "jax_plugins.xla_cuda12", "jax_plugins.xla_rocm7")
+                                if m in sys.modules)))
+    """)
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                            timeout=60, check=True)
+    assert json.loads(result.stdout.splitlines()[-1]) == []
+
+
+# -- discovery with all four packages installed ------------------------------------------------
+
+_DISCOVERY_CHILD = textwrap.dedent("""
+    import json, sys
+    from pjrt import registry
+    from pjrt.plugin import PluginTable
+    reg = registry.BackendRegistry(PluginTable(), environ={})
+    default = reg.default_backend()
+    print(json.dumps({
+        "default": default,
+        "up": sorted(reg.backends()),
+        "errors": reg.backend_errors(),
+        "records": {r.name: [r.action, r.detail] for r in reg.discovery_records},
+        "priorities": {name: r.priority for name, r in reg.registrations().items()},
+        "imported": sorted(m for m in ("jax", "libtpu", "jax_plugins.xla_cuda12",
+                                       "jax_plugins.xla_rocm7") if m in sys.modules),
+    }))
+""")
+
+
+@pytest.fixture(scope="module")
+def discovered():
+    """Discovery in a fresh interpreter: what came up, why the rest did not, what was imported."""
+    env = {k: v for k, v in os.environ.items() if k not in _PLUGIN_VARIABLES}
+    env["TPU_SKIP_MDS_QUERY"] = "1"
+    # This process may already hold libtpu's lockfile.
+    env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    result = subprocess.run([sys.executable, "-c", _DISCOVERY_CHILD], capture_output=True,
+                            text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_discovery_makes_the_best_backend_that_came_up_the_default(discovered):
+    assert discovered["default"] == _expected_default()
+    assert discovered["up"] == sorted(p for p, up in _expected_up().items() if up)
+    assert discovered["priorities"] == {"cpu": 0, "cuda": 500, "rocm": 500, "tpu": 300}
+
+
+def test_discovery_records_why_each_missing_backend_failed(discovered):
+    errors = discovered["errors"]
+    if not HAS_NVIDIA_GPU:
+        assert "FAILED_PRECONDITION" in errors["cuda"]
+        assert "No visible GPU devices" in errors["cuda"]
+    if not HAS_AMD_GPU:
+        assert errors["rocm"].startswith("PluginLoadError:")
+        assert ".so" in errors["rocm"] and pjrt_rocm.ROCM_INSTALL_URL in errors["rocm"]
+        assert "LD_LIBRARY_PATH" in errors["rocm"]
+    if not HAS_TPU:
+        assert "NOT_FOUND" in errors["tpu"] and "TPU initialization failed" in errors["tpu"]
+    assert "cpu" not in errors
+
+
+def test_jax_only_modules_are_skipped_and_jax_is_never_imported(discovered):
+    records = discovered["records"]
+    for module, platform in (("jax_plugins.xla_cuda12", "cuda"), ("jax_plugins.xla_rocm7", "rocm")):
+        action, detail = records[module]
+        assert action == "skipped" and f"already serves {platform!r}" in detail
+    assert records["pjrt_cuda"][0] == "initialized"
+    assert records["pjrt_tpu"][0] == "initialized"
+    assert records["pjrt_rocm"][0] == ("initialized" if HAS_AMD_GPU else "failed")
+    assert discovered["imported"] == []
+
+
+def test_fresh_registry_in_process_matches(make_registry):
+    reg = make_registry()
+    assert reg.default_backend() == _expected_default()
+    registrations = reg.registrations()
+    for platform in ("cuda", "rocm", "tpu"):
+        assert registrations[platform].source == "entry point"
+        assert registrations[platform].module == f"pjrt_{platform}"
+    assert set(reg.backend_errors()) == {p for p, up in _expected_up().items() if not up}
+
+
+# -- CUDA: options from the environment --------------------------------------------------------
+
+def test_gpu_options_default_to_the_plugins_own():
+    options = pjrt_cuda.generate_pjrt_gpu_plugin_options({})
+    assert options == {"platform_name": "cuda", "allocator": "default"}
+
+
+def test_gpu_options_from_every_variable(monkeypatch):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "BFC")
+    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", ".25")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "False")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB", "64")
+    monkeypatch.setenv("PJRT_CUDA_VISIBLE_DEVICES", " 1, 0 ")
+    options = pjrt_cuda.client_options()
+    assert options == {"platform_name": "cuda", "allocator": "bfc", "memory_fraction": 0.25,
+                       "preallocate": False, "collective_memory_size": 64 << 20,
+                       "visible_devices": [1, 0]}
+    assert type(options["memory_fraction"]) is float
+    assert type(options["preallocate"]) is bool
+    assert type(options["collective_memory_size"]) is int
+    assert all(type(d) is int for d in options["visible_devices"])
+    # pjrt's own check of XLA's option types accepts every one of them.
+    assert check_option_types(options, XLA_OPTION_TYPES) == options
+
+
+def test_gpu_options_old_memory_fraction_name_and_all_devices(monkeypatch):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_MEM_FRACTION", "0.5")
+    monkeypatch.setenv("PJRT_CUDA_VISIBLE_DEVICES", "all")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "1")
+    options = pjrt_cuda.generate_pjrt_gpu_plugin_options()
+    assert options["memory_fraction"] == 0.5 and options["preallocate"] is True
+    assert "visible_devices" not in options
+
+
+@pytest.mark.parametrize("variables, named", [
+    ({"XLA_PYTHON_CLIENT_ALLOCATOR": "malloc"}, "XLA_PYTHON_CLIENT_ALLOCATOR"),
+    ({"XLA_CLIENT_MEM_FRACTION": "most"}, "XLA_CLIENT_MEM_FRACTION"),
+    ({"XLA_CLIENT_MEM_FRACTION": "1.5"}, "XLA_CLIENT_MEM_FRACTION"),
+    ({"XLA_PYTHON_CLIENT_MEM_FRACTION": "0"}, "XLA_PYTHON_CLIENT_MEM_FRACTION"),
+    ({"XLA_CLIENT_MEM_FRACTION": "0.5", "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.4"},
+     "XLA_PYTHON_CLIENT_MEM_FRACTION"),
+    ({"XLA_PYTHON_CLIENT_PREALLOCATE": "maybe"}, "XLA_PYTHON_CLIENT_PREALLOCATE"),
+    ({"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB": "1.5"}, "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB"),
+    ({"XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB": "-1"}, "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB"),
+    ({"PJRT_CUDA_VISIBLE_DEVICES": "0,gpu1"}, "PJRT_CUDA_VISIBLE_DEVICES"),
+    ({"PJRT_CUDA_VISIBLE_DEVICES": "-1"}, "PJRT_CUDA_VISIBLE_DEVICES"),
+    ({"PJRT_CUDA_VISIBLE_DEVICES": "0,0"}, "PJRT_CUDA_VISIBLE_DEVICES"),
+])
+def test_gpu_options_bad_value_is_a_value_error_naming_the_variable(monkeypatch, variables, named):
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=named):
+        pjrt_cuda.generate_pjrt_gpu_plugin_options()
+
+
+def test_the_cuda_plugin_accepts_the_generated_options(monkeypatch):
+    """The real plugin takes every generated option: without a GPU it gets as far as looking
+    for devices (FAILED_PRECONDITION), not INVALID_ARGUMENT about an option."""
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "platform")
+    monkeypatch.setenv("XLA_CLIENT_MEM_FRACTION", "0.1")
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB", "0")
+    monkeypatch.setenv("PJRT_CUDA_VISIBLE_DEVICES", "0")
+    plugin = PluginTable().load("cuda", pjrt_cuda.library_path())
+    if HAS_NVIDIA_GPU:
+        with pjrt_cuda.make_client(plugin) as client:
+            assert client.platform == "cuda" and len(client.devices()) == 1
+        return
+    with pytest.raises(XlaRuntimeError) as info:
+        pjrt_cuda.make_client(plugin)
+    assert info.value.code_name == "FAILED_PRECONDITION"
+
+
+def test_a_bad_gpu_variable_is_the_cuda_backends_reason(monkeypatch, make_registry):
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_ALLOCATOR", "malloc")
+    reg = make_registry()
+    assert "cuda" not in reg.backends() and "cpu" in reg.backends()
+    reason = reg.backend_errors()["cuda"]
+    assert reason.startswith("ValueError:") and "XLA_PYTHON_CLIENT_ALLOCATOR='malloc'" in reason
+
+
+# -- CUDA: the NVIDIA pip libraries ------------------------------------------------------------
+
+def test_the_pip_cuda_runtime_is_found_and_its_version_read_from_the_library():
+    found = {f.component.name: f for f in libraries.find_cuda_libraries()}
+    runtime = found["CUDA runtime"]
+    assert runtime.directory.endswith(os.path.join("nvidia", "cuda_runtime", "lib"))
+    assert runtime.version_source == "library" and runtime.load_error is None
+    wheel = tuple(int(p) for p in importlib.metadata.version("nvidia-cuda-runtime-cu12").split("."))
+    assert runtime.version == wheel[:2]
+    libraries.check_versions(list(found.values()))  # 12.x from the vendor env passes
+
+
+def _fake_site(tmp_path, *, library: bytes | None = None, metadata_version: str | None = None):
+    """A site directory holding a fake nvidia-cudnn-cu12: its library and/or its dist-info."""
+    lib_dir = tmp_path / "site" / "nvidia" / "cudnn" / "lib"
+    lib_dir.mkdir(parents=True)
+    (lib_dir / "libcudnn.so.9").write_bytes(library if library is not None else b"not an ELF")
+    if metadata_version:
+        info = tmp_path / "site" / f"nvidia_cudnn_cu12-{metadata_version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-cudnn-cu12\n"
+                                       f"Version: {metadata_version}\n")
+    return str(tmp_path / "site")
+
+
+def _compiled_cudnn(tmp_path, code: int) -> bytes:
+    # A library exporting cudnnGetVersion, built without a soname so that nothing else in the
+    # process could mistake it for the real libcudnn.so.9.
+    source = tmp_path / "fake_cudnn.c"
+    source.write_text(f"#include <stddef.h>\nsize_t cudnnGetVersion(void) {{ return {code}; }}\n")
+    output = tmp_path / "fake_cudnn.so"
+    subprocess.run([os.environ.get("CC", "cc"), "-shared", "-fPIC", "-o", str(output),
+                    str(source)], check=True, capture_output=True)
+    return output.read_bytes()
+
+
+def test_an_old_cudnn_library_is_named_with_the_upgrade_command(tmp_path):
+    site = _fake_site(tmp_path, library=_compiled_cudnn(tmp_path, 90100))
+    (found,) = libraries.find_cuda_libraries([site])
+    assert (found.component.name, found.version, found.version_source) == ("cuDNN", (9, 1, 0),
+                                                                            "library")
+    with pytest.raises(libraries.CudaLibraryVersionError) as info:
+        libraries.check_versions([found])
+    message = str(info.value)
+    assert "cuDNN 9.1.0" in message and "9.8" in message and found.directory in message
+    assert "pip install --upgrade 'nvidia-cudnn-cu12>=9.8'" in message
+    assert info.value.too_old == [found]
+
+
+def test_a_recent_enough_cudnn_passes(tmp_path):
+    site = _fake_site(tmp_path, library=_compiled_cudnn(tmp_path, 91001))
+    (found,) = libraries.find_cuda_libraries([site])
+    assert found.version == (9, 10, 1)
+    libraries.check_versions([found])
+
+
+def test_the_wheel_metadata_tells_when_the_library_cannot(tmp_path):
+    site = _fake_site(tmp_path, metadata_version="9.1.0.70")
+    (found,) = libraries.find_cuda_libraries([site])
+    assert found.load_error and found.version == (9, 1, 0, 70)
+    assert found.version_source == "metadata"
+    with pytest.raises(libraries.CudaLibraryVersionError, match=r"cuDNN 9\.1\.0\.70"):
+        libraries.check_versions([found])
+
+
+def test_an_old_pip_library_is_the_cuda_backends_reason(tmp_path, monkeypatch, make_registry):
+    monkeypatch.syspath_prepend(_fake_site(tmp_path, metadata_version="9.1.0.70"))
+    reg = make_registry()
+    reason = reg.backend_errors()["cuda"]
+    assert reason.startswith("CudaLibraryVersionError:") and "cuDNN 9.1.0.70" in reason
+    assert "cpu" in reg.backends()
+    # The check can be skipped; then the plugin's own verdict comes back.
+    monkeypatch.setenv(pjrt_cuda.SKIP_VERSION_CHECK_ENV, "1")
+    reg = make_registry()
+    if HAS_NVIDIA_GPU:
+        assert "cuda" in reg.backends()
+    else:
+        assert "No visible GPU devices" in reg.backend_errors()["cuda"]
+
+
+# -- ROCm --------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(HAS_AMD_GPU, reason="an AMD GPU is present: the ROCm plugin is expected to load")
+def test_rocm_missing_library_names_it_and_how_to_install_rocm(make_registry):
+    with pytest.raises(PluginLoadError) as info:
+        PluginTable().load("rocm", pjrt_rocm.library_path())
+    explained = pjrt_rocm.explain_load_error(info.value)
+    assert explained.missing_library == info.value.missing_library
+    assert explained.path == info.value.path == pjrt_rocm.library_path()
+    message = str(explained)
+    assert explained.missing_library in message and pjrt_rocm.ROCM_INSTALL_URL in message
+    assert "/opt/rocm/lib" in message and "LD_LIBRARY_PATH" in message
+    reg = make_registry()
+    assert reg.backend_errors()["rocm"] == f"PluginLoadError: {message}"
+    record = next(r for r in reg.discovery_records if r.name == "pjrt_rocm")
+    assert (record.action, record.detail) == ("failed", message)
+
+
+@pytest.mark.skipif(not HAS_AMD_GPU, reason="needs an AMD GPU (/dev/kfd)")
+def test_rocm_comes_up_on_an_amd_gpu(make_registry):
+    reg = make_registry()
+    assert reg.get_backend("rocm").platform == "rocm"
+
+
+def test_other_load_errors_are_left_alone():
+    error = PluginLoadError("plugin 'rocm': no file at /nowhere", path="/nowhere")
+    assert pjrt_rocm.explain_load_error(error) is error
+
+
+# -- TPU ---------------------------------------------------------------------------------------
+
+def test_tpu_library_path_honours_the_variable(monkeypatch):
+    wheel_library = pjrt_tpu.library_path()
+    monkeypatch.setenv("TPU_LIBRARY_PATH", wheel_library)
+    assert pjrt_tpu.library_path() == wheel_library
+
+
+@pytest.mark.parametrize("kind", ["missing", "directory"])
+def test_tpu_library_path_naming_no_file_is_a_clear_error(monkeypatch, tmp_path, kind,
+                                                          make_registry):
+    target = tmp_path / "libtpu.so" if kind == "missing" else tmp_path
+    monkeypatch.setenv("TPU_LIBRARY_PATH", str(target))
+    with pytest.raises(FileNotFoundError) as info:
+        pjrt_tpu.library_path()
+    message = str(info.value)
+    assert f"TPU_LIBRARY_PATH={str(target)!r}" in message and "unset it" in message
+    reg = make_registry()
+    assert reg.backend_errors()["tpu"] == f"PluginLoadError: {message}"
+    assert "cpu" in reg.backends()
+
+
+def test_slow_tpu_client_creation_logs_a_warning(monkeypatch, caplog, make_registry):
+    # The threshold is shrunk and client creation made slower than it, deterministically:
+    # libtpu itself answers in milliseconds here.
+    import pjrt.client
+
+    real_create = pjrt.client.create_client
+
+    def slow_create(plugin, options=None):
+        if plugin.name == "tpu":
+            time.sleep(0.3)
+        return real_create(plugin, options)
+
+    monkeypatch.setattr(pjrt.client, "create_client", slow_create)
+    monkeypatch.setattr(pjrt_tpu, "SLOW_INIT_WARNING_SECONDS", 0.01)
+    with caplog.at_level(logging.WARNING, logger="pjrt_tpu"):
+        reg = make_registry()
+        reg.backends()
+    warnings = [r for r in caplog.records if r.name == "pjrt_tpu"]
+    assert len(warnings) == 1 and "more than 0.01 seconds" in warnings[0].getMessage()
+    if not HAS_TPU:
+        assert "TPU initialization failed" in reg.backend_errors()["tpu"]
+
+
+def test_fast_tpu_client_creation_logs_nothing_and_leaves_no_timer(caplog):
+    plugin = PluginTable().load("tpu", pjrt_tpu.library_path())
+    with caplog.at_level(logging.WARNING, logger="pjrt_tpu"):
+        try:
+            pjrt_tpu.make_client(plugin).close()
+        except XlaRuntimeError as error:
+            assert not HAS_TPU and error.code_name == "NOT_FOUND"
+    assert [r for r in caplog.records if r.name == "pjrt_tpu"] == []
+    assert not [t for t in threading.enumerate()
+                if isinstance(t, threading.Timer) and t.is_alive()]
+
+
+def test_tpu_topology_without_a_tpu(make_registry):
+    reg = make_registry()
+    topology = reg.make_pjrt_topology("tpu", "v5e:2x2")
+    assert topology.platform == "tpu"
+    devices = topology.device_descriptions()
+    assert len(devices) == 4 and {d.device_kind for d in devices} == {"TPU v5 lite"}
+    assert len(pjrt_tpu.make_topology("v4:2x2x1").device_descriptions()) == 8
+    with pytest.raises(XlaRuntimeError) as info:
+        reg.make_pjrt_topology("tpu", "not-a-topology")
+    assert info.value.code_name == "INVALID_ARGUMENT"
+
+
+def test_libtpu_switches_are_set_only_off_google_cloud_without_a_tpu(monkeypatch, tmp_path):
+    product = tmp_path / "product_name"
+    monkeypatch.setattr(pjrt_tpu, "DMI_PRODUCT_NAME", str(product))
+    monkeypatch.setattr(pjrt_tpu, "TPU_DEVICE_PATTERNS", (str(tmp_path / "accel*"),))
+    switches = ("TPU_SKIP_MDS_QUERY", "ALLOW_MULTIPLE_LIBTPU_LOAD")
+
+    def configured(product_name: str | None, *, tpu: bool = False, preset: str | None = None):
+        for name in switches:
+            monkeypatch.delenv(name, raising=False)
+            if preset is not None:
+                monkeypatch.setenv(name, preset)
+        if product_name is None:
+            product.unlink(missing_ok=True)
+        else:
+            product.write_text(product_name + "\n")
+        (tmp_path / "accel0").unlink(missing_ok=True)
+        if tpu:
+            (tmp_path / "accel0").touch()
+        pjrt_tpu.configure_environment()
+        return tuple(os.environ.get(name) for name in switches)
+
+    assert configured("Standard PC (Q35 + ICH9, 2009)") == ("1", "1")
+    assert configured(None) == ("1", "1")  # a container that hides the product name
+    assert configured("Google Compute Engine") == (None, "1")
+    assert configured("Standard PC", tpu=True) == (None, None)
+    assert configured("Standard PC", preset="0") == ("0", "0")
+
+
+def test_discovery_without_tpu_skip_mds_query_does_not_wait_for_the_metadata_server():
+    """Off Google Cloud and without a TPU, pjrt-tpu sets TPU_SKIP_MDS_QUERY=1 itself (without it
+    libtpu spends minutes retrying the metadata server before failing), and
+    ALLOW_MULTIPLE_LIBTPU_LOAD=1, so this second process is not stopped by libtpu's lockfile."""
+    child = textwrap.dedent("""
+        import json, os, time
+        from pjrt import registry
+        from pjrt.plugin import PluginTable
+        start = time.monotonic()
+        reg = registry.BackendRegistry(PluginTable(), environ={})
+        errors = reg.backend_errors()
+        print(json.dumps({"seconds": time.monotonic() - start, "tpu": errors.get("tpu"),
+                          "skip": os.environ.get("TPU_SKIP_MDS_QUERY")}))
+    """)
+    # Left to pjrt-tpu: both libtpu switches (this process may hold libtpu's lockfile).
+    env = {k: v for k, v in os.environ.items() if k not in _PLUGIN_VARIABLES
+           and k not in ("TPU_SKIP_MDS_QUERY", "ALLOW_MULTIPLE_LIBTPU_LOAD")}
+    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    outcome = json.loads(result.stdout.splitlines()[-1])
+    if HAS_TPU or pjrt_tpu.on_google_cloud():
+        assert outcome["skip"] is None  # libtpu needs the metadata server there
+    else:
+        assert outcome["skip"] == "1" and outcome["seconds"] < 30
+        assert "TPU initialization failed" in outcome["tpu"]
