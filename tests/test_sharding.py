@@ -20,9 +20,10 @@ import pjrt
 from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT, cpu_plugin_path
 from pjrt.hlo_sharding import HloSharding
 from pjrt.sharding import (GSPMDSharding, IndivisibleError, Mesh, NamedSharding, P,
-                           PartitionSpec, SdyDim, SdyMesh, SingleDeviceSharding,
-                           parse_program_shardings, parse_sdy_mesh, parse_sdy_sharding,
-                           sharding_from_mhlo_text, spec_to_hlo_sharding)
+                           PartitionSpec, SingleDeviceSharding, sharding_from_mhlo_text,
+                           spec_to_hlo_sharding)
+from pjrt.sharding_text import (SdyDim, SdyMesh, parse_program_shardings, parse_sdy_mesh,
+                                parse_sdy_sharding)
 
 jax = pytest.importorskip("jax")
 js = pytest.importorskip("jax.sharding")

@@ -30,8 +30,9 @@ from .registry import (backend_errors, backend_pjrt_c_api_version, backends,
                        make_cpu_client, make_pjrt_topology, process_count, process_index,
                        register_backend_factory, register_plugin, set_platforms)
 from .sharding import (GSPMDSharding, IndivisibleError, Mesh, NamedSharding, P, PartitionSpec,
-                       PmapSharding, Sharding, SingleDeviceSharding, parse_program_shardings,
-                       parse_sdy_sharding, sharding_from_mhlo_text, spec_to_hlo_sharding)
+                       PmapSharding, Sharding, SingleDeviceSharding, sharding_from_mhlo_text,
+                       spec_to_hlo_sharding)
+from .sharding_text import parse_program_shardings, parse_sdy_sharding
 from .topology import DeviceTopology
 
 __version__ = "0.1.0"

@@ -54,6 +54,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from ._tokens import TokenStream
 from . import _protowire as wire
 
 __all__ = ["HloSharding", "OpShardingType"]
@@ -981,47 +982,11 @@ _TOKEN = re.compile(r"""
 """, re.VERBOSE | re.DOTALL)
 
 
-class _Parser:
+class _Parser(TokenStream):
     """Recursive-descent parser for XLA's sharding text."""
 
     def __init__(self, text: str):
-        self.text = text
-        self.tokens: list[tuple[str, str, int]] = []
-        pos = 0
-        while pos < len(text):
-            match = _TOKEN.match(text, pos)
-            if match is None:
-                raise self.error(f"unexpected character {text[pos]!r}", pos)
-            if match.lastgroup != "space":
-                self.tokens.append((match.lastgroup, match.group(), pos))
-            pos = match.end()
-        self.index = 0
-
-    def error(self, message: str, pos: Optional[int] = None) -> ValueError:
-        if pos is None:
-            pos = self.tokens[self.index][2] if self.index < len(self.tokens) else len(self.text)
-        return ValueError(f"invalid sharding {self.text!r}: {message} at offset {pos}")
-
-    def peek(self) -> Optional[str]:
-        return self.tokens[self.index][1] if self.index < len(self.tokens) else None
-
-    def next(self) -> tuple[str, str, int]:
-        if self.index >= len(self.tokens):
-            raise self.error("unexpected end of text")
-        token = self.tokens[self.index]
-        self.index += 1
-        return token
-
-    def expect(self, value: str) -> None:
-        kind, text, pos = self.next()
-        if text != value:
-            raise self.error(f"expected {value!r}, found {text!r}", pos)
-
-    def integer(self) -> int:
-        kind, text, pos = self.next()
-        if kind != "int":
-            raise self.error(f"expected an integer, found {text!r}", pos)
-        return int(text)
+        super().__init__(text, _TOKEN, "sharding")
 
     def int_list(self, open_: str, close: str) -> list[int]:
         self.expect(open_)

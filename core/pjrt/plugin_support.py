@@ -58,3 +58,29 @@ def import_from_plugin(plugin_name: str, submodule_name: str, *,
         if plugin_version and not check_plugin_version(package, __version__, plugin_version):
             return None
     return module
+
+
+def find_module_library(module: str, filename: str, distribution: str) -> str:
+    """Absolute path of ``filename`` inside the package ``module``, found without importing it
+    (plugin wheels written for JAX import jax in their ``__init__``).
+
+    Raises:
+      FileNotFoundError: the package is not installed (the message names the distribution to
+        install), or the file is missing from it.
+    """
+    import importlib.util
+    import os
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except ImportError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(f"{distribution}, which provides {filename}, is not installed; "
+                                f"pip install {distribution}")
+    for directory in spec.submodule_search_locations:
+        candidate = os.path.join(directory, filename)
+        if os.path.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(f"{distribution} is installed but {filename} is missing from "
+                            f"{list(spec.submodule_search_locations)}; reinstall {distribution}")

@@ -15,7 +15,6 @@ backends still come up.
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import sys
@@ -52,19 +51,9 @@ def library_path() -> str:
     Raises:
       FileNotFoundError: jax-cuda12-pjrt is not installed, or its library is missing.
     """
-    try:
-        spec = importlib.util.find_spec(_LIBRARY_MODULE)
-    except ImportError:
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("jax-cuda12-pjrt, which provides the CUDA plugin library, is not "
-                                "installed; pip install jax-cuda12-pjrt")
-    for directory in spec.submodule_search_locations:
-        candidate = os.path.join(directory, _LIBRARY_FILE)
-        if os.path.isfile(candidate):
-            return candidate
-    raise FileNotFoundError(f"jax-cuda12-pjrt is installed but {_LIBRARY_FILE} is missing from "
-                            f"{list(spec.submodule_search_locations)}; reinstall jax-cuda12-pjrt")
+    from pjrt.plugin_support import find_module_library
+
+    return find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "jax-cuda12-pjrt")
 
 
 def client_options() -> dict:

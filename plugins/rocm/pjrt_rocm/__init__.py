@@ -11,8 +11,6 @@ imported, and pjrt's discovery skips it once this package has registered ``rocm`
 """
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 
 __version__ = "0.1.0"
@@ -39,19 +37,9 @@ def library_path() -> str:
     Raises:
       FileNotFoundError: jax-rocm7-pjrt is not installed, or its library is missing.
     """
-    try:
-        spec = importlib.util.find_spec(_LIBRARY_MODULE)
-    except ImportError:
-        spec = None
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("jax-rocm7-pjrt, which provides the ROCm plugin library, is not "
-                                "installed; pip install jax-rocm7-pjrt")
-    for directory in spec.submodule_search_locations:
-        candidate = os.path.join(directory, _LIBRARY_FILE)
-        if os.path.isfile(candidate):
-            return candidate
-    raise FileNotFoundError(f"jax-rocm7-pjrt is installed but {_LIBRARY_FILE} is missing from "
-                            f"{list(spec.submodule_search_locations)}; reinstall jax-rocm7-pjrt")
+    from pjrt.plugin_support import find_module_library
+
+    return find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "jax-rocm7-pjrt")
 
 
 def install_hint(missing_library: str | None) -> str:

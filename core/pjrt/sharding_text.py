@@ -1,0 +1,503 @@
+"""Sharding annotations as programs spell them: Shardy's ``sdy`` attributes, and the shardings
+of a StableHLO module's ``main`` signature (Shardy's or GSPMD's ``mhlo.sharding`` strings).
+
+Printing and parsing of the two forms; :mod:`pjrt.sharding` holds the types they describe.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+from ._tokens import TokenStream
+from .hlo_sharding import HloSharding
+from .sharding import UNCONSTRAINED, Mesh, PartitionSpec, spec_to_hlo_sharding
+
+__all__ = ["SdyDim", "SdyMesh", "SdySharding", "parse_program_shardings", "parse_sdy_mesh",
+           "parse_sdy_sharding"]
+
+
+# --------------------------------------------------------------------------
+# Shardy text
+# --------------------------------------------------------------------------
+
+_BARE_SYMBOL = re.compile(r"[A-Za-z_][A-Za-z0-9_$.]*\Z")
+
+
+def _symbol(name: str) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"a symbol name must be a non-empty str, got {name!r}")
+    return name if _BARE_SYMBOL.match(name) else _quote(name)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _sdy_mesh_body(axes: Sequence[tuple[str, int]], device_ids: Optional[Sequence[int]]) -> str:
+    body = "[" + ", ".join(f"{_quote(n)}={s}" for n, s in axes) + "]"
+    if device_ids is not None:
+        body += ", device_ids=[" + ", ".join(map(str, device_ids)) + "]"
+    return f"<{body}>"
+
+
+@dataclasses.dataclass(frozen=True)
+class SdyMesh:
+    """A Shardy mesh: axis names and sizes, and the device id at each position when they
+    are not ``0..n-1`` in order (``device_ids``). A mesh with no axes and one device id is
+    Shardy's spelling of a single device (a maximal sharding)."""
+
+    axis_names: tuple[str, ...]
+    axis_sizes: tuple[int, ...]
+    device_ids: Optional[tuple[int, ...]] = None
+
+    def __str__(self) -> str:
+        return _sdy_mesh_body(tuple(zip(self.axis_names, self.axis_sizes)), self.device_ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class SdyDim:
+    """One dimension of a Shardy sharding: the axes splitting it, major first, and whether
+    it is open (``?``: the partitioner may split it further)."""
+
+    axes: tuple[str, ...]
+    is_open: bool = False
+
+    def __str__(self) -> str:
+        items = [_quote(a) for a in self.axes] + (["?"] if self.is_open else [])
+        return "{" + ", ".join(items) + "}"
+
+
+@dataclasses.dataclass(frozen=True)
+class SdySharding:
+    """A parsed ``#sdy.sharding<...>``: the mesh it refers to (by name, or inline), one
+    :class:`SdyDim` per array dimension, and the explicitly replicated and unreduced axes.
+
+    ``mesh`` is the resolved mesh definition; ``mesh_name`` is None for an inline mesh.
+    """
+
+    mesh_name: Optional[str]
+    mesh: SdyMesh
+    dims: tuple[SdyDim, ...]
+    replicated_axes: tuple[str, ...] = ()
+    unreduced_axes: tuple[str, ...] = ()
+
+    def to_partition_spec(self) -> PartitionSpec:
+        """The spec of the dimensions: closed empty dims are None, open empty ones
+        ``P.UNCONSTRAINED``, others their axes (openness is a propagation hint and is
+        dropped)."""
+        entries = []
+        for dim in self.dims:
+            if not dim.axes:
+                entries.append(UNCONSTRAINED if dim.is_open else None)
+            else:
+                entries.append(dim.axes if len(dim.axes) > 1 else dim.axes[0])
+        return PartitionSpec(*entries)
+
+    def to_hlo_sharding(self) -> HloSharding:
+        """The GSPMD form, as XLA converts it: see :func:`spec_to_hlo_sharding`.
+
+        Raises:
+          ValueError: an axis is not in the mesh or is used twice.
+        """
+        mesh = self.mesh
+        return spec_to_hlo_sharding(mesh.axis_names, mesh.axis_sizes, self.to_partition_spec(),
+                                    len(self.dims), unreduced_axes=self.unreduced_axes,
+                                    device_ids=mesh.device_ids)
+
+    def __str__(self) -> str:
+        ref = f"@{_symbol(self.mesh_name)}" if self.mesh_name else f"mesh{self.mesh}"
+        text = f"#sdy.sharding<{ref}, [{', '.join(map(str, self.dims))}]"
+        if self.replicated_axes:
+            text += ", replicated={" + ", ".join(map(_quote, self.replicated_axes)) + "}"
+        if self.unreduced_axes:
+            text += ", unreduced={" + ", ".join(map(_quote, self.unreduced_axes)) + "}"
+        return text + ">"
+
+
+_SDY_TOKEN = re.compile(r"""
+    (?P<space>\s+)
+  | (?P<string>"(?:[^"\\]|\\.)*")
+  | (?P<int>-?\d+)
+  | (?P<word>[#A-Za-z_][A-Za-z0-9_$.#-]*)
+  | (?P<punct>[<>\[\]{}(),=?@:])
+""", re.VERBOSE)
+
+
+def _unescape(literal: str) -> str:
+    """The value of an MLIR string literal (quotes included): ``\\"``, ``\\\\``, ``\\n``,
+    ``\\t`` and ``\\XX`` hex bytes."""
+    body = literal[1:-1]
+    out = bytearray()
+    i = 0
+    while i < len(body):
+        char = body[i]
+        if char != "\\":
+            out += char.encode("utf-8")
+            i += 1
+            continue
+        pair = body[i + 1:i + 3]
+        if len(pair) == 2 and all(c in "0123456789abcdefABCDEF" for c in pair):
+            out.append(int(pair, 16))
+            i += 3
+        else:
+            escaped = body[i + 1:i + 2]
+            out += {"n": "\n", "t": "\t"}.get(escaped, escaped).encode("utf-8")
+            i += 2
+    return out.decode("utf-8", "replace")
+
+
+@dataclasses.dataclass
+class _ParsedSdy:
+    mesh_name: Optional[str]
+    inline_mesh: Optional[SdyMesh]
+    dims: tuple
+    replicated: tuple
+    unreduced: tuple
+    text: str
+
+    def resolve(self, meshes: Mapping[str, Any]) -> SdySharding:
+        if self.inline_mesh is not None:
+            mesh = self.inline_mesh
+        elif self.mesh_name in meshes:
+            mesh = _as_sdy_mesh(self.mesh_name, meshes[self.mesh_name])
+        else:
+            known = ", ".join(f"@{n}" for n in meshes) or "none"
+            raise ValueError(f"the sharding {self.text!r} refers to mesh @{self.mesh_name}, "
+                             f"which is not defined (meshes: {known})")
+        for name in self.replicated + self.unreduced + tuple(
+                a for d in self.dims for a in d.axes):
+            if name not in mesh.axis_names:
+                raise ValueError(f"the sharding {self.text!r} names axis {name!r}, which is "
+                                 f"not in its mesh axes {mesh.axis_names}")
+        return SdySharding(self.mesh_name, mesh, self.dims, self.replicated, self.unreduced)
+
+
+def _as_sdy_mesh(name: str, value) -> SdyMesh:
+    if isinstance(value, SdyMesh):
+        return value
+    if isinstance(value, Mesh):
+        return SdyMesh(value.axis_names, value.axis_sizes)
+    try:
+        names, sizes = value
+        names = (names,) if isinstance(names, str) else tuple(names)
+        sizes = tuple(int(s) for s in sizes)
+    except (TypeError, ValueError):
+        raise TypeError(f"mesh @{name} must be (axis_names, axis_sizes), an SdyMesh or a "
+                        f"Mesh, got {value!r}") from None
+    if len(names) != len(sizes):
+        raise ValueError(f"mesh @{name}: {len(names)} axis names but {len(sizes)} sizes")
+    return SdyMesh(names, sizes)
+
+
+class _SdyParser(TokenStream):
+    """Parser for Shardy's ``#sdy.sharding<...>`` and mesh ``<[...]>`` attribute text."""
+
+    def __init__(self, text: str):
+        if not isinstance(text, str):
+            raise TypeError(f"expected Shardy text as a str, got {type(text).__name__}")
+        super().__init__(text, _SDY_TOKEN, "Shardy text")
+
+    def string(self) -> str:
+        kind, text, pos = self.next()
+        if kind != "string":
+            raise self.error(f"expected a quoted name, found {text!r}", pos)
+        return _unescape(text)
+
+    def symbol(self) -> str:
+        kind, text, pos = self.next()
+        if kind == "string":
+            return _unescape(text)
+        if kind == "word":
+            return text
+        raise self.error(f"expected a symbol name, found {text!r}", pos)
+
+    def finish(self) -> None:
+        if self.index != len(self.tokens):
+            raise self.error(f"unexpected {self.peek()!r}")
+
+    def mesh_body(self) -> SdyMesh:
+        self.expect("<")
+        self.expect("[")
+        names, sizes = [], []
+        if self.peek() != "]":
+            while True:
+                names.append(self.string())
+                self.expect("=")
+                sizes.append(self.integer())
+                if not self.eat(","):
+                    break
+        self.expect("]")
+        device_ids = None
+        if self.eat(","):
+            _, word, pos = self.next()
+            if word != "device_ids":
+                raise self.error(f"expected 'device_ids', found {word!r}", pos)
+            self.expect("=")
+            self.expect("[")
+            device_ids = [self.integer()]
+            while self.eat(","):
+                device_ids.append(self.integer())
+            self.expect("]")
+        self.expect(">")
+        if len(set(names)) != len(names):
+            raise self.error(f"mesh axis names repeat: {names}")
+        if device_ids is not None and len(device_ids) != math.prod(sizes):
+            raise self.error(f"{len(device_ids)} device ids for a mesh of {math.prod(sizes)}")
+        return SdyMesh(tuple(names), tuple(sizes),
+                       None if device_ids is None else tuple(device_ids))
+
+    def axis_list(self) -> tuple[str, ...]:
+        self.expect("{")
+        names = []
+        if self.peek() != "}":
+            while True:
+                names.append(self.axis())
+                if not self.eat(","):
+                    break
+        self.expect("}")
+        return tuple(names)
+
+    def axis(self) -> str:
+        name = self.string()
+        if self.peek() == ":":
+            raise self.error(f"sub-axes of {name!r} are not supported")
+        return name
+
+    def dim(self) -> SdyDim:
+        self.expect("{")
+        axes, is_open = [], False
+        while self.peek() != "}":
+            if self.eat("?"):
+                is_open = True
+            else:
+                if is_open:
+                    raise self.error("'?' must come after the axes")
+                axes.append(self.axis())
+            if not self.eat(","):
+                break
+        self.expect("}")
+        # A priority suffix (p0, p1, ...) orders propagation; it does not change the layout.
+        if self.peek() is not None and re.fullmatch(r"p\d+", self.peek()):
+            self.next()
+        return SdyDim(tuple(axes), is_open)
+
+    def sharding(self) -> _ParsedSdy:
+        self.eat("#sdy.sharding")
+        self.expect("<")
+        mesh_name, inline_mesh = None, None
+        if self.eat("@"):
+            mesh_name = self.symbol()
+        elif self.eat("mesh") or self.peek() == "<":
+            inline_mesh = self.mesh_body()
+        else:
+            raise self.error("expected '@mesh_name' or an inline mesh")
+        self.expect(",")
+        self.expect("[")
+        dims = []
+        if self.peek() != "]":
+            while True:
+                dims.append(self.dim())
+                if not self.eat(","):
+                    break
+        self.expect("]")
+        extra = {"replicated": (), "unreduced": ()}
+        while self.eat(","):
+            _, word, pos = self.next()
+            if word not in extra:
+                raise self.error(f"unexpected {word!r}", pos)
+            self.expect("=")
+            extra[word] = self.axis_list()
+        self.expect(">")
+        self.finish()
+        used = [a for d in dims for a in d.axes] + list(extra["replicated"]) + list(
+            extra["unreduced"])
+        if len(set(used)) != len(used):
+            raise self.error("an axis is used more than once")
+        return _ParsedSdy(mesh_name, inline_mesh, tuple(dims), extra["replicated"],
+                          extra["unreduced"], self.text)
+
+
+def parse_sdy_mesh(text: str) -> SdyMesh:
+    """Parse a Shardy mesh: the attribute ``<["x"=2, "y"=4]>`` (optionally with
+    ``device_ids=[...]``, optionally prefixed ``mesh`` or ``#sdy.mesh``), or a whole
+    ``sdy.mesh @name = <...>`` line (the name is dropped; see
+    :func:`parse_program_shardings` for a module's meshes by name).
+
+    Raises:
+      ValueError: the text is not a mesh.
+    """
+    match = re.match(r"\s*sdy\.mesh\s+@(\"(?:[^\"\\]|\\.)*\"|[\w.$-]+)\s*=", text)
+    body = text[match.end():] if match else text
+    body_start = re.match(r"\s*(#sdy\.mesh|mesh)?\s*", body).end()
+    parser = _SdyParser(body[body_start:])
+    mesh = parser.mesh_body()
+    if parser.peek() == "{":      # an attribute dictionary after the op (stablehlo.mesh = ...)
+        parser.index = len(parser.tokens)
+    parser.finish()
+    return mesh
+
+
+def parse_sdy_sharding(text: str, meshes: Mapping[str, Any]) -> SdySharding:
+    """Parse ``#sdy.sharding<@mesh, [{"x"}, {}]>`` against the named meshes.
+
+    Handles closed and open dimensions (``{"x"}``, ``{"x", ?}``, ``{?}``, ``{}``), several
+    axes per dimension (``{"x", "y"}``, major first), priorities (``{"x"}p1``, dropped),
+    ``replicated={...}`` and ``unreduced={...}``, and inline meshes
+    (``mesh<["x"=2]>``). Sub-axes (``"x":(1)2``) are refused.
+
+    Args:
+      text: the attribute text.
+      meshes: mesh name (without ``@``) to ``(axis_names, axis_sizes)``, an
+        :class:`SdyMesh` or a :class:`Mesh`.
+
+    Raises:
+      ValueError: the text is malformed, refers to an unknown mesh, or names an axis the
+        mesh lacks.
+    """
+    return _SdyParser(text).sharding().resolve(meshes)
+
+
+# --------------------------------------------------------------------------
+# Reading a program's shardings
+# --------------------------------------------------------------------------
+
+_CLOSERS = {"(": ")", "[": "]", "{": "}", "<": ">"}
+
+
+def _scan_to_close(text: str, start: int) -> int:
+    """Index just past the bracket matching ``text[start]``, skipping string literals and
+    the ``->`` arrow."""
+    stack = [_CLOSERS[text[start]]]
+    i = start + 1
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            i += 1
+            while i < len(text) and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif char == "-" and text.startswith("->", i):
+            i += 1
+        elif char in _CLOSERS:
+            stack.append(_CLOSERS[char])
+        elif char in ")]}>":
+            if char != stack[-1]:
+                raise ValueError(f"unbalanced {char!r} at offset {i}")
+            stack.pop()
+            if not stack:
+                return i + 1
+        i += 1
+    raise ValueError(f"unclosed {text[start]!r} at offset {start}")
+
+
+def _split_top_level(text: str, sep: str = ",") -> list[str]:
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            i += 1
+            while i < len(text) and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif char == "-" and text.startswith("->", i):
+            i += 1
+        elif char in _CLOSERS:
+            depth += 1
+        elif char in ")]}>":
+            depth -= 1
+        elif char == sep and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    tail = text[start:]
+    if tail.strip() or parts:
+        parts.append(tail)
+    return parts
+
+
+def _top_level_brace(text: str) -> Optional[str]:
+    """The contents of the first top-level ``{...}`` in ``text``, or None."""
+    depth, i = 0, 0
+    while i < len(text):
+        char = text[i]
+        if char == '"':
+            i += 1
+            while i < len(text) and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif char == "-" and text.startswith("->", i):
+            i += 1
+        elif char == "{" and depth == 0:
+            return text[i + 1:_scan_to_close(text, i) - 1]
+        elif char in _CLOSERS:
+            depth += 1
+        elif char in ")]}>":
+            depth -= 1
+        i += 1
+    return None
+
+
+def _value_sharding(piece: str, meshes: dict):
+    attributes = _top_level_brace(piece)
+    if attributes is None:
+        return None
+    for entry in _split_top_level(attributes):
+        key, _, value = entry.partition("=")
+        key, value = key.strip().strip('"'), value.strip()
+        if key == "mhlo.sharding":
+            if not (value.startswith('"') and value.endswith('"')):
+                raise ValueError(f"mhlo.sharding must be a string, got {value!r}")
+            return HloSharding.from_string(_unescape(value))
+        if key == "sdy.sharding":
+            return parse_sdy_sharding(value, meshes)
+    return None
+
+
+_MESH_DEF = re.compile(r"sdy\.mesh\s+@(\"(?:[^\"\\]|\\.)*\"|[\w.$-]+)\s*=\s*")
+_MAIN = re.compile(r"func\.func\s+public\s+@(?:main|\"main\")\s*\(")
+
+
+def parse_program_shardings(program_text: str) -> tuple[tuple, tuple]:
+    """The shardings a StableHLO text module puts on its ``main`` function's arguments
+    and results.
+
+    Each entry is an :class:`~pjrt.hlo_sharding.HloSharding` (from
+    ``mhlo.sharding = "..."``), an :class:`SdySharding` (from ``sdy.sharding =
+    #sdy.sharding<...>``, resolved against the module's ``sdy.mesh`` definitions; its
+    ``mesh_name`` and ``to_partition_spec()`` give the mesh and spec, and
+    ``to_hlo_sharding()`` the GSPMD form), or None where the value has no sharding.
+
+    Args:
+      program_text: the module's text.
+
+    Returns:
+      ``(input_shardings, output_shardings)``, two tuples.
+
+    Raises:
+      ValueError: there is no ``func.func public @main``, its signature is unbalanced, or
+        a sharding attribute is malformed.
+    """
+    if not isinstance(program_text, str):
+        raise TypeError(f"program_text must be a str, got {type(program_text).__name__}")
+    meshes: dict[str, SdyMesh] = {}
+    for match in _MESH_DEF.finditer(program_text):
+        name = match.group(1)
+        name = _unescape(name) if name.startswith('"') else name
+        end = _scan_to_close(program_text, match.end())
+        meshes[name] = parse_sdy_mesh(program_text[match.end():end])
+    main = _MAIN.search(program_text)
+    if main is None:
+        raise ValueError("the program has no 'func.func public @main' function")
+    args_start = main.end() - 1
+    args_end = _scan_to_close(program_text, args_start)
+    arguments = _split_top_level(program_text[args_start + 1:args_end - 1])
+    rest = program_text[args_end:].lstrip()
+    outputs: tuple = ()
+    if rest.startswith("->"):
+        rest = rest[2:].lstrip()
+        if rest.startswith("("):
+            results = _split_top_level(rest[1:_scan_to_close(rest, 0) - 1])
+            outputs = tuple(_value_sharding(r, meshes) for r in results)
+        else:
+            outputs = (None,)   # one result without parentheses cannot carry attributes
+    inputs = tuple(_value_sharding(a, meshes) for a in arguments)
+    return inputs, outputs
