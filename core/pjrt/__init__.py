@@ -19,6 +19,8 @@ from .errors import (ClosedClientError, DeletedArrayError, DeviceAssignmentMisma
                      ErrorCode, PluginLoadError, UnsupportedFeatureError, XlaRuntimeError)
 from .executable import CompiledMemoryStats, ExecuteResults, LoadedExecutable
 from .hlo_sharding import HloSharding, OpShardingType
+from . import ffi
+from .ffi import custom_call_targets, register_custom_call_target
 from .plugin import (Plugin, get_plugin, initialize_pjrt_plugin, load_pjrt_plugin_dynamically,
                      load_pjrt_plugin_with_c_api, pjrt_plugin_initialized, pjrt_plugin_loaded)
 from .program import CompiledProgram, compile

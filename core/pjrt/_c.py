@@ -46,6 +46,32 @@ def to_str(pointer, size: int) -> str:
     return ffi.unpack(pointer, size).decode("utf-8", errors="replace")
 
 
+#: Longest extension chain we walk; a longer one is taken to be a cycle in a broken plugin.
+_MAX_EXTENSIONS = 256
+
+
+def find_extension(api: "Api", extension_type: int):
+    """The first extension of ``extension_type`` (a ``PJRT_Extension_Type``) in the plugin's
+    ``extension_start`` chain, as a ``PJRT_Extension_Base*``; None when the plugin has none.
+
+    Callers cast the result to the extension's own struct after checking its ``struct_size``.
+    """
+    for extension in extensions(api):
+        if extension.type == extension_type:
+            return extension
+    return None
+
+
+def extensions(api: "Api") -> list:
+    """Every ``PJRT_Extension_Base*`` in the plugin's chain, in order (for lookups and messages)."""
+    found = []
+    extension = api.table.extension_start
+    while extension != ffi.NULL and len(found) < _MAX_EXTENSIONS:
+        found.append(extension)
+        extension = extension.next
+    return found
+
+
 class Api:
     """One plugin's PJRT function table and the version it reports.
 

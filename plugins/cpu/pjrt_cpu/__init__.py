@@ -9,6 +9,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import warnings
+
+from .lapack import register_lapack_kernels
 
 __version__ = "0.1.0"
 
@@ -62,11 +65,23 @@ def client_options(num_devices: int | None = None) -> dict:
 
 
 def initialize() -> None:
-    """Register the CPU plugin with pjrt's registry.
+    """Register the CPU plugin with pjrt's registry, and the LAPACK kernels jax programs need.
 
     pjrt's discovery calls this through the ``jax_plugins`` entry point. JAX calls every
-    ``jax_plugins`` entry point too; then pjrt is not discovering, and this does nothing.
+    ``jax_plugins`` entry point too; then pjrt is not imported, and this does nothing. With
+    pjrt imported, the LAPACK custom-call handlers are always registered for the ``cpu``
+    platform (see :mod:`pjrt_cpu.lapack`); registering the plugin itself happens only while
+    pjrt is discovering.
     """
+    if "pjrt" not in sys.modules:
+        return
+    try:
+        register_lapack_kernels(PLATFORM)
+    except (ImportError, OSError, RuntimeError) as exc:
+        # The plugin is still useful without them; only linear algebra needs the kernels.
+        warnings.warn(f"pjrt_cpu: the LAPACK custom-call kernels are unavailable ({exc}); "
+                      f"programs using jnp.linalg will fail to compile", RuntimeWarning,
+                      stacklevel=2)
     registry = sys.modules.get("pjrt.registry")
     if registry is None or not registry.discovering():
         return

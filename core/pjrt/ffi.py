@@ -1,0 +1,470 @@
+"""Custom calls: registering XLA FFI handlers with PJRT plugins.
+
+A StableHLO program calls code outside XLA with ``stablehlo.custom_call @target(...)`` and
+``api_version = 4`` (typed FFI). At compile time the plugin looks ``target`` up in its own
+copy of XLA's FFI registry; :func:`register_custom_call_target` puts handlers there through
+the plugin's PJRT FFI extension (``PJRT_Extension_Type_FFI``, declared in
+``pjrt_c_api_ffi_extension.h``).
+
+A handler is either a C function (an ``XLA_FFI_Handler*``, see ``xla_ffi_c_api.h``) or a
+Python callable, which this module wraps in a C callback that decodes the XLA call frame::
+
+    def add_one(operands, results, attributes):
+        results[0][...] = operands[0] + attributes["delta"]
+
+    pjrt.register_custom_call_target("add_one", add_one, platform="cpu")
+
+**When registrations reach a plugin.** As in JAX, a handler may be registered before or after
+the backend comes up. Registrations are kept per platform and handed to every plugin known to
+serve that platform, now and later. A plugin's platform is the name its clients report
+(``PJRT_Client_PlatformName``, e.g. ``"cpu"``), which is only known once a client exists; so a
+plugin is bound to a platform when its first client reports that name, or as soon as it is
+loaded when the name it was loaded under is the platform's name (a plugin loaded as
+``"cpu"``). ``"host"`` and ``"cpu"`` are the same platform, as in XLA. Code that knows a
+plugin's platform earlier can call :func:`bind_plugin_platform` itself.
+
+Each plugin library carries its own XLA, so registering with one plugin does not make a
+handler known to another; and a plugin keeps a handler for the life of the process, so the
+callbacks made here are never freed.
+"""
+from __future__ import annotations
+
+import ctypes
+import logging
+import numbers
+import threading
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+
+from . import _c, dtypes
+from . import plugin as plugin_module
+from ._pjrt_cffi import ffi, lib
+from .errors import ErrorCode, UnsupportedFeatureError, XlaRuntimeError, check
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "HANDLER_FFI_VERSION", "bind_plugin_platform", "custom_call_targets", "ffi_extension",
+    "has_ffi_extension", "register_custom_call_target",
+]
+
+#: The XLA FFI version our handlers report when a plugin asks (the "metadata query" every
+#: handler answers at registration). A plugin accepts a range of versions and silently drops
+#: a handler outside it. 0.1 is the oldest both tested plugins accept (XLA FFI 0.2 and 0.3
+#: runtimes); our handlers only use the call-frame layout and XLA_FFI_Error_Create, which have
+#: not changed since 0.1, so answering 0.1 is also the truthful answer.
+HANDLER_FFI_VERSION: tuple[int, int] = (0, 1)
+
+#: Platform names that denote the same XLA platform (XLA canonicalises "cpu" to "host").
+_PLATFORM_ALIASES = {"host": "cpu"}
+
+
+def _canonical_platform(platform: str) -> str:
+    if not isinstance(platform, str) or not platform:
+        raise TypeError(f"platform must be a non-empty string, not {platform!r}")
+    lowered = platform.lower()
+    return _PLATFORM_ALIASES.get(lowered, lowered)
+
+
+# -- the PJRT FFI extension ------------------------------------------------------------------
+
+_EXTENSION_NAMES = {value: name.replace("PJRT_Extension_Type_", "")
+                    for name, value in ffi.typeof("PJRT_Extension_Type").relements.items()}
+_REGISTER_HANDLER_END = ffi.offsetof("PJRT_FFI_Extension", "register_handler") + ffi.sizeof(
+    "void*")
+
+
+def _api_of(plugin_or_api) -> _c.Api:
+    return plugin_or_api.api if isinstance(plugin_or_api, plugin_module.Plugin) else plugin_or_api
+
+
+def has_ffi_extension(plugin_or_api) -> bool:
+    """Whether a :class:`~pjrt.Plugin` (or its ``Api``) offers handler registration."""
+    extension = _c.find_extension(_api_of(plugin_or_api), lib.PJRT_Extension_Type_FFI)
+    return extension is not None and extension.struct_size >= _REGISTER_HANDLER_END
+
+
+def ffi_extension(plugin_or_api):
+    """The plugin's ``PJRT_FFI_Extension*``.
+
+    Raises:
+      UnsupportedFeatureError: the plugin has no FFI extension, or one too old to register
+        handlers; the message lists the extensions it does have.
+    """
+    api = _api_of(plugin_or_api)
+    extension = _c.find_extension(api, lib.PJRT_Extension_Type_FFI)
+    if extension is not None and extension.struct_size >= _REGISTER_HANDLER_END:
+        return ffi.cast("PJRT_FFI_Extension *", extension)
+    present = [_EXTENSION_NAMES.get(int(e.type), f"unknown type {int(e.type)}")
+               for e in _c.extensions(api)]
+    offered = ", ".join(present) if present else "none"
+    why = ("its FFI extension predates handler registration" if extension is not None
+           else "it does not offer the PJRT FFI extension")
+    raise UnsupportedFeatureError(
+        "PJRT_FFI_Register_Handler (PJRT_Extension_Type_FFI)", api.plugin_name, api.version,
+        _c.HEADER_VERSION,
+        why=f"{why}, so custom-call handlers cannot be registered with it (extensions it "
+            f"offers: {offered})")
+
+
+# -- turning `fn` into a handler address -----------------------------------------------------
+
+_capsule_get_name = ctypes.pythonapi.PyCapsule_GetName
+_capsule_get_name.restype = ctypes.c_char_p
+_capsule_get_name.argtypes = [ctypes.py_object]
+_capsule_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_get_pointer.restype = ctypes.c_void_p
+_capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _c_address(fn) -> int | None:
+    """The address of a C function given as cffi pointer, int, PyCapsule or ctypes pointer;
+    None when ``fn`` is none of these (then it is taken to be a Python callable)."""
+    if isinstance(fn, bool):
+        return None
+    if isinstance(fn, numbers.Integral):
+        return int(fn)
+    if isinstance(fn, ffi.CData):
+        return int(ffi.cast("uintptr_t", fn))
+    if type(fn).__name__ == "PyCapsule":
+        # Capsules from jaxlib and others carry a name; GetPointer must be given the same one.
+        return _capsule_get_pointer(fn, _capsule_get_name(fn))
+    if isinstance(fn, ctypes._CFuncPtr):  # noqa: SLF001 - the public type has no other name
+        return ctypes.cast(fn, ctypes.c_void_p).value
+    if isinstance(fn, ctypes.c_void_p):
+        return fn.value
+    return None
+
+
+# -- handlers written in Python --------------------------------------------------------------
+
+_EXECUTE = lib.XLA_FFI_ExecutionStage_EXECUTE
+_NULL = ffi.NULL
+_TRAITS_END = ffi.offsetof("XLA_FFI_Metadata", "traits") + ffi.sizeof("XLA_FFI_Handler_Traits")
+
+
+def _answer_metadata_query(frame) -> bool:
+    """If ``frame`` is XLA's metadata query, fill in our version and traits; True if it was."""
+    extension = frame.extension_start
+    while extension != _NULL:
+        if extension.type == lib.XLA_FFI_Extension_Metadata:
+            metadata = ffi.cast("XLA_FFI_Metadata_Extension *", extension).metadata
+            metadata.api_version.major_version = HANDLER_FFI_VERSION[0]
+            metadata.api_version.minor_version = HANDLER_FFI_VERSION[1]
+            if metadata.struct_size >= _TRAITS_END:
+                metadata.traits = 0
+            return True
+        extension = extension.next
+    return False
+
+
+def _buffer_array(pointer, writable: bool) -> np.ndarray:
+    """A numpy view of an ``XLA_FFI_Buffer*``, valid for the duration of the call."""
+    buffer = ffi.cast("XLA_FFI_Buffer *", pointer)
+    dtype = dtypes.from_xla_type(int(buffer.dtype))
+    if dtype is None or dtype.itemsize == 0 or int(buffer.dtype) in _SUB_BYTE_TYPES:
+        raise TypeError(f"a Python FFI handler cannot take buffers of XLA element type "
+                        f"{int(buffer.dtype)}")
+    shape = tuple(int(buffer.dims[i]) for i in range(buffer.rank))
+    count = int(np.prod(shape, dtype=np.int64))
+    if count == 0 or buffer.data == _NULL:
+        array = np.empty(shape, dtype)
+    else:
+        array = np.frombuffer(ffi.buffer(buffer.data, count * dtype.itemsize), dtype).reshape(shape)
+    if not writable:
+        array.flags.writeable = False
+    return array
+
+
+# XLA stores these packed, several to a byte; a numpy view of one element per byte would lie.
+_SUB_BYTE_TYPES = frozenset({lib.XLA_FFI_DataType_S1, lib.XLA_FFI_DataType_S2,
+                             lib.XLA_FFI_DataType_S4, lib.XLA_FFI_DataType_U1,
+                             lib.XLA_FFI_DataType_U2, lib.XLA_FFI_DataType_U4,
+                             lib.XLA_FFI_DataType_F4E2M1FN})
+
+
+def _scalar_value(dtype_number: int, pointer):
+    dtype = dtypes.from_xla_type(dtype_number)
+    if dtype is None:
+        raise TypeError(f"FFI attribute of unsupported element type {dtype_number}")
+    value = np.frombuffer(ffi.buffer(pointer, dtype.itemsize), dtype)[0]
+    return value.item() if dtype.kind in "biufc" else value
+
+
+def _attribute_value(kind: int, pointer):
+    if kind == lib.XLA_FFI_AttrType_SCALAR:
+        scalar = ffi.cast("XLA_FFI_Scalar *", pointer)
+        return _scalar_value(int(scalar.dtype), scalar.value)
+    if kind == lib.XLA_FFI_AttrType_STRING:
+        span = ffi.cast("XLA_FFI_ByteSpan *", pointer)
+        return ffi.unpack(span.ptr, span.len).decode("utf-8") if span.len else ""
+    if kind == lib.XLA_FFI_AttrType_ARRAY:
+        array = ffi.cast("XLA_FFI_Array *", pointer)
+        dtype = dtypes.from_xla_type(int(array.dtype))
+        if dtype is None:
+            raise TypeError(f"FFI array attribute of unsupported element type {int(array.dtype)}")
+        if array.size == 0:
+            return np.empty(0, dtype)
+        # Copied: the attribute's memory belongs to the executable, not to the handler.
+        return np.frombuffer(ffi.buffer(array.data, array.size * dtype.itemsize), dtype).copy()
+    if kind == lib.XLA_FFI_AttrType_DICTIONARY:
+        return _attributes(ffi.cast("XLA_FFI_Attrs *", pointer)[0])
+    raise TypeError(f"FFI attribute of unknown kind {kind}")
+
+
+def _attributes(attrs) -> dict[str, Any]:
+    decoded = {}
+    for i in range(attrs.size):
+        name = attrs.names[i]
+        key = ffi.unpack(name.ptr, name.len).decode("utf-8")
+        decoded[key] = _attribute_value(int(attrs.types[i]), attrs.attrs[i])
+    return decoded
+
+
+def _error(frame, code: int, message: str):
+    args = ffi.new("XLA_FFI_Error_Create_Args *")
+    args.struct_size = ffi.sizeof("XLA_FFI_Error_Create_Args")
+    text = ffi.new("char[]", message.encode("utf-8", "replace"))
+    args.message = text
+    args.errc = code
+    return frame.api.XLA_FFI_Error_Create(args)
+
+
+def _handler_failed(frame, name: str, exc: BaseException):
+    """The XLA error returned for an exception raised by the Python handler ``name``."""
+    try:
+        code = int(exc.code) if isinstance(exc, XlaRuntimeError) else int(ErrorCode.INTERNAL)
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        message = f"Python FFI handler {name!r} raised {detail}"
+        logger.debug("%s", message, exc_info=exc)
+    except BaseException:  # noqa: BLE001 - a broken __str__ must not turn into success
+        code, message = int(ErrorCode.INTERNAL), f"Python FFI handler {name!r} failed"
+    if frame.api == _NULL:
+        # Only the metadata query comes without an API table, and it cannot fail here.
+        return _NULL
+    return _error(frame, code, message)
+
+
+def _store_results(name: str, returned, results: list[np.ndarray]) -> None:
+    """Copy what a handler returned into its result buffers (one array, or one per result)."""
+    values = [returned] if len(results) == 1 and not isinstance(returned, (tuple, list)) \
+        else list(returned)
+    if len(values) != len(results):
+        raise ValueError(f"FFI handler {name!r} returned {len(values)} values for "
+                         f"{len(results)} results")
+    for index, (value, out) in enumerate(zip(values, results)):
+        value = np.asarray(value)
+        if value.shape != out.shape:
+            raise ValueError(f"FFI handler {name!r}: result {index} has shape {out.shape}, "
+                             f"the handler returned shape {value.shape}")
+        np.copyto(out, value, casting="same_kind")
+
+
+def _python_handler(name: str, fn: Callable):
+    """A C ``XLA_FFI_Handler`` that calls ``fn(operands, results, attributes)``."""
+
+    def trampoline(frame):
+        # Nothing may escape: XLA calls this from its own threads, and an exception cffi
+        # swallowed would read as success.
+        try:
+            if _answer_metadata_query(frame):
+                return _NULL
+            if frame.stage != _EXECUTE:
+                return _NULL  # only the execute stage carries data
+            operands = [_buffer_array(frame.args.args[i], writable=False)
+                        for i in range(frame.args.size)]
+            results = [_buffer_array(frame.rets.rets[i], writable=True)
+                       for i in range(frame.rets.size)]
+            attributes = _attributes(frame.attrs)
+            returned = fn(operands, results, attributes)
+            if returned is not None:
+                _store_results(name, returned, results)
+            return _NULL
+        except BaseException as exc:  # noqa: BLE001 - becomes the program's error
+            return _handler_failed(frame, name, exc)
+
+    return ffi.callback("XLA_FFI_Handler *", trampoline)
+
+
+# -- the registry ----------------------------------------------------------------------------
+
+class _Registration:
+    __slots__ = ("name", "platform", "fn", "address", "traits", "keepalive")
+
+    def __init__(self, name, platform, fn, address, traits, keepalive):
+        self.name = name
+        self.platform = platform
+        self.fn = fn
+        self.address = address
+        self.traits = traits
+        self.keepalive = keepalive
+
+
+_lock = threading.RLock()
+#: canonical platform -> target name -> registration, in registration order.
+_registrations: dict[str, dict[str, _Registration]] = {}
+#: plugin -> canonical platforms it serves (only plugins with an FFI extension).
+_plugin_platforms: dict[plugin_module.Plugin, set[str]] = {}
+#: plugin -> (canonical platform, target name) -> handler address registered with it.
+_applied: dict[plugin_module.Plugin, dict[tuple[str, str], int]] = {}
+#: Every callback and handler object ever registered: a plugin keeps the pointers forever.
+_keepalive: list = []
+
+
+def _register_with_plugin(plugin: plugin_module.Plugin, registration: _Registration) -> None:
+    key = (registration.platform, registration.name)
+    done = _applied.setdefault(plugin, {})
+    if done.get(key) == registration.address:
+        return
+    extension = ffi_extension(plugin)
+    args = ffi.new("PJRT_FFI_Register_Handler_Args *")
+    args.struct_size = _c.struct_size("PJRT_FFI_Register_Handler_Args")
+    name = ffi.new("char[]", registration.name.encode("utf-8"))
+    platform = ffi.new("char[]", registration.platform.encode("utf-8"))
+    args.target_name = name
+    args.target_name_size = len(registration.name.encode("utf-8"))
+    args.handler = ffi.cast("void *", registration.address)
+    args.platform_name = platform
+    args.platform_name_size = len(registration.platform.encode("utf-8"))
+    args.traits = registration.traits
+    check(plugin.api, extension.register_handler(args))
+    done[key] = registration.address
+
+
+def bind_plugin_platform(plugin: plugin_module.Plugin, platform: str) -> None:
+    """Record that ``plugin`` serves ``platform`` and register that platform's handlers with it.
+
+    Called by pjrt when a plugin's first client reports its platform (and when a plugin is
+    loaded under the platform's own name); call it yourself when you know a plugin's platform
+    earlier. Binding again is harmless.
+
+    Raises:
+      UnsupportedFeatureError: handlers are registered for ``platform`` but the plugin has no
+        FFI extension to take them (the message lists the extensions it has).
+      XlaRuntimeError: the plugin refused a handler.
+    """
+    canonical = _canonical_platform(platform)
+    with _lock:
+        pending = list(_registrations.get(canonical, {}).values())
+        if not has_ffi_extension(plugin):
+            if pending:
+                ffi_extension(plugin)  # raises, listing the plugin's extensions
+            return
+        _plugin_platforms.setdefault(plugin, set()).add(canonical)
+        for registration in pending:
+            _register_with_plugin(plugin, registration)
+
+
+def register_custom_call_target(name: str, fn, platform: str = "cpu", api_version: int = 1,
+                                traits: int = 0) -> None:
+    """Register ``fn`` as the handler of custom-call target ``name`` on ``platform``.
+
+    The handler reaches every plugin already serving ``platform`` now, and every plugin found
+    to serve it later (see the module docstring). Registering the same handler again is a
+    no-op; registering a different one under a name already taken is an error, because XLA
+    would silently keep the first.
+
+    Args:
+      name: the custom-call target, as written after ``stablehlo.custom_call @``.
+      fn: a C ``XLA_FFI_Handler*`` (a cffi pointer, an int address, a PyCapsule, a ctypes
+        function pointer, or ``{"execute": <one of those>}``), or a Python callable called as
+        ``fn(operands, results, attributes)``: numpy views of the operand buffers (read-only)
+        and of the result buffers (writable; valid only during the call), and the call's
+        attributes as a dict of ints, floats, bools, strings, numpy arrays and nested dicts.
+        It fills ``results`` in place or returns the result value(s); whatever it raises
+        becomes an error of the program (an XlaRuntimeError when it runs). Python handlers see
+        buffers in row-major order; leave out ``operand_layouts``/``result_layouts``.
+      platform: the platform name, e.g. ``"cpu"`` (``"host"`` is the same platform).
+      api_version: 1 (typed XLA FFI, for ``api_version = 4`` custom calls), the only kind
+        current PJRT plugins take.
+      traits: ``XLA_FFI_Handler_Traits`` bits passed to the plugin.
+
+    Raises:
+      NotImplementedError: ``api_version`` is not 1.
+      ValueError: ``name`` is registered on ``platform`` with another handler.
+      TypeError: ``fn`` is neither a C function pointer nor callable.
+      UnsupportedFeatureError, XlaRuntimeError: a plugin already serving ``platform`` cannot
+        take the handler (the registration is kept for other plugins).
+    """
+    if api_version != 1:
+        raise NotImplementedError(
+            f"custom call {name!r}: api_version={api_version} is not supported; PJRT plugins "
+            f"only take typed XLA FFI handlers (api_version=1)")
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"custom call target name must be a non-empty string, not {name!r}")
+    canonical = _canonical_platform(platform)
+    handler = fn
+    if isinstance(fn, dict):
+        extra = sorted(k for k, v in fn.items() if k != "execute" and v is not None)
+        if extra or "execute" not in fn:
+            raise NotImplementedError(
+                f"custom call {name!r}: PJRT plugins take a single execute handler; stages "
+                f"{extra or ['execute missing']} cannot be registered")
+        handler = fn["execute"]
+    address = _c_address(handler)
+    keepalive = handler
+    if address is None:
+        if not callable(handler):
+            raise TypeError(f"custom call {name!r}: fn must be a C function pointer (cffi "
+                            f"pointer, int address, PyCapsule or ctypes pointer) or a Python "
+                            f"callable, not {type(handler).__name__}")
+        keepalive = _python_handler(name, handler)
+        address = int(ffi.cast("uintptr_t", keepalive))
+    if address == 0:
+        raise ValueError(f"custom call {name!r}: the handler pointer is NULL")
+    with _lock:
+        existing = _registrations.get(canonical, {}).get(name)
+        if existing is not None:
+            if existing.fn is fn or existing.address == address:
+                return
+            raise ValueError(f"custom call target {name!r} is already registered on platform "
+                             f"{canonical!r} with another handler")
+        registration = _Registration(name, canonical, fn, address, int(traits), keepalive)
+        _keepalive.append(keepalive)
+        _registrations.setdefault(canonical, {})[name] = registration
+        errors = []
+        for plugin, platforms in list(_plugin_platforms.items()):
+            if canonical in platforms:
+                try:
+                    _register_with_plugin(plugin, registration)
+                except XlaRuntimeError as exc:
+                    errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
+def custom_call_targets(platform: str = "cpu") -> dict[str, Any]:
+    """The targets registered through pjrt for ``platform``: name -> the ``fn`` given."""
+    canonical = _canonical_platform(platform)
+    with _lock:
+        return {name: registration.fn
+                for name, registration in _registrations.get(canonical, {}).items()}
+
+
+# -- hooks into plugin loading and client creation --------------------------------------------
+
+def _on_plugin_loaded(plugin: plugin_module.Plugin) -> None:
+    canonical = _canonical_platform(plugin.name)
+    with _lock:
+        if canonical in _registrations:
+            bind_plugin_platform(plugin, canonical)
+
+
+def _on_client_created(client) -> None:
+    platform = getattr(client, "platform", "")
+    if not platform:
+        return
+    with _lock:
+        if _canonical_platform(platform) in _plugin_platforms.get(client.plugin, ()):
+            return
+        try:
+            bind_plugin_platform(client.plugin, platform)
+        except UnsupportedFeatureError as exc:
+            logger.warning("custom-call handlers registered for %r cannot reach plugin %r: %s",
+                           platform, client.plugin.name, exc)
+
+
+plugin_module.plugin_load_hooks.append(_on_plugin_loaded)
+plugin_module.client_created_hooks.append(_on_client_created)

@@ -1,0 +1,140 @@
+"""The LAPACK custom-call kernels every jax linear-algebra program needs on CPU.
+
+jax lowers ``jnp.linalg`` and ``jax.scipy.linalg`` on CPU to XLA FFI custom calls named
+``lapack_<type><routine>_ffi`` (``lapack_dpotrf_ffi``, ``lapack_zgesdd_ffi``, ...). jaxlib
+registers handlers for them inside its own XLA; XLA's standalone CPU plugin has none, so such
+a program fails with ``NOT_FOUND: No FFI handler registered for lapack_spotrf_ffi``.
+
+This package ships the handlers in a small C library (``_lapack_kernels``, built from
+``_lapack/lapack_kernels.c``). It links no LAPACK: :func:`provide_lapack` hands it the
+routines SciPy exports (``scipy.linalg.cython_lapack`` and ``cython_blas``, as PyCapsules),
+the same ones jaxlib uses. :func:`register_lapack_kernels` then registers every handler
+through :mod:`pjrt.ffi`, which passes them to each CPU plugin as it comes up.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import importlib.machinery
+import os
+import threading
+
+__all__ = ["TARGETS", "library_path", "provide_lapack", "register_lapack_kernels", "targets"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_LIBRARY_STEM = "_lapack_kernels"
+
+#: The custom-call routines implemented, by LAPACK name; each exists for the four types
+#: s (float32), d (float64), c (complex64) and z (complex128), with the complex spelling in
+#: brackets where LAPACK's differs.
+TARGETS = ("potrf", "getrf", "geqrf", "geqp3", "orgqr [ungqr]", "ormqr [unmqr]", "trsm",
+           "gesdd", "gesvd", "syevd [heevd]", "geev", "gees", "gehrd", "sytrd [hetrd]", "gtsv")
+
+
+def library_path() -> str:
+    """Where the compiled kernel library is.
+
+    Raises:
+      FileNotFoundError: pjrt-cpu was installed without building its C library.
+    """
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+        candidate = os.path.join(_HERE, _LIBRARY_STEM + suffix)
+        if os.path.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(f"the LAPACK kernel library {_LIBRARY_STEM} is missing from "
+                            f"{_HERE}; reinstall pjrt-cpu with a C compiler available")
+
+
+@functools.lru_cache(maxsize=None)
+def _library() -> ctypes.CDLL:
+    lib = ctypes.CDLL(library_path())
+    lib.pjrt_cpu_lapack_set.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    lib.pjrt_cpu_lapack_set.restype = ctypes.c_int
+    lib.pjrt_cpu_lapack_routine_name.argtypes = [ctypes.c_int]
+    lib.pjrt_cpu_lapack_routine_name.restype = ctypes.c_char_p
+    lib.pjrt_cpu_lapack_num_targets.argtypes = []
+    lib.pjrt_cpu_lapack_num_targets.restype = ctypes.c_int
+    lib.pjrt_cpu_lapack_target_name.argtypes = [ctypes.c_int]
+    lib.pjrt_cpu_lapack_target_name.restype = ctypes.c_char_p
+    lib.pjrt_cpu_lapack_target_handler.argtypes = [ctypes.c_int]
+    lib.pjrt_cpu_lapack_target_handler.restype = ctypes.c_void_p
+    lib.pjrt_cpu_lapack_target_ready.argtypes = [ctypes.c_int]
+    lib.pjrt_cpu_lapack_target_ready.restype = ctypes.c_int
+    return lib
+
+
+def _capsule_address(capsule) -> int:
+    """The pointer in a PyCapsule, whatever name the capsule carries (Cython names it after
+    the function's signature)."""
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.restype = ctypes.c_char_p
+    get_name.argtypes = [ctypes.py_object]
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype = ctypes.c_void_p
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    return get_pointer(capsule, get_name(capsule))
+
+
+_provide_lock = threading.Lock()
+_provided: list[str] | None = None
+
+
+def provide_lapack() -> list[str]:
+    """Hand SciPy's LAPACK and BLAS routines to the kernel library (once); return their names.
+
+    Raises:
+      ImportError: SciPy is not installed.
+      RuntimeError: SciPy lacks a routine the kernels need.
+    """
+    global _provided
+    with _provide_lock:
+        if _provided is not None:
+            return list(_provided)
+        from scipy.linalg import cython_blas, cython_lapack
+
+        exported = {**cython_blas.__pyx_capi__, **cython_lapack.__pyx_capi__}
+        lib = _library()
+        names, missing = [], []
+        index = 0
+        while (raw := lib.pjrt_cpu_lapack_routine_name(index)) is not None:
+            index += 1
+            name = raw.decode("ascii")
+            capsule = exported.get(name)
+            if capsule is None:
+                missing.append(name)
+                continue
+            lib.pjrt_cpu_lapack_set(raw, _capsule_address(capsule))
+            names.append(name)
+        if missing:
+            raise RuntimeError(f"SciPy does not export LAPACK/BLAS routines {missing}; "
+                               f"install a newer SciPy")
+        _provided = names
+        return list(names)
+
+
+def targets() -> dict[str, int]:
+    """Every custom-call target the library handles: name -> ``XLA_FFI_Handler*`` address."""
+    lib = _library()
+    return {lib.pjrt_cpu_lapack_target_name(i).decode("ascii"):
+            lib.pjrt_cpu_lapack_target_handler(i)
+            for i in range(lib.pjrt_cpu_lapack_num_targets())}
+
+
+def register_lapack_kernels(platform: str = "cpu") -> list[str]:
+    """Register every LAPACK custom-call handler for ``platform`` through :mod:`pjrt.ffi`.
+
+    Safe to call repeatedly and before or after a CPU client exists: pjrt.ffi keeps the
+    registrations and passes them to each plugin serving ``platform`` (see its docstring for
+    when a plugin counts as serving it).
+
+    Returns:
+      The registered target names.
+    """
+    import pjrt.ffi
+
+    provide_lapack()
+    registered = []
+    for name, address in targets().items():
+        pjrt.ffi.register_custom_call_target(name, address, platform=platform)
+        registered.append(name)
+    return registered

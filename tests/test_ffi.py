@@ -1,0 +1,408 @@
+"""Custom calls through pjrt.ffi: handlers written in Python and in C, on both CPU plugins.
+
+A hand-written StableHLO program calls ``stablehlo.custom_call @target(...)`` with
+``api_version = 4`` (typed XLA FFI) and a dictionary ``backend_config``; the plugin looks the
+target up among the handlers registered through its PJRT FFI extension. Python handlers get
+numpy views of the buffers and decoded attributes; an exception in one becomes an
+XlaRuntimeError of the program. Registration works before and after a client exists, and a
+plugin without the FFI extension is refused with a message naming the extensions it has.
+"""
+from __future__ import annotations
+
+import ctypes
+import itertools
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pjrt
+from pjrt import _c, ffi as pjrt_ffi
+from pjrt._pjrt_cffi import ffi, lib
+
+HERE = Path(__file__).resolve().parent
+
+_names = itertools.count()
+
+
+def _unique(prefix: str) -> str:
+    """A target name no other test used: XLA keeps a handler for the life of the process."""
+    return f"{prefix}_{next(_names)}"
+
+
+def _program(target: str, operands: list[str], results: list[str], attributes: str = "",
+             has_side_effect: bool = False) -> str:
+    params = ", ".join(f"%arg{i}: tensor<{t}>" for i, t in enumerate(operands))
+    args = ", ".join(f"%arg{i}" for i in range(len(operands)))
+    result_types = ", ".join(f"tensor<{t}>" for t in results)
+    operand_types = ", ".join(f"tensor<{t}>" for t in operands)
+    count = len(results)
+    value = "%0" if count == 1 else ", ".join(f"%0#{i}" for i in range(count))
+    binding = "%0" if count == 1 else f"%0:{count}"
+    side = "has_side_effect = true, " if has_side_effect else ""
+    return f"""
+module @custom_call_test {{
+  func.func public @main({params}) -> ({result_types}) {{
+    {binding} = stablehlo.custom_call @{target}({args}) {{{side}api_version = 4 : i32,
+        backend_config = {{{attributes}}}}} : ({operand_types}) -> ({result_types})
+    return {value} : {result_types}
+  }}
+}}
+"""
+
+
+def _outputs(result):
+    return [np.asarray(x) for x in (result if isinstance(result, tuple) else (result,))]
+
+
+# -- Python handlers ---------------------------------------------------------------------------
+
+def test_python_handler_round_trip(client):
+    target = _unique("py_affine")
+    seen = []
+
+    def affine(operands, results, attributes):
+        seen.append((operands[0].copy(), operands[0].flags.writeable,
+                     results[0].flags.writeable, attributes))
+        x, = operands
+        results[0][...] = x * attributes["scale"] + attributes["offset"]
+
+    pjrt.register_custom_call_target(target, affine, platform="cpu")
+    attributes = ('scale = 2.5 : f32, offset = 1 : i64, label = "hello", flag = true, '
+                  'ints = array<i64: 1, 2, 3>, floats = array<f64: 0.5, 1.5>, '
+                  'nested = {depth = 2 : i32, name = "inner"}, small = -3 : i8, '
+                  'unsigned = 200 : ui8, precise = 0.125 : f64')
+    program = _program(target, ["2x3xf32"], ["2x3xf32"], attributes)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out, = _outputs(pjrt.compile(program, client=client)(x))
+    np.testing.assert_array_equal(out, x * 2.5 + 1)
+    operand, operand_writable, result_writable, attrs = seen[-1]
+    np.testing.assert_array_equal(operand, x)
+    assert not operand_writable and result_writable
+    assert attrs["scale"] == 2.5 and isinstance(attrs["scale"], float)
+    assert attrs["offset"] == 1 and isinstance(attrs["offset"], int)
+    assert attrs["label"] == "hello"
+    assert attrs["flag"] is True
+    np.testing.assert_array_equal(attrs["ints"], [1, 2, 3])
+    assert attrs["ints"].dtype == np.int64
+    np.testing.assert_array_equal(attrs["floats"], [0.5, 1.5])
+    assert attrs["nested"] == {"depth": 2, "name": "inner"}
+    assert attrs["small"] == -3 and attrs["unsigned"] == 200 and attrs["precise"] == 0.125
+    assert pjrt.custom_call_targets("cpu")[target] is affine
+
+
+def test_python_handler_may_return_results(client):
+    """Several operands and results of several dtypes; the handler returns the values."""
+    target = _unique("py_multi")
+
+    def split(operands, results, attributes):
+        a, b, flags = operands
+        return a + b.real.astype(np.float64), (a * 2).astype(np.int32), ~flags
+
+    pjrt.register_custom_call_target(target, split)
+    program = _program(target, ["4xf64", "4xcomplex<f32>", "4xi1"], ["4xf64", "4xi32", "4xi1"])
+    a = np.array([1.5, -2.0, 3.0, 0.0])
+    b = np.array([1 + 1j, 2, 3, 4], dtype=np.complex64)
+    flags = np.array([True, False, True, False])
+    total, doubled, negated = _outputs(pjrt.compile(program, client=client)(a, b, flags))
+    np.testing.assert_array_equal(total, a + b.real)
+    np.testing.assert_array_equal(doubled, (a * 2).astype(np.int32))
+    np.testing.assert_array_equal(negated, ~flags)
+
+
+def test_python_handler_with_bfloat16_and_empty_buffers(client):
+    target = _unique("py_bf16")
+
+    def copy(operands, results, attributes):
+        results[0][...] = operands[0] * 2
+        assert results[1].shape == (0, 3)
+
+    pjrt.register_custom_call_target(target, copy)
+    program = _program(target, ["3xbf16", "0x3xf32"], ["3xbf16", "0x3xf32"])
+    x = np.array([1, 2, 3], dtype=ml_dtypes.bfloat16)
+    doubled, empty = _outputs(pjrt.compile(program, client=client)(
+        x, np.zeros((0, 3), np.float32)))
+    np.testing.assert_array_equal(doubled.astype(np.float32), [2, 4, 6])
+    assert empty.shape == (0, 3)
+
+
+def test_exception_in_handler_becomes_xla_runtime_error(client):
+    target = _unique("py_failing")
+    calls = []
+
+    def sometimes_fails(operands, results, attributes):
+        calls.append(1)
+        if operands[0][0] < 0:
+            raise ValueError("negative input is not allowed")
+        results[0][...] = operands[0]
+
+    pjrt.register_custom_call_target(target, sometimes_fails)
+    executable = pjrt.compile(_program(target, ["2xf32"], ["2xf32"]), client=client)
+    with pytest.raises(pjrt.XlaRuntimeError) as excinfo:
+        np.asarray(executable(np.array([-1.0, 2.0], np.float32)))
+    message = str(excinfo.value)
+    assert target in message and "ValueError" in message and "negative input" in message
+    # The process, the client and the same executable keep working.
+    np.testing.assert_array_equal(np.asarray(executable(np.array([1.0, 2.0], np.float32))),
+                                  [1.0, 2.0])
+    assert len(calls) == 2
+
+
+def test_wrong_return_value_is_reported(client):
+    target = _unique("py_bad_return")
+    pjrt.register_custom_call_target(target, lambda o, r, a: np.zeros(5))
+    executable = pjrt.compile(_program(target, ["2xf32"], ["2xf32"]), client=client)
+    with pytest.raises(pjrt.XlaRuntimeError, match="shape"):
+        np.asarray(executable(np.ones(2, np.float32)))
+
+
+def test_xla_runtime_error_keeps_its_code(client):
+    target = _unique("py_coded")
+
+    def refuse(operands, results, attributes):
+        raise pjrt.XlaRuntimeError(pjrt.ErrorCode.INVALID_ARGUMENT, "bad operand")
+
+    pjrt.register_custom_call_target(target, refuse)
+    executable = pjrt.compile(_program(target, ["2xf32"], ["2xf32"]), client=client)
+    with pytest.raises(pjrt.XlaRuntimeError) as excinfo:
+        np.asarray(executable(np.ones(2, np.float32)))
+    assert excinfo.value.code == pjrt.ErrorCode.INVALID_ARGUMENT
+
+
+def test_handler_without_attributes_and_side_effect(client):
+    target = _unique("py_counter")
+    counter = []
+
+    def count(operands, results, attributes):
+        assert attributes == {}
+        counter.append(int(operands[0]))
+        results[0][...] = len(counter)
+
+    pjrt.register_custom_call_target(target, count)
+    executable = pjrt.compile(_program(target, ["i32"], ["i32"], has_side_effect=True),
+                              client=client)
+    assert int(np.asarray(executable(np.int32(5)))) == 1
+    assert int(np.asarray(executable(np.int32(6)))) == 2
+    assert counter == [5, 6]
+
+
+# -- C handlers ------------------------------------------------------------------------------
+
+_HANDLER = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _c_negate_handler():
+    """A C-callable XLA_FFI_Handler (a ctypes trampoline) that negates an f32 buffer and
+    answers the metadata query itself, as a handler written in C would."""
+
+    def negate(frame_address):
+        frame = ffi.cast("XLA_FFI_CallFrame *", frame_address)
+        extension = frame.extension_start
+        if extension != ffi.NULL:
+            metadata = ffi.cast("XLA_FFI_Metadata_Extension *", extension).metadata
+            metadata.api_version.major_version = 0
+            metadata.api_version.minor_version = 1
+            return None
+        source = ffi.cast("XLA_FFI_Buffer *", frame.args.args[0])
+        target = ffi.cast("XLA_FFI_Buffer *", frame.rets.rets[0])
+        count = int(np.prod([source.dims[i] for i in range(source.rank)]))
+        x = np.frombuffer(ffi.buffer(source.data, 4 * count), np.float32)
+        np.frombuffer(ffi.buffer(target.data, 4 * count), np.float32)[...] = -x
+        return None
+
+    return _HANDLER(negate)
+
+
+_keep = []
+
+
+@pytest.mark.parametrize("form", ["ctypes", "int", "cffi", "capsule", "bundle"])
+def test_c_function_pointer_forms(client, form):
+    handler = _c_negate_handler()
+    _keep.append(handler)
+    address = ctypes.cast(handler, ctypes.c_void_p).value
+    if form == "ctypes":
+        fn = handler
+    elif form == "int":
+        fn = address
+    elif form == "cffi":
+        fn = ffi.cast("XLA_FFI_Handler *", address)
+    elif form == "capsule":
+        new_capsule = ctypes.pythonapi.PyCapsule_New
+        new_capsule.restype = ctypes.py_object
+        new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        fn = new_capsule(address, b"xla._CUSTOM_CALL_TARGET", None)
+    else:
+        fn = {"execute": address, "prepare": None}
+    target = _unique(f"c_negate_{form}")
+    pjrt.register_custom_call_target(target, fn, platform="cpu")
+    out = np.asarray(pjrt.compile(_program(target, ["3xf32"], ["3xf32"]), client=client)(
+        np.array([1, -2, 3], np.float32)))
+    np.testing.assert_array_equal(out, [-1, 2, -3])
+
+
+# -- registration rules --------------------------------------------------------------------------
+
+def test_same_name_other_handler_is_refused_same_handler_is_fine():
+    target = _unique("py_twice")
+
+    def first(o, r, a):
+        r[0][...] = 1
+
+    pjrt.register_custom_call_target(target, first)
+    pjrt.register_custom_call_target(target, first)
+    with pytest.raises(ValueError, match="already registered"):
+        pjrt.register_custom_call_target(target, lambda o, r, a: None)
+    # The same name on another platform is another registration.
+    pjrt.register_custom_call_target(target, lambda o, r, a: None, platform="fake_platform")
+    assert target in pjrt.custom_call_targets("fake_platform")
+
+
+def test_host_and_cpu_are_one_platform():
+    target = _unique("py_host")
+    handler = lambda o, r, a: None  # noqa: E731
+    pjrt.register_custom_call_target(target, handler, platform="Host")
+    assert pjrt.custom_call_targets("cpu")[target] is handler
+
+
+def test_bad_arguments():
+    with pytest.raises(NotImplementedError, match="api_version"):
+        pjrt.register_custom_call_target(_unique("legacy"), lambda o, r, a: None, api_version=0)
+    with pytest.raises(TypeError, match="Python callable"):
+        pjrt.register_custom_call_target(_unique("not_callable"), "not a function")
+    with pytest.raises(ValueError, match="NULL"):
+        pjrt.register_custom_call_target(_unique("null"), 0)
+    with pytest.raises(NotImplementedError, match="single execute handler"):
+        pjrt.register_custom_call_target(_unique("stages"), {"execute": 1, "instantiate": 2})
+
+
+def test_real_plugins_have_the_ffi_extension(cpu_plugin):
+    assert pjrt_ffi.has_ffi_extension(cpu_plugin)
+    extension = pjrt_ffi.ffi_extension(cpu_plugin)
+    assert extension.base.type == lib.PJRT_Extension_Type_FFI
+    assert _c.find_extension(cpu_plugin.api, lib.PJRT_Extension_Type_FFI) is not None
+
+
+def _fake_plugin(name: str, *extensions):
+    """A Plugin over an in-memory PJRT_Api table whose extension chain holds ``extensions``
+    (cdata of extension structs, linked in order). Nothing in it can be called."""
+    table = ffi.new("PJRT_Api *")
+    table.struct_size = ffi.sizeof("PJRT_Api")
+    table.pjrt_api_version.major_version = pjrt.PJRT_C_API_VERSION[0]
+    table.pjrt_api_version.minor_version = pjrt.PJRT_C_API_VERSION[1]
+    previous = ffi.NULL
+    for extension in reversed(extensions):
+        base = ffi.cast("PJRT_Extension_Base *", extension)
+        base.next = previous
+        previous = base
+    table.extension_start = previous
+    _keep.extend([table, *extensions])
+    return pjrt.plugin.plugin_from_c_api(name, table)
+
+
+def _extension(kind, struct="PJRT_Extension_Base", size=None):
+    extension = ffi.new(struct + " *")
+    base = ffi.cast("PJRT_Extension_Base *", extension)
+    base.struct_size = ffi.sizeof(struct) if size is None else size
+    base.type = kind
+    return extension
+
+
+def test_plugin_without_ffi_extension_gives_a_clear_error():
+    plugin = _fake_plugin("fake_no_ffi", _extension(lib.PJRT_Extension_Type_Layouts),
+                          _extension(lib.PJRT_Extension_Type_MemoryDescriptions))
+    assert not pjrt_ffi.has_ffi_extension(plugin)
+    with pytest.raises(pjrt.UnsupportedFeatureError) as excinfo:
+        pjrt_ffi.ffi_extension(plugin)
+    message = str(excinfo.value)
+    assert "fake_no_ffi" in message and "FFI extension" in message
+    assert "Layouts, MemoryDescriptions" in message
+    # Binding it to a platform with handlers registered fails the same way...
+    pjrt.register_custom_call_target(_unique("py_for_fake"), lambda o, r, a: None,
+                                     platform="fake_no_ffi_platform")
+    with pytest.raises(pjrt.UnsupportedFeatureError, match="Layouts"):
+        pjrt_ffi.bind_plugin_platform(plugin, "fake_no_ffi_platform")
+    # ...and leaves no trace: later registrations for that platform do not try the plugin.
+    pjrt.register_custom_call_target(_unique("py_for_fake"), lambda o, r, a: None,
+                                     platform="fake_no_ffi_platform")
+
+
+def test_plugin_with_no_extensions_at_all():
+    plugin = _fake_plugin("fake_bare")
+    with pytest.raises(pjrt.UnsupportedFeatureError, match="extensions it offers: none"):
+        pjrt_ffi.ffi_extension(plugin)
+
+
+def test_ffi_extension_too_old_to_register_handlers():
+    old = _extension(lib.PJRT_Extension_Type_FFI, "PJRT_FFI_Extension",
+                     size=ffi.offsetof("PJRT_FFI_Extension", "register_handler"))
+    plugin = _fake_plugin("fake_old_ffi", old)
+    assert not pjrt_ffi.has_ffi_extension(plugin)
+    with pytest.raises(pjrt.UnsupportedFeatureError, match="predates handler registration"):
+        pjrt_ffi.ffi_extension(plugin)
+
+
+# -- before and after the backend comes up, in fresh processes -------------------------------
+
+_ORDER_SCRIPT = """
+import sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+import pjrt
+from conftest import cpu_plugin_path
+
+def triple(operands, results, attributes):
+    results[0][...] = operands[0] * 3
+
+program = '''{program}'''
+order = {order!r}
+if order == "before_load":
+    pjrt.register_custom_call_target("triple", triple)
+plugin = pjrt.load_pjrt_plugin_dynamically({load_name!r}, cpu_plugin_path({plugin!r}))
+if order == "after_load":
+    pjrt.register_custom_call_target("triple", triple)
+if {load_name!r} == "cpu":
+    # A plugin loaded under the platform's name is bound before any client exists.
+    from pjrt import ffi
+    assert "cpu" in ffi._plugin_platforms[plugin], ffi._plugin_platforms
+client = pjrt.make_c_api_client({load_name!r})
+if order == "after_client":
+    pjrt.register_custom_call_target("triple", triple)
+out = pjrt.compile(program, client=client)(np.arange(3, dtype=np.float32))
+print("RESULT", np.asarray(out).tolist())
+"""
+
+
+@pytest.mark.parametrize("plugin", ["xla_cpu_0_81", "xla_cpu_0_106"])
+@pytest.mark.parametrize("order,load_name", [("before_load", "test_plugin"),
+                                             ("after_load", "test_plugin"),
+                                             ("after_client", "test_plugin"),
+                                             ("before_load", "cpu")])
+def test_register_before_or_after_the_backend_comes_up(plugin, order, load_name):
+    script = _ORDER_SCRIPT.format(tests=str(HERE), program=_program("triple", ["3xf32"],
+                                                                     ["3xf32"]),
+                                  order=order, plugin=plugin, load_name=load_name)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "RESULT [0.0, 3.0, 6.0]" in result.stdout
+
+
+def test_handler_answers_the_version_query_with_a_supported_version():
+    assert pjrt_ffi.HANDLER_FFI_VERSION == (0, 1)
+    assert (lib.XLA_FFI_API_MAJOR, lib.XLA_FFI_API_MINOR) >= pjrt_ffi.HANDLER_FFI_VERSION
+
+
+def test_headers_match_the_plugins_layout():
+    """The layout pjrt registers with (checked against both plugins' machine code): no
+    api_version field, traits at offset 48, struct size 52."""
+    assert ffi.offsetof("PJRT_FFI_Register_Handler_Args", "handler") == 24
+    assert ffi.offsetof("PJRT_FFI_Register_Handler_Args", "traits") == 48
+    assert _c.struct_size("PJRT_FFI_Register_Handler_Args") == 52
+    assert ffi.sizeof("PJRT_FFI_Extension") == 48
+    assert ffi.offsetof("XLA_FFI_CallFrame", "attrs") + ffi.sizeof("XLA_FFI_Attrs") == 168
+    assert ffi.offsetof("XLA_FFI_Api", "XLA_FFI_Handler_Register") == 0x48
