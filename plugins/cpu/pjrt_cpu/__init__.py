@@ -6,7 +6,6 @@ the ``jax_plugins`` entry point, which calls :func:`initialize`).
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import warnings
@@ -34,15 +33,9 @@ def library_path() -> str:
     Raises:
       FileNotFoundError: ``xla-cpu-pjrt`` is not installed, or its library is missing.
     """
-    spec = importlib.util.find_spec(_LIBRARY_MODULE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("xla-cpu-pjrt is not installed; pip install xla-cpu-pjrt")
-    for directory in spec.submodule_search_locations:
-        candidate = os.path.join(directory, _LIBRARY_FILE)
-        if os.path.isfile(candidate):
-            return candidate
-    raise FileNotFoundError(f"xla-cpu-pjrt is installed but {_LIBRARY_FILE} is missing from "
-                            f"{list(spec.submodule_search_locations)}; reinstall xla-cpu-pjrt")
+    from pjrt.plugin_support import find_module_library
+
+    return find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "xla-cpu-pjrt")
 
 
 def client_options(num_devices: int | None = None) -> dict:
