@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import weakref
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 

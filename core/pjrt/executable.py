@@ -19,7 +19,7 @@ from ._c import to_str
 from ._pjrt_cffi import ffi, lib
 from .array import Array
 from .compile_options import CompileOptions, DeviceAssignment
-from .errors import ClosedClientError, UnsupportedFeatureError, XlaRuntimeError, check, consume
+from .errors import ClosedClientError, UnsupportedFeatureError, XlaRuntimeError, consume
 from .options import named_values_to_dict
 
 if TYPE_CHECKING:

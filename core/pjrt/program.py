@@ -7,8 +7,6 @@ device on its slice of the leading axis, and the outputs are stacked.
 """
 from __future__ import annotations
 
-from typing import Sequence
-
 import numpy as np
 
 from .array import Array
