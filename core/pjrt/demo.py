@@ -77,24 +77,24 @@ def main() -> None:
     print("  row sums:", np.round(result.sum(axis=1), 6))
 
     # Eight devices: x[8,16] split by rows, w[16,4] replicated, an SPMD program (Shardy).
-    devices = client.local_devices()
+    mesh = pjrt.Mesh(np.array(client.local_devices()), ("x",))
     xs = rng.standard_normal((8, 16)).astype(np.float32)
     ws = rng.standard_normal((16, 4)).astype(np.float32)
     start = time.perf_counter()
-    matmul = client.compile_and_load(_read("spmd_matmul.shardy.mlir"), devices)
+    matmul = pjrt.compile(_read("spmd_matmul.shardy.mlir"), mesh)
     compile_ms = (time.perf_counter() - start) * 1e3
-    rows = np.split(xs, DEVICE_COUNT)
-    sharded_args = [[client.buffer_from_pyval(r, d) for r, d in zip(rows, devices)],
-                    [client.buffer_from_pyval(ws, d) for d in devices]]
-    shards = matmul.execute_sharded(sharded_args).disassemble_into_single_device_arrays()[0]
-    product = np.concatenate([np.asarray(s) for s in shards])
-    error = np.abs(product - xs.astype(np.float64) @ ws).max()
-    per_call = _median_microseconds(lambda: matmul.execute_sharded(sharded_args), loops=50)
+    x_global = pjrt.device_put(xs, pjrt.NamedSharding(mesh, pjrt.P("x")))
+    w_global = pjrt.device_put(ws, pjrt.NamedSharding(mesh, pjrt.P()))
+    product = matmul(x_global, w_global)
+    error = np.abs(np.asarray(product) - xs.astype(np.float64) @ ws).max()
+    per_call = _median_microseconds(lambda: matmul(x_global, w_global), loops=50)
+    shards = product.addressable_shards
     print(f"\n{DEVICE_COUNT} devices: x[8,16] @ w[16,4], rows of x split over the devices")
-    print(f"  compiled in {compile_ms:.1f} ms with {matmul.num_partitions()} partitions; "
-          f"max |pjrt - numpy| = {error:.2e}")
-    print(f"  shard shapes {[s.shape for s in shards][:2]}... on "
-          f"{', '.join(str(s.device) for s in shards[:2])}...")
+    print(f"  compiled in {compile_ms:.1f} ms with {matmul.executable.num_partitions()} "
+          f"partitions; max |pjrt - numpy| = {error:.2e}")
+    print(f"  result {product.shape}, laid out as "
+          f"{matmul.output_shardings[0].to_hlo_sharding(2)}: shards of {shards[0].data.shape} on "
+          f"{', '.join(str(s.device) for s in shards[:2])}, ...")
     print(f"  execute over {DEVICE_COUNT} devices: {per_call:.1f} us per call")
     client.close()
 
