@@ -61,8 +61,26 @@ def default_compile_options(devices: Sequence["Device"], program: bytes, *,
     if len(devices) > 1:
         build.use_spmd_partitioning = True
         build.use_shardy_partitioner = uses_shardy(program)
+        # As jax does: let the partitioner choose the layout of arguments and results the
+        # program leaves unannotated (XLA keeps them replicated otherwise, under GSPMD).
+        inputs, outputs = _unannotated(program)
+        if any(inputs):
+            build.allow_spmd_sharding_propagation_to_parameters = inputs
+        if any(outputs):
+            build.allow_spmd_sharding_propagation_to_output = outputs
     build.device_assignment = DeviceAssignment.create(np.array([ids], dtype=np.int64))
     return options
+
+
+def _unannotated(program: bytes) -> tuple[list, list]:
+    """Per argument and per result of a text program's main: whether it has no sharding."""
+    from .sharding_text import parse_program_shardings
+
+    try:
+        inputs, outputs = parse_program_shardings(program.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return [], []  # bytecode, or no public main: leave XLA's defaults
+    return [s is None for s in inputs], [s is None for s in outputs]
 
 
 def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
@@ -743,14 +761,18 @@ def deserialize_executable(client: "Client", serialized: bytes,
     return LoadedExecutable(client, args.loaded_executable)
 
 
-def _check_device_sets(arguments: Sequence[Array], devices: tuple) -> None:
-    """Raise DeviceAssignmentMismatchError listing arguments that sit on other devices."""
+def _check_device_sets(arguments: Sequence[Array], devices: tuple, *,
+                       host_values_allowed: bool = False) -> None:
+    """Raise DeviceAssignmentMismatchError listing arguments that sit on other devices
+    (numbered by their position in ``arguments``; host values are skipped when allowed)."""
     from .errors import DeviceAssignmentMismatchError
 
     expected = set(devices)
     wrong = []
     for i, argument in enumerate(arguments):
         if not isinstance(argument, Array):
+            if host_values_allowed:
+                continue
             raise TypeError(f"argument {i} is a {type(argument).__name__}; pass pjrt Arrays")
         if set(argument._devices) != expected:
             wrong.append(f"argument {i} is on {_device_text(argument._devices)}")

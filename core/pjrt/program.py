@@ -69,7 +69,7 @@ class CompiledProgram:
         if len(arguments) != len(shardings):
             raise TypeError(f"the program takes {len(shardings)} arguments, "
                             f"{len(arguments)} were given")
-        _check_device_sets([a for a in arguments if isinstance(a, Array)], tuple(self.devices))
+        _check_device_sets(arguments, tuple(self.devices), host_values_allowed=True)
         return [device_put(a if isinstance(a, Array) else np.asarray(a), s)
                 for a, s in zip(arguments, shardings)]
 
