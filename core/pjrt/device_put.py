@@ -6,6 +6,8 @@ exists, and taken through the host only for shards that do not.
 """
 from __future__ import annotations
 
+import concurrent.futures
+import os
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -47,23 +49,40 @@ def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequenc
         raise ValueError("batched_device_put needs one shard per addressable device of the "
                          "sharding, in the sharding's device order")
     client = _client_of(sharding)
-    buffers, keepalive, dtype = [], [], None
+    hosts = [np.asarray(host) for host in shards]
+    for host, device in zip(hosts, devices):
+        if host.shape != expected:
+            raise ValueError(f"the shard for {device} has shape {host.shape}; the sharding "
+                             f"gives shards of shape {expected} for an array of {shape}")
+        if host.dtype != hosts[0].dtype:
+            raise ValueError(f"shards disagree on dtype: {hosts[0].dtype} and {host.dtype}")
+    placed: list = [None] * len(hosts)
+
+    def put(i: int) -> None:
+        placed[i] = put_buffer(client, hosts[i], devices[i], 0)
+
     try:
-        for host, device in zip(shards, devices):
-            host = np.asarray(host)
-            if host.shape != expected:
-                raise ValueError(f"the shard for {device} has shape {host.shape}; the sharding "
-                                 f"gives shards of shape {expected} for an array of {shape}")
-            dtype = host.dtype if dtype is None else dtype
-            if host.dtype != dtype:
-                raise ValueError(f"shards disagree on dtype: {dtype} and {host.dtype}")
-            buffer, alias = put_buffer(client, host, device, 0)
-            buffers.append(buffer)
-            keepalive.append(alias)
+        if len(hosts) > 1 and sum(h.nbytes for h in hosts) >= _PARALLEL_THRESHOLD_BYTES:
+            # The copies release the GIL (numpy's and the plugin's): spread them over the cores.
+            with concurrent.futures.ThreadPoolExecutor(_copy_workers()) as pool:
+                list(pool.map(put, range(len(hosts))))
+        else:
+            for i in range(len(hosts)):
+                put(i)
     except BaseException:
-        _free(client, buffers)
+        _free(client, [p[0] for p in placed if p is not None])
         raise
-    return Array(client, buffers, tuple(devices), shape, dtype, keepalive or None, sharding)
+    buffers = [p[0] for p in placed]
+    keepalive = [p[1] for p in placed]
+    return Array(client, buffers, tuple(devices), shape, hosts[0].dtype, keepalive, sharding)
+
+
+#: Shards of at least this many bytes in all are copied to their devices in parallel.
+_PARALLEL_THRESHOLD_BYTES = 8 << 20
+
+
+def _copy_workers() -> int:
+    return max(1, min(8, os.cpu_count() or 1))
 
 
 def _free(client: "Client", buffers: list) -> None:
