@@ -19,8 +19,12 @@ from ._c import to_str
 from ._pjrt_cffi import ffi, lib
 from .array import Array
 from .compile_options import CompileOptions, DeviceAssignment
-from .errors import ClosedClientError, UnsupportedFeatureError, XlaRuntimeError, consume
+from .errors import (ClosedClientError, DeviceAssignmentMismatchError, UnsupportedFeatureError,
+                     XlaRuntimeError, consume)
+from .hlo_sharding import HloSharding
 from .options import named_values_to_dict
+from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
+from .sharding_text import parse_program_shardings
 
 if TYPE_CHECKING:
     from .client import Client
@@ -74,8 +78,6 @@ def default_compile_options(devices: Sequence["Device"], program: bytes, *,
 
 def _unannotated(program: bytes) -> tuple[list, list]:
     """Per argument and per result of a text program's main: whether it has no sharding."""
-    from .sharding_text import parse_program_shardings
-
     try:
         inputs, outputs = parse_program_shardings(program.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
@@ -214,6 +216,7 @@ class LoadedExecutable:
             self._replicas = int(api.call_new("PJRT_Executable_NumReplicas",
                                               executable=self._executable).num_replicas)
             self._input_shardings = self._output_shardings = None
+            self._output_global_shapes = None
         except BaseException:
             self._release()
             raise
@@ -351,8 +354,6 @@ class LoadedExecutable:
             raw = self._signature.output_sharding if self._signature is not None else None
             per_output = None
             if raw is not None:
-                from .hlo_sharding import HloSharding
-
                 parsed = HloSharding.from_proto(raw)
                 per_output = ([e for e in parsed.tuple_elements()] if parsed.is_tuple()
                               else [parsed])
@@ -362,9 +363,6 @@ class LoadedExecutable:
         return self._output_shardings
 
     def _shardings(self, raw: Sequence | None, count: int) -> tuple:
-        from .hlo_sharding import HloSharding
-        from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
-
         devices = self._devices
         if len(devices) == 1:
             return tuple(SingleDeviceSharding(devices[0]) for _ in range(count))
@@ -638,13 +636,22 @@ class LoadedExecutable:
         self._consume_donated([list(arguments)], keep)
         results = []
         for j, (buffers, sharding) in enumerate(zip(per_output, self.output_shardings)):
-            shard_shape = self._output_shapes[j] if self._output_shapes else None
-            dtype = self._output_dtypes[j] if self._output_dtypes else None
-            if shard_shape is None:
+            if self._output_shapes is not None:
+                global_shape, dtype = self._output_global_shape(j), self._output_dtypes[j]
+            else:
                 shard_shape, dtype = _buffer_metadata(self._client, buffers[0])
-            results.append(Array(self._client, buffers, devices,
-                                 _global_shape(sharding, shard_shape), dtype, None, sharding))
+                global_shape = _global_shape(sharding, shard_shape)
+            results.append(Array(self._client, buffers, devices, global_shape, dtype, None,
+                                 sharding))
         return results
+
+    def _output_global_shape(self, index: int) -> tuple:
+        shapes = self._output_global_shapes
+        if shapes is None:
+            shapes = self._output_global_shapes = tuple(
+                _global_shape(sharding, shard_shape)
+                for sharding, shard_shape in zip(self.output_shardings, self._output_shapes))
+        return shapes[index]
 
     def _prepare_donations(self, per_device_arguments) -> tuple:
         """Check donated arguments; the indices that must not be donated this time.
@@ -765,8 +772,6 @@ def _check_device_sets(arguments: Sequence[Array], devices: tuple, *,
                        host_values_allowed: bool = False) -> None:
     """Raise DeviceAssignmentMismatchError listing arguments that sit on other devices
     (numbered by their position in ``arguments``; host values are skipped when allowed)."""
-    from .errors import DeviceAssignmentMismatchError
-
     expected = set(devices)
     wrong = []
     for i, argument in enumerate(arguments):
@@ -790,8 +795,6 @@ def _device_text(devices) -> str:
 
 def _global_shape(sharding, shard_shape: tuple) -> tuple:
     """The global shape of an output whose per-device shards have ``shard_shape``."""
-    from .sharding import PmapSharding
-
     if isinstance(sharding, PmapSharding):
         return (len(sharding._device_assignment),) + tuple(shard_shape)
     hlo = sharding.to_hlo_sharding(len(shard_shape))

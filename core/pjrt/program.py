@@ -13,7 +13,8 @@ from .array import Array
 from .client import Client
 from .device import Device
 from .errors import DeviceAssignmentMismatchError
-from .executable import LoadedExecutable
+from .device_put import device_put
+from .executable import LoadedExecutable, _check_device_sets
 
 
 class CompiledProgram:
@@ -62,9 +63,6 @@ class CompiledProgram:
         return placed
 
     def _place_global(self, arguments) -> list:
-        from .device_put import device_put
-        from .executable import _check_device_sets
-
         shardings = self.executable.input_shardings
         if len(arguments) != len(shardings):
             raise TypeError(f"the program takes {len(shardings)} arguments, "
