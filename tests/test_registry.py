@@ -433,3 +433,36 @@ def test_import_from_plugin(tmp_path, monkeypatch):
         assert pjrt.import_from_plugin("cpu", "extra_kernels", check_version=False).ANSWER == 42
     finally:
         sys.modules.pop("pjrt_cpu.extra_kernels", None)
+
+
+# -- warnings at start-up -------------------------------------------------------------------
+
+def test_an_untested_platform_warns_once_when_it_comes_up(make_registry, caplog):
+    reg = make_registry(discover=False)
+    reg.register_plugin("vendorx", library_path=LIB_81, options={"cpu_device_count": 1})
+    with caplog.at_level("WARNING", logger="pjrt.registry"):
+        reg.get_backend("vendorx")
+        reg.get_backend("vendorx")
+    warnings_about_it = [r for r in caplog.records if "'vendorx'" in r.getMessage()]
+    assert len(warnings_about_it) == 1
+    assert "does not test" in warnings_about_it[0].getMessage()
+
+
+def test_nvidia_device_nodes_without_a_cuda_backend_give_the_install_hint(
+        make_registry, caplog, monkeypatch, tmp_path):
+    node = tmp_path / "nvidia0"
+    node.write_text("")
+    monkeypatch.setattr(registry, "_NVIDIA_DEVICE_NODES", (str(node),))
+    reg = make_registry()
+    with caplog.at_level("WARNING", logger="pjrt.registry"):
+        assert reg.default_backend() == "cpu"
+    hints = [r.getMessage() for r in caplog.records if "NVIDIA GPU" in r.getMessage()]
+    assert len(hints) == 1 and "pip install pjrt-cuda" in hints[0]
+
+
+def test_no_hint_without_nvidia_device_nodes(make_registry, caplog, monkeypatch, tmp_path):
+    monkeypatch.setattr(registry, "_NVIDIA_DEVICE_NODES", (str(tmp_path / "absent"),))
+    reg = make_registry()
+    with caplog.at_level("WARNING", logger="pjrt.registry"):
+        reg.backends()
+    assert not [r for r in caplog.records if "NVIDIA GPU" in r.getMessage()]
