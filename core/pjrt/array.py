@@ -11,7 +11,6 @@ the plugin adopts instead of being copied by the plugin at half of memcpy speed.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import math
 import os
@@ -441,6 +440,8 @@ def _adoptable_copy(host: np.ndarray) -> np.ndarray:
 
     def copy(i: int) -> None:
         np.copyto(target[bounds[i]:bounds[i + 1]], source[bounds[i]:bounds[i + 1]])
+
+    import concurrent.futures  # only large copies need threads; keep it off the import path
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         list(pool.map(copy, range(workers)))

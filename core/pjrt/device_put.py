@@ -6,7 +6,6 @@ exists, and taken through the host only for shards that do not.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import os
 from typing import TYPE_CHECKING, Sequence
 
@@ -64,6 +63,8 @@ def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequenc
     try:
         if len(hosts) > 1 and sum(h.nbytes for h in hosts) >= _PARALLEL_THRESHOLD_BYTES:
             # The copies release the GIL (numpy's and the plugin's): spread them over the cores.
+            import concurrent.futures  # only large transfers need threads
+
             with concurrent.futures.ThreadPoolExecutor(_copy_workers()) as pool:
                 list(pool.map(put, range(len(hosts))))
         else:
