@@ -94,3 +94,20 @@ def test_all_vendor_plugins_coexist_with_the_cpu_plugin(cpu_plugin):
     pjrt.load_pjrt_plugin_dynamically("vendor_tpu", _library("libtpu", "libtpu.so"))
     with pjrt.make_c_api_client(cpu_plugin.name) as client:
         np.testing.assert_array_equal(np.asarray(client.buffer_from_pyval(np.arange(3))), [0, 1, 2])
+
+
+def test_tpu_topology_compiles_ahead_of_time_without_a_tpu(monkeypatch):
+    """libtpu describes a v5e slice and compiles for it with no TPU attached."""
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    plugin = pjrt.load_pjrt_plugin_dynamically("vendor_tpu", _library("libtpu", "libtpu.so"))
+    from pjrt.topology import make_topology
+
+    topology = make_topology(plugin, "v5e:2x2")
+    assert topology.platform == "tpu"
+    assert [d.device_kind for d in topology.device_descriptions()] == ["TPU v5 lite"] * 4
+    program = open(os.path.join(os.path.dirname(__file__), "fixtures", "tiny_tanh.mlir")).read()
+    executable = topology.compile(program)
+    assert isinstance(executable, bytes) and len(executable) > 1000
+    with pytest.raises(pjrt.XlaRuntimeError):
+        topology.compile("func.func @main( not a program")
+    topology.close()

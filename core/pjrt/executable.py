@@ -120,6 +120,20 @@ def compile_program(client: "Client", computation, executable_devices=None,
     serialized_options = compile_options.SerializeAsString()
 
     api = handle.api
+    program_struct, keepalive = program_argument(program)
+    options_buffer = ffi.new("char[]", serialized_options)
+    args = api.new_args("PJRT_Client_Compile_Args")
+    args.client = handle.pointer
+    args.program = program_struct
+    args.compile_options = options_buffer
+    args.compile_options_size = len(serialized_options)
+    api.call("PJRT_Client_Compile", args)
+    del keepalive
+    return LoadedExecutable(client, args.executable, program_text=program)
+
+
+def program_argument(program: bytes) -> tuple:
+    """A ``PJRT_Program*`` for MLIR (text or bytecode), and the memory it points into."""
     program_struct = ffi.new("PJRT_Program *")
     program_struct.struct_size = ffi.sizeof("PJRT_Program")
     code = ffi.new("char[]", program)
@@ -128,14 +142,17 @@ def compile_program(client: "Client", computation, executable_devices=None,
     program_format = ffi.new("char[]", b"mlir")
     program_struct.format = program_format
     program_struct.format_size = 4
-    options_buffer = ffi.new("char[]", serialized_options)
-    args = api.new_args("PJRT_Client_Compile_Args")
-    args.client = handle.pointer
-    args.program = program_struct
-    args.compile_options = options_buffer
-    args.compile_options_size = len(serialized_options)
-    api.call("PJRT_Client_Compile", args)
-    return LoadedExecutable(client, args.executable, program_text=program)
+    return program_struct, (code, program_format)
+
+
+def serialize_executable(api, executable) -> bytes:
+    """The bytes of a ``PJRT_Executable`` (``PJRT_Executable_Serialize``)."""
+    args = api.call_new("PJRT_Executable_Serialize", executable=executable)
+    try:
+        return ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
+    finally:
+        if args.serialized_executable_deleter != _NULL:
+            args.serialized_executable_deleter(args.serialized_executable)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -454,13 +471,7 @@ class LoadedExecutable:
 
     def serialize(self) -> bytes:
         """The compiled executable as bytes, for :meth:`Client.deserialize_executable`."""
-        api = self._handle.api
-        args = api.call_new("PJRT_Executable_Serialize", executable=self._executable_ptr())
-        try:
-            return ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
-        finally:
-            if args.serialized_executable_deleter != _NULL:
-                args.serialized_executable_deleter(args.serialized_executable)
+        return serialize_executable(self._handle.api, self._executable_ptr())
 
     # -- execution -------------------------------------------------------------------------
 

@@ -63,6 +63,45 @@ class DeviceTopology:
             if args.serialized_topology_deleter != ffi.NULL:
                 args.serialized_topology_deleter(args.serialized_topology)
 
+    def compile(self, program: str | bytes, compile_options=None) -> bytes:
+        """Compile a StableHLO program for this topology, ahead of time, without its devices.
+
+        Args:
+          program: StableHLO text or bytecode.
+          compile_options: a :class:`~pjrt.compile_options.CompileOptions` (one replica and
+            one partition when None).
+
+        Returns:
+          The serialised executable: load it with ``Client.deserialize_executable`` on a
+          machine that has the hardware.
+
+        Raises:
+          UnsupportedFeatureError: the plugin cannot compile without a client.
+          XlaRuntimeError: compilation failed (the plugin's message is kept).
+        """
+        from .compile_options import CompileOptions
+        from .executable import _program_bytes, program_argument, serialize_executable
+
+        if self._pointer == ffi.NULL:
+            raise RuntimeError("this topology description has been closed")
+        api = self._plugin.api
+        program_struct, keepalive = program_argument(_program_bytes(program))
+        options = (compile_options or CompileOptions()).SerializeAsString()
+        options_buffer = ffi.new("char[]", options)
+        args = api.new_args("PJRT_Compile_Args")
+        args.topology = self._pointer
+        args.program = program_struct
+        args.compile_options = options_buffer
+        args.compile_options_size = len(options)
+        api.call("PJRT_Compile", args)
+        del keepalive
+        try:
+            return serialize_executable(api, args.executable)
+        finally:
+            destroy = api.new_args("PJRT_Executable_Destroy_Args")
+            destroy.executable = args.executable
+            check(api, api.table.PJRT_Executable_Destroy(destroy))
+
     def close(self) -> None:
         pointer, self._pointer = self._pointer, ffi.NULL
         if pointer != ffi.NULL:
