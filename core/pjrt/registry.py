@@ -624,6 +624,14 @@ def register_backend_factory(name: str, factory: BackendFactory, *, priority: in
                                       make_topology=make_topology, source=source, module=module)
 
 
+def register_unavailable(name: str, error: Exception, *, priority: int = 0) -> None:
+    """Record that backend ``name`` cannot come up, and why (``backend_errors()`` shows it).
+
+    For plugin packages whose ``initialize()`` finds that their library is missing.
+    """
+    register_backend_factory(name, _failing(error), priority=priority)
+
+
 def register_plugin(plugin_name: str, priority: int = 400, library_path=None, options=None,
                     c_api=None) -> Plugin | None:
     """Load a PJRT plugin and register it as a backend (see BackendRegistry.register_plugin).

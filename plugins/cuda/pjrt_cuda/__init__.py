@@ -123,7 +123,7 @@ def initialize() -> None:
         path = library_path()
     except FileNotFoundError as error:
         failure = PluginLoadError(str(error))
-        registry.register_backend_factory(PLATFORM, _raiser(failure), priority=PRIORITY)
+        registry.register_unavailable(PLATFORM, failure, priority=PRIORITY)
         raise failure from error
     # register_plugin loads the library (no GPU needed) and records a failure to load as the
     # backend's reason; it returns None when PJRT_PLATFORMS leaves cuda out.
@@ -143,8 +143,3 @@ def _topology_factory(plugin):
         return make(plugin, topology_name, options)
     return make_topology
 
-
-def _raiser(error: Exception):
-    def factory():
-        raise error
-    return factory

@@ -84,7 +84,7 @@ def initialize() -> None:
         path = library_path()
     except FileNotFoundError as error:
         failure = PluginLoadError(str(error))
-        registry.register_backend_factory(PLATFORM, _raiser(failure), priority=PRIORITY)
+        registry.register_unavailable(PLATFORM, failure, priority=PRIORITY)
         raise failure from error
     try:
         registry.register_plugin(PLATFORM, priority=PRIORITY, library_path=path)
@@ -92,12 +92,7 @@ def initialize() -> None:
         explained = explain_load_error(error)
         if explained is not error:
             # register_plugin recorded the bare loader message; record the explained one.
-            registry.register_backend_factory(PLATFORM, _raiser(explained), priority=PRIORITY)
+            registry.register_unavailable(PLATFORM, explained, priority=PRIORITY)
             raise explained from error
         raise
 
-
-def _raiser(error: Exception):
-    def factory():
-        raise error
-    return factory

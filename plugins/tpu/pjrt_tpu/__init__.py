@@ -212,7 +212,7 @@ def initialize() -> None:
         path = library_path()
     except FileNotFoundError as error:
         failure = PluginLoadError(str(error), path=os.environ.get(LIBRARY_PATH_ENV) or None)
-        registry.register_backend_factory(PLATFORM, _raiser(failure), priority=PRIORITY)
+        registry.register_unavailable(PLATFORM, failure, priority=PRIORITY)
         raise failure from error
     plugin = registry.register_plugin(PLATFORM, priority=PRIORITY, library_path=path)
     if plugin is None:  # PJRT_PLATFORMS leaves tpu out
@@ -223,8 +223,3 @@ def initialize() -> None:
         make_topology=lambda topology_name="", **options: make_topology(
             topology_name, plugin=plugin, **options))
 
-
-def _raiser(error: Exception):
-    def factory():
-        raise error
-    return factory
