@@ -129,7 +129,7 @@ def compile_program(client: "Client", computation, executable_devices=None,
     args.compile_options_size = len(serialized_options)
     api.call("PJRT_Client_Compile", args)
     del keepalive
-    return LoadedExecutable(client, args.executable, program_text=program)
+    return LoadedExecutable(client, args.executable)
 
 
 def program_argument(program: bytes) -> tuple:
@@ -205,7 +205,7 @@ class ExecuteResults:
 class LoadedExecutable:
     """A compiled program loaded on its devices (``PJRT_LoadedExecutable``)."""
 
-    def __init__(self, client: "Client", pointer, program_text: bytes | None = None):
+    def __init__(self, client: "Client", pointer):
         self._client = client
         self._handle = client._handle
         self._pointer = pointer
