@@ -220,3 +220,65 @@ def test_donating_a_viewed_array_copies_instead(client):
     (z,) = executable.execute([x])
     assert x.is_deleted()  # nothing views it now: donated as the program asks
     np.testing.assert_array_equal(np.asarray(z)[:3], [1, 1, 1])
+
+
+SLOW_SUM = """
+func.func public @main(%x: tensor<1048576xf32>) -> tensor<1048576xf32> {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %n = stablehlo.constant dense<40> : tensor<i32>
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %zero = stablehlo.constant dense<0.0> : tensor<1048576xf32>
+  %r:2 = stablehlo.while(%i = %c0, %acc = %zero) : tensor<i32>, tensor<1048576xf32>
+   cond {
+    %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %s = stablehlo.add %acc, %x : tensor<1048576xf32>
+    %j = stablehlo.add %i, %one : tensor<i32>
+    stablehlo.return %j, %s : tensor<i32>, tensor<1048576xf32>
+  }
+  return %r#1 : tensor<1048576xf32>
+}"""
+
+
+@pytest.mark.parametrize("semantics", [pjrt.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
+                                       pjrt.HostBufferSemantics.ZERO_COPY])
+def test_host_memory_outlives_the_array_while_a_program_reads_it(client, semantics):
+    """Large inputs may be used in place; freeing the array mid-program must not free them."""
+    executable = client.compile_and_load(SLOW_SUM)
+    for _ in range(3):
+        x = client.buffer_from_pyval(np.ones(1 << 20, np.float32), host_buffer_semantics=semantics)
+        (y,) = executable.execute([x])
+        x.delete()
+        del x
+        gc.collect()
+        np.testing.assert_array_equal(np.asarray(y), np.full(1 << 20, 40, np.float32))
+
+
+def test_compiled_program_with_a_large_host_argument(client):
+    program = pjrt.compile(SLOW_SUM, client.local_devices()[0])
+    y = program(np.ones(1 << 20, np.float32))  # the placed argument is dropped at once
+    gc.collect()
+    np.testing.assert_array_equal(np.asarray(y), np.full(1 << 20, 40, np.float32))
+
+
+def test_a_deleted_array_is_not_read_from_its_cache(client):
+    array = client.buffer_from_pyval(np.arange(4.0))
+    np.asarray(array)
+    array.delete()
+    with pytest.raises(pjrt.DeletedArrayError):
+        np.asarray(array)
+
+
+def test_asarray_refuses_a_conversion_when_no_copy_is_allowed(client):
+    array = client.buffer_from_pyval(np.arange(4, dtype=np.float32))
+    with pytest.raises(ValueError, match="copy=False"):
+        np.asarray(array, dtype=np.int32, copy=False)
+    assert np.asarray(array, dtype=np.int32).dtype == np.int32
+
+
+def test_big_endian_input_is_stored_in_native_order(client):
+    host = np.arange(6, dtype=">f4")
+    array = client.buffer_from_pyval(host)
+    assert array.dtype == np.float32
+    np.testing.assert_array_equal(np.asarray(array), np.arange(6, dtype=np.float32))

@@ -140,3 +140,14 @@ def test_device_list_rejects_bad_input(client):
         pjrt.DeviceList([])
     with pytest.raises(TypeError, match="not int"):
         pjrt.DeviceList([0, 1])
+
+
+def test_devices_and_memories_of_a_closed_client_raise(cpu_plugin):
+    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2})
+    device = own.devices()[0]
+    memory = device.default_memory()
+    own.close()
+    for use in (device.addressable_memories, device.memory_stats, device.attributes,
+                device.to_string, memory.addressable_by_devices, memory.to_string):
+        with pytest.raises(pjrt.ClosedClientError):
+            use()

@@ -120,3 +120,39 @@ def test_replicate_and_shard_along_axis_helpers(client):
     stacked = pjrt.shard_along_axis(np.arange(6).reshape(3, 2), devices)
     assert [np.asarray(s.data).tolist() for s in stacked.addressable_shards] == [[0, 1], [2, 3], [4, 5]]
     assert pjrt.batched_block_until_ready([everywhere, stacked]) == [everywhere, stacked]
+
+
+def test_a_shard_of_a_deleted_array_cannot_be_executed(client):
+    mesh = pjrt.Mesh(np.array(client.devices()[:2]), ("a",))
+    array = pjrt.device_put(np.ones((2, 4), np.float32), pjrt.NamedSharding(mesh, pjrt.P("a")))
+    shard = array.addressable_shards[0].data
+    text = """func.func public @main(%x: tensor<1x4xf32>) -> tensor<1x4xf32> {
+      %0 = stablehlo.add %x, %x : tensor<1x4xf32>
+      return %0 : tensor<1x4xf32>
+    }"""
+    executable = client.compile_and_load(text, [shard.device])
+    np.testing.assert_array_equal(np.asarray(executable.execute([shard])[0]), np.full((1, 4), 2.0))
+    array.delete()
+    with pytest.raises(pjrt.DeletedArrayError):
+        executable.execute([shard])
+
+
+def test_a_view_of_a_shard_outlives_its_global_array_and_client(cpu_plugin):
+    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2})
+    mesh = pjrt.Mesh(np.array(own.devices()), ("a",))
+    array = pjrt.device_put(np.arange(2 * 65536, dtype=np.float32).reshape(2, 65536),
+                            pjrt.NamedSharding(mesh, pjrt.P("a")))
+    view = np.asarray(array.addressable_shards[1].data)  # 256 KiB: a view of the buffer
+    array.delete()
+    own.close()
+    np.testing.assert_array_equal(view[0, :3], [65536, 65537, 65538])
+
+
+def test_an_unevenly_sharded_output_is_refused_before_running(client):
+    text = """func.func public @main(%x: tensor<6xf32> {mhlo.sharding = "{replicated}"}) -> (tensor<6xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}) {
+      %0 = stablehlo.add %x, %x : tensor<6xf32>
+      return %0 : tensor<6xf32>
+    }"""
+    compiled = pjrt.compile(text, client.devices()[:4])
+    with pytest.raises(ValueError, match="splits unevenly"):
+        compiled(np.ones(6, np.float32))

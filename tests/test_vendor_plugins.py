@@ -111,3 +111,5 @@ def test_tpu_topology_compiles_ahead_of_time_without_a_tpu(monkeypatch):
     with pytest.raises(pjrt.XlaRuntimeError):
         topology.compile("func.func @main( not a program")
     topology.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        topology.device_descriptions()

@@ -84,17 +84,19 @@ class Array:
     """
 
     __slots__ = ("_client", "_handle", "_buffers", "_devices", "shape", "dtype", "_host_copy",
-                 "_host_view", "_host_keepalive", "_deleted_reason", "_sharding", "_parent",
+                 "_host_view", "_deleted_reason", "_sharding", "_parent",
                  "__weakref__")
 
     def __init__(self, client: "Client", buffers: list, devices: tuple, shape: tuple,
-                 dtype: np.dtype, host_keepalive=None, sharding=None, parent: "Array | None" = None):
+                 dtype: np.dtype, host_holds=None, sharding=None, parent: "Array | None" = None):
         """Wrap buffers the caller hands over (not for users: arrays come from transfers
         and executions).
 
         Args:
           buffers: ``buffers[i]`` is the shard on ``devices[i]``; the array owns them unless
             ``parent`` is given, in which case it borrows one of the parent's.
+          host_holds: ``(host array, PJRT_Event*)`` pairs from :func:`put_buffer`: host memory
+            the buffers may read, kept until the plugin says it is done with it.
           shape: the global shape; dtype: the element type.
           sharding: how the shards lay the array out (a single-device sharding when None).
         """
@@ -106,18 +108,25 @@ class Array:
         self.dtype = dtype
         self._host_copy = None
         self._host_view = None
-        self._host_keepalive = host_keepalive
         self._deleted_reason = None
         self._sharding = sharding
         self._parent = parent
         if parent is None:
             handle.buffers[id(self)] = buffers
+            if host_holds:
+                holds = [hold for hold in host_holds if hold is not None]
+                if holds:
+                    handle.holds[id(self)] = holds
 
     # -- ownership -------------------------------------------------------------------------
 
+    def _owner_id(self) -> int:
+        """The id the buffers are registered under: a shard's are its global array's."""
+        return id(self._parent) if self._parent is not None else id(self)
+
     def _viewed(self) -> bool:
-        """Whether numpy views of the buffer's memory are still in use somewhere."""
-        return self._handle._is_viewed(id(self))
+        """Whether numpy views of the buffers' memory are still in use somewhere."""
+        return self._handle._is_viewed(self._owner_id())
 
     def _release(self, reason: str = "deleted") -> None:
         """Destroy the buffers now (idempotent). Later uses raise DeletedArrayError.
@@ -135,7 +144,6 @@ class Array:
         self._buffers = None
         self._deleted_reason = reason
         if not self._viewed():
-            self._host_keepalive = None
             self._handle.release_buffers(id(self))
 
     def __del__(self):
@@ -270,12 +278,12 @@ class Array:
     # -- host transfers --------------------------------------------------------------------
 
     def _value(self) -> np.ndarray:
+        buffers = self._live_buffers()  # a deleted array is not read, even from a cache
         if self._host_copy is not None:
             return self._host_copy
         view = self._host_view() if self._host_view is not None else None
         if view is not None:
             return view
-        buffers = self._live_buffers()
         if len(buffers) != 1:
             value = self._host_copy = self._assemble()
             return value
@@ -289,7 +297,7 @@ class Array:
         if address[0]:
             memory = _HostMemory(self, address[0], nbytes)
             view = np.asarray(memory).view(self.dtype).reshape(self.shape)
-            self._handle.viewed[id(self)] = weakref.ref(memory)
+            self._handle.add_view(self._owner_id(), memory)
             self._host_view = weakref.ref(view)
             return view
         value = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
@@ -312,6 +320,9 @@ class Array:
     def __array__(self, dtype=None, copy=None):
         value = self._value()
         if dtype is not None and np.dtype(dtype) != value.dtype:
+            if copy is False:
+                raise ValueError(f"converting an Array of {value.dtype} to {np.dtype(dtype)} "
+                                 f"needs a copy, and copy=False was asked for")
             return value.astype(dtype)
         if copy:
             return value.copy()
@@ -394,18 +405,28 @@ def array_from_host(client: "Client", value, device: "Device | None", semantics:
     elif device.client is not client:
         raise ValueError(f"{device} belongs to another client ({device.client.platform}); "
                          f"pass a device of this {client.platform} client")
+    host = native_host(value)
+    buffer, hold = put_buffer(client, host, device, semantics, memory)
+    return Array(client, [buffer], (device,), host.shape, host.dtype, [hold])
+
+
+def native_host(value) -> np.ndarray:
+    """``value`` as a numpy array in this machine's byte order (plugins read no other)."""
     host = np.asarray(value)
-    buffer, keepalive = put_buffer(client, host, device, semantics, memory)
-    return Array(client, [buffer], (device,), host.shape, host.dtype, keepalive)
+    if not host.dtype.isnative:
+        host = host.astype(host.dtype.newbyteorder("="))
+    return host
 
 
 def put_buffer(client: "Client", host: np.ndarray, device: "Device", semantics: int,
                memory: "Memory | None" = None) -> tuple:
     """Start a host-to-device copy; returns the new ``PJRT_Buffer*`` (owned by the caller)
-    and the host array the buffer may alias (to keep alive with it), or None."""
+    and, when the buffer may use the host memory directly, ``(host array, PJRT_Event*)``:
+    the memory to keep until the event fires (None otherwise)."""
     handle = client.handle
     if not host.flags.c_contiguous:
         host = host.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+    host = native_host(host)
     buffer_type = dtypes.to_pjrt_type(host.dtype)
     if (semantics == 0 and host.nbytes >= _STAGING_THRESHOLD_BYTES and client.platform == "cpu"
             and host.dtype.name not in _PACKED_DTYPE_NAMES):
@@ -413,13 +434,14 @@ def put_buffer(client: "Client", host: np.ndarray, device: "Device", semantics: 
         host, semantics = _adoptable_copy(host), 2
     dims = ffi.new("int64_t[]", host.shape) if host.ndim else _NULL
     out = ffi.new("PJRT_Buffer **")
+    done = ffi.new("PJRT_Event **")
     api = handle.api
     api.require("PJRT_Client_BufferFromHostBuffer")  # the shim calls the entry unchecked
     check(api, lib.pjrt_shim_buffer_from_host(
         api.table, handle.pointer, ffi.from_buffer(host), buffer_type, dims, host.ndim,
         int(semantics), device._handle if memory is None else _NULL,
-        memory._handle if memory is not None else _NULL, out))
-    return out[0], (host if semantics >= 2 else None)
+        memory._handle if memory is not None else _NULL, out, done))
+    return out[0], ((host, done[0]) if semantics >= 2 else None)
 
 
 def _adoptable_copy(host: np.ndarray) -> np.ndarray:

@@ -49,9 +49,14 @@ class ClientHandle:
 
     A buffer that numpy is reading without a copy (see ``Array.__array__``) is the exception:
     ``destroy`` leaves it, and the client, to be freed when the last such view goes.
+
+    Host memory a buffer may use without a copy (zero-copy transfers) is held here too, with
+    the plugin's event saying when it is no longer needed: it is let go once that event has
+    fired, not when the array goes, since a program may still be reading it.
     """
 
-    __slots__ = ("api", "pointer", "closed", "buffers", "executables", "viewed", "__weakref__")
+    __slots__ = ("api", "pointer", "closed", "buffers", "executables", "viewed", "holds",
+                 "pending_holds", "_lock", "__weakref__")
 
     def __init__(self, api: Api, pointer):
         self.api = api
@@ -62,13 +67,19 @@ class ClientHandle:
         self.buffers: dict[int, list] = {}
         #: owner id -> (PJRT_LoadedExecutable*, PJRT_Executable*)
         self.executables: dict[int, tuple] = {}
-        #: owner id -> weak reference to the object numpy views of its buffer keep alive
-        self.viewed: dict[int, weakref.ref] = {}
+        #: owner id -> weak references to the objects numpy views of its buffers keep alive
+        self.viewed: dict[int, list] = {}
+        #: owner id -> [(host array, PJRT_Event* or NULL)] its buffers may be reading
+        self.holds: dict[int, list] = {}
+        #: host memory of freed buffers whose plugin event has not fired yet
+        self.pending_holds: list = []
+        self._lock = threading.Lock()
 
     def release_buffers(self, owner_id: int) -> None:
         """Free the buffers registered by ``owner_id``, if they are still registered."""
         buffers = self.buffers.pop(owner_id, None)  # dict.pop is atomic: one caller wins
         self.viewed.pop(owner_id, None)
+        holds = self.holds.pop(owner_id, None)
         if buffers is None or self.pointer == ffi.NULL:
             return
         table = self.api.table
@@ -76,8 +87,26 @@ class ClientHandle:
             _destroy_buffer(table, buffers[0])
         else:
             _destroy_buffers(table, ffi.new("PJRT_Buffer*[]", buffers), len(buffers))
+        if holds or self.pending_holds:
+            self._let_go_of_host_memory(holds or ())
         if self.closed and not self.buffers:
             self._destroy_client()  # the last viewed buffer of a closed client is gone
+
+    def _let_go_of_host_memory(self, holds, wait: bool = False) -> None:
+        """Drop host memory whose plugin event has fired (all of it, waiting, with ``wait``)."""
+        with self._lock:
+            self.pending_holds.extend(holds)
+            still_needed = []
+            for host, event in self.pending_holds:
+                if event != ffi.NULL:
+                    if wait:
+                        lib.pjrt_shim_event_await_and_destroy(self.api.table, event)
+                        continue
+                    if not _event_is_ready(self.api, event):
+                        still_needed.append((host, event))
+                        continue
+                    lib.pjrt_shim_event_destroy(self.api.table, event)
+            self.pending_holds = still_needed
 
     def release_executable(self, owner_id: int) -> None:
         """Free the executable registered by ``owner_id``, if it is still registered."""
@@ -86,17 +115,23 @@ class ClientHandle:
             return
         loaded, executable = pointers
         api = self.api
-        if executable != ffi.NULL:
-            args = api.new_args("PJRT_Executable_Destroy_Args")
-            args.executable = executable
-            check(api, api.table.PJRT_Executable_Destroy(args))
-        args = api.new_args("PJRT_LoadedExecutable_Destroy_Args")
-        args.executable = loaded
-        check(api, api.table.PJRT_LoadedExecutable_Destroy(args))
+        try:
+            if executable != ffi.NULL:
+                args = api.new_args("PJRT_Executable_Destroy_Args")
+                args.executable = executable
+                check(api, api.table.PJRT_Executable_Destroy(args))
+        finally:
+            args = api.new_args("PJRT_LoadedExecutable_Destroy_Args")
+            args.executable = loaded
+            check(api, api.table.PJRT_LoadedExecutable_Destroy(args))
+
+    def add_view(self, owner_id: int, memory) -> None:
+        """Record that numpy views of ``owner_id``'s buffers keep ``memory`` alive."""
+        self.viewed.setdefault(owner_id, []).append(weakref.ref(memory))
 
     def _is_viewed(self, owner_id: int) -> bool:
-        reference = self.viewed.get(owner_id)
-        return reference is not None and reference() is not None
+        references = self.viewed.get(owner_id)
+        return bool(references) and any(r() is not None for r in references)
 
     def destroy(self) -> None:
         """Free every registered executable and buffer, then the client (once).
@@ -119,9 +154,12 @@ class ClientHandle:
             self._destroy_client()
 
     def _destroy_client(self) -> None:
-        pointer, self.pointer = self.pointer, ffi.NULL
+        with self._lock:
+            pointer, self.pointer = self.pointer, ffi.NULL
         if pointer == ffi.NULL:
             return
+        # Every buffer is gone, so each event fires once the programs reading it are done.
+        self._let_go_of_host_memory((), wait=True)
         args = self.api.new_args("PJRT_Client_Destroy_Args")
         args.client = pointer
         check(self.api, self.api.table.PJRT_Client_Destroy(args))
@@ -132,6 +170,15 @@ class ClientHandle:
                 self.destroy()
             except Exception:  # noqa: BLE001 - nothing can be raised from a finaliser
                 pass
+
+
+def _event_is_ready(api: Api, event) -> bool:
+    args = api.new_args("PJRT_Event_IsReady_Args")
+    args.event = event
+    error = api.table.PJRT_Event_IsReady(args)
+    if error != ffi.NULL:
+        check(api, error)
+    return bool(args.is_ready)
 
 
 #: Entries the C helpers call without looking them up; a client needs all of them.

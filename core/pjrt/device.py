@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from ._c import to_str
 from ._pjrt_cffi import ffi
-from .errors import XlaRuntimeError, ErrorCode
+from .errors import ClosedClientError, ErrorCode, XlaRuntimeError
 from .options import named_values_to_dict
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ class Device:
 
     def attributes(self) -> dict:
         """Plugin-specific description attributes (``PJRT_DeviceDescription_Attributes``)."""
-        api = self.client._api
+        api = _live_api(self.client)
         args = api.call_new("PJRT_DeviceDescription_Attributes",
                             device_description=self._description)
         return named_values_to_dict(args.attributes, args.num_attributes)
@@ -68,14 +68,14 @@ class Device:
     def addressable_memories(self) -> list["Memory"]:
         """The memories this device can address directly."""
         client = self.client
-        args = client._api.call_new("PJRT_Device_AddressableMemories", device=self._handle)
+        args = _live_api(client).call_new("PJRT_Device_AddressableMemories", device=self._handle)
         return [client._memory(args.memories[i]) for i in range(args.num_memories)]
 
     def default_memory(self) -> "Memory":
         """The memory a buffer lands in when no memory is named."""
         if self._default_memory is None:
             client = self.client
-            args = client._api.call_new("PJRT_Device_DefaultMemory", device=self._handle)
+            args = _live_api(client).call_new("PJRT_Device_DefaultMemory", device=self._handle)
             self._default_memory = client._memory(args.memory)
         return self._default_memory
 
@@ -95,7 +95,7 @@ class Device:
     def memory_stats(self) -> dict[str, int] | None:
         """Allocator statistics (``bytes_in_use``, ``peak_bytes_in_use``, ...), or None when
         the plugin does not report them."""
-        api = self.client._api
+        api = _live_api(self.client)
         if not api.has("PJRT_Device_MemoryStats"):
             return None
         args = api.new_args("PJRT_Device_MemoryStats_Args")
@@ -130,13 +130,13 @@ class Device:
 
     def to_string(self) -> str:
         """The plugin's short description of the device."""
-        api = self.client._api
+        api = _live_api(self.client)
         args = api.call_new("PJRT_DeviceDescription_ToString", device_description=self._description)
         return to_str(args.to_string, args.to_string_size)
 
     def debug_string(self) -> str:
         """The plugin's detailed description of the device."""
-        api = self.client._api
+        api = _live_api(self.client)
         args = api.call_new("PJRT_DeviceDescription_DebugString",
                             device_description=self._description)
         return to_str(args.debug_string, args.debug_string_size)
@@ -176,11 +176,11 @@ class Memory:
     def addressable_by_devices(self) -> list[Device]:
         """The devices that can address this memory."""
         client = self.client
-        args = client._api.call_new("PJRT_Memory_AddressableByDevices", memory=self._handle)
+        args = _live_api(client).call_new("PJRT_Memory_AddressableByDevices", memory=self._handle)
         return [client._device(args.devices[i]) for i in range(args.num_devices)]
 
     def to_string(self) -> str:
-        api = self.client._api
+        api = _live_api(self.client)
         args = api.call_new("PJRT_Memory_ToString", memory=self._handle)
         return to_str(args.to_string, args.to_string_size)
 
@@ -194,3 +194,12 @@ class Memory:
 # Cdata pointers are compared by address; keys of the client's handle caches.
 def handle_key(handle) -> int:
     return int(ffi.cast("uintptr_t", handle))
+
+
+def _live_api(client: "Client"):
+    """The client's API table; ClosedClientError once the client is closed (its devices and
+    memories are freed with it)."""
+    if client._handle.closed:
+        raise ClosedClientError(f"the {client.platform} client of this device or memory has "
+                                f"been closed")
+    return client._api

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .array import Array, put_buffer
+from .array import Array, native_host, put_buffer
 from .device import Device
 from .sharding import GSPMDSharding, PmapSharding, Sharding
 
@@ -48,7 +48,7 @@ def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequenc
         raise ValueError("batched_device_put needs one shard per addressable device of the "
                          "sharding, in the sharding's device order")
     client = _client_of(sharding)
-    hosts = [np.asarray(host) for host in shards]
+    hosts = [native_host(host) for host in shards]
     for host, device in zip(hosts, devices):
         if host.shape != expected:
             raise ValueError(f"the shard for {device} has shape {host.shape}; the sharding "
@@ -71,11 +71,12 @@ def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequenc
             for i in range(len(hosts)):
                 put(i)
     except BaseException:
-        _free(client, [p[0] for p in placed if p is not None])
+        made = [p for p in placed if p is not None]
+        _free(client, [p[0] for p in made], [p[1] for p in made])
         raise
     buffers = [p[0] for p in placed]
-    keepalive = [p[1] for p in placed]
-    return Array(client, buffers, tuple(devices), shape, hosts[0].dtype, keepalive, sharding)
+    holds = [p[1] for p in placed]
+    return Array(client, buffers, tuple(devices), shape, hosts[0].dtype, holds, sharding)
 
 
 #: Shards of at least this many bytes in all are copied to their devices in parallel.
@@ -86,11 +87,17 @@ def _copy_workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def _free(client: "Client", buffers: list) -> None:
+def _free(client: "Client", buffers: list, holds: list) -> None:
+    """Free buffers made before a failure, then wait until the plugin is done with their host
+    memory (the caller's references keep it alive until then)."""
     from ._pjrt_cffi import lib
 
+    table = client._api.table
     for buffer in buffers:
-        lib.pjrt_shim_buffer_destroy(client._api.table, buffer)
+        lib.pjrt_shim_buffer_destroy(table, buffer)
+    for hold in holds:
+        if hold is not None:
+            lib.pjrt_shim_event_await_and_destroy(table, hold[1])
 
 
 def device_put(x, device: Device | Sharding | None = None) -> Array:
@@ -122,7 +129,7 @@ def device_put(x, device: Device | Sharding | None = None) -> Array:
     sharding = device
     if isinstance(x, Array):
         return batched_copy_array_to_devices_with_sharding([x], [sharding])[0]
-    host = np.asarray(x)
+    host = native_host(x)
     indices = sharding.addressable_devices_indices_map(host.shape)
     devices = list(indices)
     return batched_device_put(host.shape, sharding, [host[indices[d]] for d in devices], devices)
@@ -157,7 +164,7 @@ def _reshard(array: Array, sharding: Sharding) -> Array:
         for shard in array.addressable_shards:
             sources.setdefault(_index_key(shard.index), {})[shard.device] = shard
     host = None
-    buffers, keepalive = [], []
+    buffers, holds = [], []
     api = client._api
     try:
         for device, index in target.items():
@@ -167,18 +174,18 @@ def _reshard(array: Array, sharding: Sharding) -> Array:
                 copied = api.call_new("PJRT_Buffer_CopyToDevice", buffer=shard.data._live_buffers()[0],
                                       dst_device=device._handle)
                 buffers.append(copied.dst_buffer)
-                keepalive.append(None)
+                holds.append(None)
                 continue
             if host is None:
                 host = np.asarray(array)
-            buffer, alias = put_buffer(client, np.ascontiguousarray(host[index]) if host.ndim
-                                       else host, device, 0)
+            buffer, hold = put_buffer(client, np.ascontiguousarray(host[index]) if host.ndim
+                                      else host, device, 0)
             buffers.append(buffer)
-            keepalive.append(alias)
+            holds.append(hold)
     except BaseException:
-        _free(client, buffers)
+        _free(client, buffers, holds)
         raise
-    return Array(client, buffers, tuple(target), array.shape, array.dtype, keepalive, sharding)
+    return Array(client, buffers, tuple(target), array.shape, array.dtype, holds, sharding)
 
 
 def reorder_shards(x: Array, dst_sharding: Sharding) -> Array:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from . import _hlo, dtypes
-from ._c import to_str
+from ._c import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi, lib
 from .array import Array
 from .compile_options import CompileOptions, DeviceAssignment
@@ -24,7 +24,7 @@ from .errors import (ClosedClientError, DeviceAssignmentMismatchError, Unsupport
 from .hlo_sharding import HloSharding
 from .options import named_values_to_dict
 from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
-from .sharding_text import parse_program_shardings
+from .sharding_text import parse_program_result_shapes, parse_program_shardings
 
 if TYPE_CHECKING:
     from .client import Client
@@ -129,7 +129,16 @@ def compile_program(client: "Client", computation, executable_devices=None,
     args.compile_options_size = len(serialized_options)
     api.call("PJRT_Client_Compile", args)
     del keepalive
-    return LoadedExecutable(client, args.executable)
+    return LoadedExecutable(client, args.executable,
+                            declared_output_shapes=_declared_output_shapes(program))
+
+
+def _declared_output_shapes(program: bytes) -> tuple | None:
+    """The result shapes a text program's ``main`` declares; None for bytecode."""
+    try:
+        return parse_program_result_shapes(program.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
 
 
 def program_argument(program: bytes) -> tuple:
@@ -205,8 +214,9 @@ class ExecuteResults:
 class LoadedExecutable:
     """A compiled program loaded on its devices (``PJRT_LoadedExecutable``)."""
 
-    def __init__(self, client: "Client", pointer):
+    def __init__(self, client: "Client", pointer, *, declared_output_shapes: tuple | None = None):
         self._client = client
+        self._declared_output_shapes = declared_output_shapes
         self._handle = client._handle
         self._pointer = pointer
         self._executable = _NULL
@@ -249,7 +259,15 @@ class LoadedExecutable:
             dims = api.call_new("PJRT_Executable_OutputDimensions", executable=self._executable)
         except XlaRuntimeError:
             return None, None  # read from each result buffer instead
-        output_dtypes = tuple(dtypes.from_pjrt_type(types.output_types[i]) for i in range(count))
+        output_dtypes = []
+        for i in range(count):
+            try:
+                output_dtypes.append(dtypes.from_pjrt_type(types.output_types[i]))
+            except TypeError:
+                raise TypeError(f"output {i} of the program has PJRT buffer type "
+                                f"{types.output_types[i]} (a token or another value that is not "
+                                f"an array), which pjrt cannot return; return arrays only") from None
+        output_dtypes = tuple(output_dtypes)
         shapes = []
         offset = 0
         for i in range(count):
@@ -459,7 +477,7 @@ class LoadedExecutable:
         serialized = self._optimized_module_bytes()
         if serialized is None:
             raise UnsupportedFeatureError("PJRT_Executable_OptimizedProgram", self._handle.api.plugin_name,
-                                          self._handle.api.version, (0, 0),
+                                          self._handle.api.version, HEADER_VERSION,
                                           why="the plugin cannot return the optimised program")
         return serialized
 
@@ -530,7 +548,7 @@ class LoadedExecutable:
         argument_array = scratch.arguments
         try:
             for i, argument in enumerate(arguments):
-                if type(argument) is Array:
+                if type(argument) is Array and argument._parent is None:
                     buffers = argument._buffers
                     spec = specs[i] if specs is not None else None
                     if (buffers is not None and argument._devices[0] is device
@@ -608,7 +626,15 @@ class LoadedExecutable:
           TypeError: wrong number of arguments, or not an Array.
         """
         pointer = self._live_pointer()
+        if self._signature is None:
+            raise UnsupportedFeatureError(
+                "PJRT_Executable_OptimizedProgram", self._handle.api.plugin_name,
+                self._handle.api.version, HEADER_VERSION,
+                why="the plugin does not say what the program's parameters are, so their "
+                    "layouts are unknown; pass per-device Arrays to execute_sharded instead")
         self._check_count(len(arguments))
+        if self._output_shapes is not None and self._output_global_shapes is None:
+            self._output_global_shapes = self._check_output_layouts()  # before anything runs
         devices = self._devices
         shardings = self.input_shardings
         _check_device_sets(arguments, devices)
@@ -659,10 +685,24 @@ class LoadedExecutable:
     def _output_global_shape(self, index: int) -> tuple:
         shapes = self._output_global_shapes
         if shapes is None:
-            shapes = self._output_global_shapes = tuple(
-                _global_shape(sharding, shard_shape)
-                for sharding, shard_shape in zip(self.output_shardings, self._output_shapes))
+            shapes = self._output_global_shapes = self._check_output_layouts()
         return shapes[index]
+
+    def _check_output_layouts(self) -> tuple:
+        """Each output's global shape, from its shards; ValueError when the program declares
+        another one (XLA pads uneven shards, which an Array cannot represent, as in jax)."""
+        shapes = tuple(_global_shape(sharding, shard_shape)
+                       for sharding, shard_shape in zip(self.output_shardings, self._output_shapes))
+        # A replicated program declares per-replica shapes; only partitioned ones are compared.
+        declared = (self._declared_output_shapes or ()) if self._replicas == 1 else ()
+        for i, (shape, wanted) in enumerate(zip(shapes, declared)):
+            if wanted is not None and tuple(wanted) != shape:
+                sharding = self.output_shardings[i].to_hlo_sharding(len(wanted))
+                raise ValueError(
+                    f"output {i} has shape {tuple(wanted)}, which {sharding} splits unevenly "
+                    f"(XLA pads its shards to {self._output_shapes[i]}); pjrt, like jax, holds "
+                    f"only evenly sharded arrays: shard that output along dimensions it divides")
+        return shapes
 
     def _prepare_donations(self, per_device_arguments) -> tuple:
         """Check donated arguments; the indices that must not be donated this time.

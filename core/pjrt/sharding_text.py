@@ -14,8 +14,8 @@ from ._tokens import TokenStream
 from .hlo_sharding import HloSharding
 from .sharding import UNCONSTRAINED, Mesh, PartitionSpec, spec_to_hlo_sharding
 
-__all__ = ["SdyDim", "SdyMesh", "SdySharding", "parse_program_shardings", "parse_sdy_mesh",
-           "parse_sdy_sharding"]
+__all__ = ["SdyDim", "SdyMesh", "SdySharding", "parse_program_result_shapes",
+           "parse_program_shardings", "parse_sdy_mesh", "parse_sdy_sharding"]
 
 
 # --------------------------------------------------------------------------
@@ -476,6 +476,16 @@ def parse_program_shardings(program_text: str) -> tuple[tuple, tuple]:
       ValueError: there is no ``func.func public @main``, its signature is unbalanced, or
         a sharding attribute is malformed.
     """
+    meshes, arguments, results = _main_signature(program_text)
+    outputs = tuple(_value_sharding(r, meshes) if r is not None else None for r in results)
+    inputs = tuple(_value_sharding(a, meshes) for a in arguments)
+    return inputs, outputs
+
+
+def _main_signature(program_text: str) -> tuple[dict, list, list]:
+    """The module's ``sdy.mesh`` definitions and the text of each argument and result of its
+    ``main`` (a result is None when a single result is written without parentheses, where it
+    cannot carry attributes)."""
     if not isinstance(program_text, str):
         raise TypeError(f"program_text must be a str, got {type(program_text).__name__}")
     meshes: dict[str, SdyMesh] = {}
@@ -491,13 +501,35 @@ def parse_program_shardings(program_text: str) -> tuple[tuple, tuple]:
     args_end = _scan_to_close(program_text, args_start)
     arguments = _split_top_level(program_text[args_start + 1:args_end - 1])
     rest = program_text[args_end:].lstrip()
-    outputs: tuple = ()
+    results: list = []
     if rest.startswith("->"):
         rest = rest[2:].lstrip()
         if rest.startswith("("):
             results = _split_top_level(rest[1:_scan_to_close(rest, 0) - 1])
-            outputs = tuple(_value_sharding(r, meshes) for r in results)
         else:
-            outputs = (None,)   # one result without parentheses cannot carry attributes
-    inputs = tuple(_value_sharding(a, meshes) for a in arguments)
-    return inputs, outputs
+            match = _TENSOR_TYPE.match(rest)
+            results = [match.group(0) if match else None]
+    return meshes, arguments, results
+
+
+_TENSOR_TYPE = re.compile(r"tensor<([^>]*)>")
+
+
+def _tensor_shape(piece: str | None) -> tuple | None:
+    match = _TENSOR_TYPE.search(piece or "")
+    if match is None:
+        return None
+    dims = match.group(1).split("x")[:-1]  # the last part is the element type
+    if any(not d.isdigit() for d in dims):
+        return None  # dynamic ("?") or unusual: unknown
+    return tuple(int(d) for d in dims)
+
+
+def parse_program_result_shapes(program_text: str) -> tuple:
+    """The shape each result of the module's ``main`` declares (None where unknown).
+
+    Raises:
+      ValueError: there is no ``func.func public @main``.
+    """
+    _, _, results = _main_signature(program_text)
+    return tuple(_tensor_shape(r) for r in results)

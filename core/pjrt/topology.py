@@ -37,9 +37,14 @@ class DeviceTopology:
         version = api.call_new("PJRT_TopologyDescription_PlatformVersion", topology=pointer)
         self.platform_version = to_str(version.platform_version, version.platform_version_size)
 
+    def _live(self):
+        if self._pointer == ffi.NULL:
+            raise RuntimeError("this topology description has been closed")
+        return self._pointer
+
     def device_descriptions(self) -> list[DeviceDescription]:
         api = self._plugin.api
-        args = api.call_new("PJRT_TopologyDescription_GetDeviceDescriptions", topology=self._pointer)
+        args = api.call_new("PJRT_TopologyDescription_GetDeviceDescriptions", topology=self._live())
         result = []
         for i in range(args.num_descriptions):
             description = args.descriptions[i]
@@ -52,11 +57,11 @@ class DeviceTopology:
         return result
 
     def attributes(self) -> dict:
-        args = self._plugin.api.call_new("PJRT_TopologyDescription_Attributes", topology=self._pointer)
+        args = self._plugin.api.call_new("PJRT_TopologyDescription_Attributes", topology=self._live())
         return named_values_to_dict(args.attributes, args.num_attributes)
 
     def serialize(self) -> bytes:
-        args = self._plugin.api.call_new("PJRT_TopologyDescription_Serialize", topology=self._pointer)
+        args = self._plugin.api.call_new("PJRT_TopologyDescription_Serialize", topology=self._live())
         try:
             return ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
         finally:
@@ -82,14 +87,13 @@ class DeviceTopology:
         from .compile_options import CompileOptions
         from .executable import _program_bytes, program_argument, serialize_executable
 
-        if self._pointer == ffi.NULL:
-            raise RuntimeError("this topology description has been closed")
+        pointer = self._live()
         api = self._plugin.api
         program_struct, keepalive = program_argument(_program_bytes(program))
         options = (compile_options or CompileOptions()).SerializeAsString()
         options_buffer = ffi.new("char[]", options)
         args = api.new_args("PJRT_Compile_Args")
-        args.topology = self._pointer
+        args.topology = pointer
         args.program = program_struct
         args.compile_options = options_buffer
         args.compile_options_size = len(options)

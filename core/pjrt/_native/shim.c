@@ -121,7 +121,7 @@ PJRT_Error* pjrt_shim_buffer_from_host(
     const PJRT_Api* api, PJRT_Client* client, const void* data,
     PJRT_Buffer_Type type, const int64_t* dims, size_t num_dims,
     PJRT_HostBufferSemantics semantics, PJRT_Device* device,
-    PJRT_Memory* memory, PJRT_Buffer** buffer_out) {
+    PJRT_Memory* memory, PJRT_Buffer** buffer_out, PJRT_Event** done_out) {
   SHIM_ARGS(PJRT_Client_BufferFromHostBuffer_Args, args, buffer);
   args.client = client;
   args.data = data;
@@ -132,10 +132,16 @@ PJRT_Error* pjrt_shim_buffer_from_host(
   args.device = device;
   args.memory = memory;
   *buffer_out = NULL;
+  *done_out = NULL;
   PJRT_Error* error = api->PJRT_Client_BufferFromHostBuffer(&args);
   if (error != NULL) return error;
   *buffer_out = args.buffer;
   if (args.done_with_host_buffer == NULL) return NULL;
+  if (semantics == PJRT_HostBufferSemantics_kImmutableZeroCopy ||
+      semantics == PJRT_HostBufferSemantics_kMutableZeroCopy) {
+    *done_out = args.done_with_host_buffer;
+    return NULL;
+  }
   if (semantics == PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes) {
     return shim_await_and_destroy(api, args.done_with_host_buffer);
   }
@@ -148,7 +154,10 @@ PJRT_Error* pjrt_shim_buffer_host_address(const PJRT_Api* api,
                                           uintptr_t* address_out) {
   PJRT_Error* error;
   *address_out = 0;
-  if (!pjrt_shim_has_entry(api, offsetof(PJRT_Api, PJRT_Buffer_UnsafePointer)))
+  if (!pjrt_shim_has_entry(api, offsetof(PJRT_Api, PJRT_Buffer_UnsafePointer)) ||
+      !pjrt_shim_has_entry(api, offsetof(PJRT_Api, PJRT_Buffer_IsOnCpu)) ||
+      !pjrt_shim_has_entry(api,
+                           offsetof(PJRT_Api, PJRT_Buffer_OnDeviceSizeInBytes)))
     return NULL;
   SHIM_ARGS(PJRT_Buffer_IsOnCpu_Args, on_cpu, is_on_cpu);
   on_cpu.buffer = buffer;
@@ -223,4 +232,9 @@ void pjrt_shim_event_destroy(const PJRT_Api* api, PJRT_Event* event) {
   SHIM_ARGS(PJRT_Event_Destroy_Args, args, event);
   args.event = event;
   shim_drop_error(api, api->PJRT_Event_Destroy(&args));
+}
+
+void pjrt_shim_event_await_and_destroy(const PJRT_Api* api, PJRT_Event* event) {
+  if (event == NULL) return;
+  shim_drop_error(api, shim_await_and_destroy(api, event));
 }

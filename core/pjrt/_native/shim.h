@@ -51,12 +51,14 @@ int pjrt_shim_execute(const PJRT_Api* api, PJRT_LoadedExecutable* executable,
  * kImmutableOnlyDuringCall the plugin copies before returning; with
  * kImmutableUntilTransferCompletes this helper waits for the plugin to finish
  * reading the host memory before it returns; with the zero-copy semantics the
- * caller must keep the host memory alive for the buffer's whole life. */
+ * buffer may use the host memory directly, and *done_out receives the event
+ * that fires when the plugin no longer needs it (owned by the caller, who must
+ * keep the memory until then; NULL when the plugin gives none). */
 PJRT_Error* pjrt_shim_buffer_from_host(
     const PJRT_Api* api, PJRT_Client* client, const void* data,
     PJRT_Buffer_Type type, const int64_t* dims, size_t num_dims,
     PJRT_HostBufferSemantics semantics, PJRT_Device* device,
-    PJRT_Memory* memory, PJRT_Buffer** buffer_out);
+    PJRT_Memory* memory, PJRT_Buffer** buffer_out, PJRT_Event** done_out);
 
 /* Copies `buffer` into `destination` (dense row-major, `size` bytes) and
  * waits for the copy to finish. A buffer that lives in host memory
@@ -85,6 +87,9 @@ void pjrt_shim_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer);
  * is no caller to report them to when a garbage-collected array goes away. */
 void pjrt_shim_buffers_destroy(const PJRT_Api* api, PJRT_Buffer** buffers,
                                size_t count);
+
+/* Waits for an event, then frees it; any error either returns is dropped. */
+void pjrt_shim_event_await_and_destroy(const PJRT_Api* api, PJRT_Event* event);
 
 /* Frees an event, dropping any error the plugin returns. */
 void pjrt_shim_event_destroy(const PJRT_Api* api, PJRT_Event* event);
