@@ -2,8 +2,9 @@
 
 The fixtures (tests/fixtures/linalg, see linalg_programs.py) are ``jnp.linalg`` and
 ``jax.scipy.linalg`` programs lowered by jax 0.10.2; on CPU they call LAPACK custom calls
-(``lapack_dpotrf_ffi`` and 59 more) that XLA's standalone plugin does not have. pjrt_cpu ships
-them (pjrt_cpu.lapack) and registers them through pjrt.ffi. Every fixture runs on both test
+(``lapack_dpotrf_ffi`` and 59 more) and jaxlib's ``tridiagonal_solve_perturbed_ffi`` (the
+inverse iteration of ``eigh_tridiagonal``), which XLA's standalone plugin does not have.
+pjrt_cpu ships them (pjrt_cpu.lapack) and registers them through pjrt.ffi. Every fixture runs on both test
 plugins and is checked against numpy/scipy (invariants where a decomposition is not unique)
 and against the outputs jax itself produced for the same inputs, including the NaN/info
 behaviour on singular, non-positive-definite and non-finite inputs.
@@ -113,7 +114,9 @@ def test_every_target_jax_lowers_to_is_registered():
     registered = set(pjrt.custom_call_targets("cpu"))
     assert used <= registered, sorted(used - registered)
     assert set(lapack.targets()) <= registered
-    assert len(lapack.targets()) == 60  # 15 routines x 4 types
+    # 15 routines x 4 types, and tridiagonal_solve_perturbed_ffi (one target, every type).
+    assert len(lapack.targets()) == 61
+    assert set(lapack.OTHER_TARGETS) <= set(lapack.targets())
 
 
 def test_registering_again_is_harmless(client):
@@ -209,3 +212,131 @@ def test_without_the_kernels_xla_reports_the_missing_target(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "No FFI handler registered for lapack_spotrf_ffi" in result.stdout
     assert "OK after registering" in result.stdout
+
+
+# -- tridiagonal_solve_perturbed_ffi: eigh_tridiagonal's inverse iteration -----------------
+
+EIGH_TRIDIAGONAL = sorted((name, case) for name, info in MANIFEST.items()
+                          if info["program"] == "eigh_tridiagonal" for case in info["cases"])
+
+
+@pytest.mark.parametrize(("fixture", "case"), EIGH_TRIDIAGONAL)
+def test_eigh_tridiagonal_eigenvectors_match_jax_up_to_phase(client, fixture, case):
+    """Each eigenvector of a well-separated eigenvalue is jax's up to a sign (a phase for
+    complex types), and in the degenerate case (zero off-diagonal, repeated diagonal entries:
+    exactly singular shifted systems, clusters) batch entry 1 still gets an orthonormal
+    eigenbasis from the perturbed pivots."""
+    info = MANIFEST[fixture]
+    program = programs.PROGRAMS["eigh_tridiagonal"]
+    inputs = _case(fixture, case, "in")
+    (w, v), (jax_w, jax_v) = _run(client, fixture, inputs), _case(fixture, case, "out")
+    tol = _tolerance(fixture)
+    entries = range(len(w)) if info["batched"] else [None]
+    for i in entries:
+        ours, theirs, values = (v, jax_v, jax_w) if i is None else (v[i], jax_v[i], jax_w[i])
+        if not np.all(np.isfinite(theirs)):
+            continue  # the NaN case: the finiteness pattern is test_bad_inputs_behave_like_jax's
+        values = programs.wide(values)
+        gaps = np.diff(values)
+        scale = max(1.0, float(np.max(np.abs(values))))
+        separated = np.ones(len(values), bool)
+        separated[:-1] &= gaps > np.sqrt(tol) * scale
+        separated[1:] &= gaps > np.sqrt(tol) * scale
+        overlap = np.abs(np.sum(np.conj(programs.wide(theirs)) * programs.wide(ours), axis=0))
+        programs.assert_close(overlap[separated], np.ones(int(separated.sum())), tol,
+                              f"|<v, v_jax>| of entry {i}")
+        if case == "degenerate" and i == 1:
+            program.check([x[1] for x in inputs], [w[1], v[1]], tol)
+
+
+def _perturbed_solve_program(batch: int, n: int, nrhs: int, element: str) -> str:
+    vector, matrix = f"tensor<{batch}x{n}x{element}>", f"tensor<{batch}x{n}x{nrhs}x{element}>"
+    return f"""
+module @tridiagonal_solve_perturbed {{
+  func.func public @main(%dl: {vector}, %d: {vector}, %du: {vector}, %b: {matrix}) -> {matrix} {{
+    %0 = stablehlo.custom_call @tridiagonal_solve_perturbed_ffi(%dl, %d, %du, %b) {{
+      api_version = 4 : i32, mhlo.backend_config = {{}},
+      operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>,
+                         dense<[1, 0]> : tensor<2xindex>, dense<[1, 2, 0]> : tensor<3xindex>],
+      result_layouts = [dense<[1, 2, 0]> : tensor<3xindex>]
+    }} : ({vector}, {vector}, {vector}, {matrix}) -> {matrix}
+    return %0 : {matrix}
+  }}
+}}
+"""
+
+
+_ELEMENTS = {np.float32: "f32", np.float64: "f64", np.complex64: "complex<f32>",
+             np.complex128: "complex<f64>"}
+
+
+def _random_tridiagonal(rng, batch, n, dtype):
+    def draw(*shape):
+        x = rng.standard_normal(shape)
+        if np.dtype(dtype).kind == "c":
+            x = x + 1j * rng.standard_normal(shape)
+        return x.astype(dtype)
+    dl, d, du = draw(batch, n), draw(batch, n), draw(batch, n)
+    dl[:, 0] = 0
+    du[:, -1] = 0
+    return dl, d, du
+
+
+def _dense(dl, d, du):
+    return np.diag(d) + np.diag(dl[1:], -1) + np.diag(du[:-1], 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+@pytest.mark.parametrize("n", [1, 2, 3, 64])
+def test_perturbed_solve_on_singular_systems_gives_null_vectors(client, dtype, n):
+    """Called directly on T - lambda I for exact eigenvalues lambda of T (and, for entry 0, a
+    matrix with an exactly zero row): finite solutions that, normalized, are null vectors;
+    entry 1 is a regular system and matches a dense solve. Sizes 1 and 2 take the kernel's
+    special paths, 64 a long elimination with row swaps; three right-hand sides."""
+    rng = np.random.default_rng(n)
+    batch, nrhs = 4, 3
+    dl, d, du = _random_tridiagonal(rng, batch, n, dtype)
+    d[1] += 8  # diagonally dominant: regular
+    # Entries 2 and 3: Hermitian T shifted by one of its eigenvalues (computed in float64).
+    for i in (2, 3):
+        du[i, :-1] = np.conj(dl[i, 1:])
+        d[i] = d[i].real
+        t = _dense(programs.wide(dl[i]), programs.wide(d[i]), programs.wide(du[i]))
+        d[i] -= np.linalg.eigvalsh(t)[(i * 7) % n]
+    # Entry 0: an exactly zero row (n - 1) // 2 and column.
+    k = (n - 1) // 2
+    d[0, k] = dl[0, k] = du[0, k] = 0
+    if k + 1 < n:
+        dl[0, k + 1] = 0
+    if k > 0:
+        du[0, k - 1] = 0
+    b = rng.standard_normal((batch, n, nrhs)).astype(dtype)
+    x = np.asarray(pjrt.compile(_perturbed_solve_program(batch, n, nrhs, _ELEMENTS[dtype]),
+                                client=client)(dl, d, du, b))
+    assert x.shape == b.shape and x.dtype == np.dtype(dtype)
+    assert np.all(np.isfinite(x))
+    eps = np.finfo(dtype).eps
+    for i in range(batch):
+        t = _dense(programs.wide(dl[i]), programs.wide(d[i]), programs.wide(du[i]))
+        xi = programs.wide(x[i])
+        if i == 1:
+            expected = np.linalg.solve(t, programs.wide(b[i]))
+            programs.assert_close(xi, expected, 1e3 * eps, "regular system vs numpy")
+            continue
+        for j in range(nrhs):
+            v = xi[:, j] / np.max(np.abs(xi[:, j]))  # (up to ~1/safemin: scale before the norm)
+            v = v / np.linalg.norm(v)
+            residual = np.linalg.norm(t @ v)
+            assert residual <= 100 * n * eps * max(1.0, np.linalg.norm(t, 1)), (i, j, residual)
+
+
+def test_perturbed_solve_rejects_unsupported_types(client):
+    """float16 is not a type jax lowers the target for: an error naming it, not a crash."""
+    program = _perturbed_solve_program(2, 4, 1, "f16")
+    executable = pjrt.compile(program, client=client)
+    z = np.zeros((2, 4), np.float16)
+    with pytest.raises(pjrt.XlaRuntimeError) as excinfo:
+        np.asarray(executable(z, z, z, np.zeros((2, 4, 1), np.float16)))
+    assert excinfo.value.code == pjrt.ErrorCode.INVALID_ARGUMENT
+    assert "tridiagonal_solve_perturbed_ffi" in str(excinfo.value)
+    assert "unsupported element type" in str(excinfo.value)

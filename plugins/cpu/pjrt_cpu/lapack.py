@@ -10,6 +10,13 @@ This package ships the handlers in a small C library (``_lapack_kernels``, built
 routines SciPy exports (``scipy.linalg.cython_lapack`` and ``cython_blas``, as PyCapsules),
 the same ones jaxlib uses. :func:`register_lapack_kernels` then registers every handler
 through :mod:`pjrt.ffi`, which passes them to each CPU plugin as it comes up.
+
+One more target is not LAPACK: ``tridiagonal_solve_perturbed_ffi``, jax's lowering of
+``lax.linalg.tridiagonal_solve(..., perturb_singular=True)``, which
+``jax.scipy.linalg.eigh_tridiagonal`` uses to compute eigenvectors by inverse iteration. jaxlib
+implements it in its own C++ (pivoted elimination that perturbs tiny pivots instead of
+failing, after LAPACK's xLAGTF/xLAGTS); the library has a C version of it, one target for all
+four types.
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ import importlib.machinery
 import os
 import threading
 
-__all__ = ["TARGETS", "library_path", "provide_lapack", "register_lapack_kernels", "targets"]
+__all__ = ["OTHER_TARGETS", "TARGETS", "library_path", "provide_lapack", "register_lapack_kernels", "targets"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LIBRARY_STEM = "_lapack_kernels"
@@ -29,6 +36,10 @@ _LIBRARY_STEM = "_lapack_kernels"
 #: brackets where LAPACK's differs.
 TARGETS = ("potrf", "getrf", "geqrf", "geqp3", "orgqr [ungqr]", "ormqr [unmqr]", "trsm",
            "gesdd", "gesvd", "syevd [heevd]", "geev", "gees", "gehrd", "sytrd [hetrd]", "gtsv")
+
+#: Targets implemented without LAPACK, by their full custom-call name; each handles float32,
+#: float64, complex64 and complex128 under the one name.
+OTHER_TARGETS = ("tridiagonal_solve_perturbed_ffi",)
 
 
 def library_path() -> str:
