@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     import pjrt
     import pjrt_cpu
     from pjrt._pjrt_cffi import lib
-    from pjrt.device_put import batched_copy_array_to_devices_with_sharding, device_put
+    from pjrt.transfers import batched_copy_array_to_devices_with_sharding, device_put
     from pjrt.executable import _check_device_sets, _global_shape
 
     pjrt.load_pjrt_plugin_dynamically("cpu", pjrt_cpu.library_path())

@@ -12,9 +12,8 @@ import enum
 import gc
 import threading
 import weakref
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
-import numpy as np
 
 from . import plugin as plugin_module
 from ._c import Api, to_str
@@ -25,6 +24,9 @@ from .errors import ClosedClientError, check
 _destroy_buffers = lib.pjrt_shim_buffers_destroy
 _destroy_buffer = lib.pjrt_shim_buffer_destroy
 from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
+
+if TYPE_CHECKING:
+    import numpy
 
 
 class HostBufferSemantics(enum.IntEnum):
@@ -305,8 +307,10 @@ class Client:
         """Loaded executables made through this client that are alive and not deleted."""
         return [e for e in list(self._live_executables) if not e.is_deleted()]
 
-    def default_device_assignment(self, num_replicas: int, num_partitions: int = 1) -> np.ndarray:
+    def default_device_assignment(self, num_replicas: int, num_partitions: int = 1) -> "numpy.ndarray":
         """The plugin's default device ids, shaped ``[num_replicas, num_partitions]``."""
+        import numpy as np
+
         total = num_replicas * num_partitions
         ids = ffi.new("int[]", total)
         args = self._api.new_args("PJRT_Client_DefaultDeviceAssignment_Args")

@@ -468,3 +468,16 @@ def _on_client_created(client) -> None:
 
 plugin_module.plugin_load_hooks.append(_on_plugin_loaded)
 plugin_module.client_created_hooks.append(_on_client_created)
+
+
+def _catch_up() -> None:
+    """Learn the platforms of clients made before this module was first imported (pjrt
+    imports it only when custom calls are first used)."""
+    from .client import _live_clients
+
+    for client in list(_live_clients):
+        if not client.is_closed:
+            _on_client_created(client)
+
+
+_catch_up()

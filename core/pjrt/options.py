@@ -6,9 +6,8 @@ report their attributes the same way.
 from __future__ import annotations
 
 import numbers
+import sys
 from typing import Mapping, Union
-
-import numpy as np
 
 from ._pjrt_cffi import ffi, lib
 
@@ -36,14 +35,23 @@ _TYPE_WORDS = {int: "an int", float: "a float", bool: "a bool", str: "a str",
                list: "a list of ints"}
 
 
+def _is_bool(value) -> bool:
+    """bool, or numpy's bool (checked without importing numpy: if numpy is not imported yet,
+    no value can be one of its bools)."""
+    if isinstance(value, bool):
+        return True
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.bool_)
+
+
 def _matches(value, expected: type) -> bool:
     if expected is bool:
-        return isinstance(value, (bool, np.bool_))
+        return _is_bool(value)
     if expected is int:
-        return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
+        return isinstance(value, numbers.Integral) and not _is_bool(value)
     if expected is float:
         # An int is accepted where a float is expected and sent as a float.
-        return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+        return isinstance(value, numbers.Real) and not _is_bool(value)
     if expected is str:
         return isinstance(value, str)
     return isinstance(value, (list, tuple))
@@ -93,7 +101,7 @@ class NamedValues:
 
     def _fill_value(self, slot, key: str, value) -> None:
         # bool before int: bool is a subclass of int, and plugins tell the two apart.
-        if isinstance(value, (bool, np.bool_)):
+        if _is_bool(value):
             slot.type = lib.PJRT_NamedValue_kBool
             slot.bool_value = bool(value)
             slot.value_size = 1

@@ -13,7 +13,7 @@ from .array import Array
 from .client import Client
 from .device import Device
 from .errors import DeviceAssignmentMismatchError
-from .device_put import device_put
+from .transfers import device_put
 from .executable import LoadedExecutable, _check_device_sets
 
 
