@@ -282,3 +282,28 @@ def test_big_endian_input_is_stored_in_native_order(client):
     array = client.buffer_from_pyval(host)
     assert array.dtype == np.float32
     np.testing.assert_array_equal(np.asarray(array), np.arange(6, dtype=np.float32))
+
+
+def test_staging_memory_is_recycled_and_never_the_callers(client):
+    """Large transfers reuse staging blocks the plugin let go of; a caller's own memory handed
+    over with ZERO_COPY is never reused for anything else."""
+    from pjrt import array as array_module
+
+    array_module.release_staging_memory()
+    size = array_module.staging_size(LARGE * 4 * 8)
+    first = client.buffer_from_pyval(np.full(LARGE * 8, 1.0, np.float32))
+    first.delete()
+    gc.collect()
+    assert array_module._staging_pool.available(size) == 1
+    second = client.buffer_from_pyval(np.full(LARGE * 8, 2.0, np.float32))
+    assert array_module._staging_pool.available(size) == 0  # the block was taken again
+    np.testing.assert_array_equal(np.asarray(second)[:3], [2, 2, 2])
+
+    mine = np.full(LARGE * 8, 5.0, np.float32)
+    adopted = client.buffer_from_pyval(mine, host_buffer_semantics=pjrt.HostBufferSemantics.ZERO_COPY)
+    adopted.delete()
+    gc.collect()
+    third = client.buffer_from_pyval(np.full(LARGE * 8, 7.0, np.float32))
+    np.testing.assert_array_equal(mine[:3], [5, 5, 5])  # untouched by the later transfer
+    np.testing.assert_array_equal(np.asarray(third)[:3], [7, 7, 7])
+    array_module.release_staging_memory()

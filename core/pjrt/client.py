@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import enum
 import gc
+import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -95,7 +96,10 @@ class ClientHandle:
             self._destroy_client()  # the last viewed buffer of a closed client is gone
 
     def _let_go_of_host_memory(self, holds, wait: bool = False) -> None:
-        """Drop host memory whose plugin event has fired (all of it, waiting, with ``wait``)."""
+        """Drop host memory whose plugin event has fired (all of it, waiting, with ``wait``);
+        memory pjrt staged goes back to its pool for later transfers."""
+        # Staging exists only once pjrt.array is imported; reach it without importing it here.
+        array_module = sys.modules.get("pjrt.array")
         with self._lock:
             self.pending_holds.extend(holds)
             still_needed = []
@@ -103,11 +107,13 @@ class ClientHandle:
                 if event != ffi.NULL:
                     if wait:
                         lib.pjrt_shim_event_await_and_destroy(self.api.table, event)
-                        continue
-                    if not _event_is_ready(self.api, event):
+                    elif not _event_is_ready(self.api, event):
                         still_needed.append((host, event))
                         continue
-                    lib.pjrt_shim_event_destroy(self.api.table, event)
+                    else:
+                        lib.pjrt_shim_event_destroy(self.api.table, event)
+                if array_module is not None:
+                    array_module.recycle_staging(host)
             self.pending_holds = still_needed
 
     def release_executable(self, owner_id: int) -> None:
