@@ -59,7 +59,13 @@ __all__ = sorted(
      "pjrt_plugin_loaded", *_LAZY_NAMES])
 
 
+#: Submodules reachable as attributes (``pjrt.ffi``, ``pjrt.sharding``...) before any import.
+_SUBMODULES = frozenset(_LAZY) | {"dtypes", "demo", "cli", "discovery", "options"}
+
+
 def __getattr__(name: str):
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
     module = _LAZY_NAMES.get(name)
     if module is None:
         raise AttributeError(f"module 'pjrt' has no attribute {name!r}")
