@@ -142,6 +142,30 @@ def one_shot_medians(shots: dict[str, Callable[[], int]], repeats: int) -> dict[
     return {name: statistics.median(values) for name, values in samples.items()}
 
 
+
+def memcpy_references(x: np.ndarray, repeats: int) -> dict:
+    """Median seconds of copying ``x`` into a preallocated, faulted-in array ("pre": memcpy
+    bandwidth) and into a fresh one ("fresh": memcpy plus the page faults every transfer into
+    new memory pays)."""
+    destination = np.empty_like(x)
+    np.copyto(destination, x)  # fault the pages in once
+
+    def copyto_preallocated():
+        t0 = perf_ns()
+        np.copyto(destination, x)
+        return perf_ns() - t0
+
+    def copyto_fresh():
+        t0 = perf_ns()
+        fresh = np.empty_like(x)
+        np.copyto(fresh, x)
+        elapsed = perf_ns() - t0
+        del fresh
+        return elapsed
+
+    return one_shot_medians({"pre": copyto_preallocated, "fresh": copyto_fresh}, repeats)
+
+
 def aligned_empty(n: int, dtype=np.float32, alignment: int = 4096) -> np.ndarray:
     """An uninitialised 1-D array whose data starts on an ``alignment`` boundary.
 
@@ -380,24 +404,7 @@ def bench_transfers(libs: dict, settings: Settings, notes: list[str]) -> list[Ro
     reps = settings.transfer_repeats
     gbps = lambda seconds: BIG_BYTES / seconds / 1e9  # noqa: E731
 
-    # memcpy references
-    destination = aligned_empty(BIG_ELEMENTS)
-    np.copyto(destination, x)  # fault the pages in once
-
-    def copyto_preallocated():
-        t0 = perf_ns()
-        np.copyto(destination, x)
-        return perf_ns() - t0
-
-    def copyto_fresh():
-        t0 = perf_ns()
-        fresh = np.empty_like(x)
-        np.copyto(fresh, x)
-        elapsed = perf_ns() - t0
-        del fresh
-        return elapsed
-
-    ref = one_shot_medians({"pre": copyto_preallocated, "fresh": copyto_fresh}, reps)
+    ref = memcpy_references(x, reps)
     memcpy = gbps(ref["pre"])
     rows = [Row("c", "(c) ref: np.copyto into preallocated array (memcpy) [GB/s]", "GB/s",
                 {"ref": memcpy}),

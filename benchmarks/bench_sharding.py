@@ -50,7 +50,8 @@ sys.path.insert(0, HERE)
 import numpy as np  # noqa: E402
 
 from bench_core import (QUICK, REPO, Row, Settings, aligned_empty, cpu_model,  # noqa: E402
-                        format_ratio, format_value, one_shot_medians, per_call_medians)
+                        format_ratio, format_value, memcpy_references, one_shot_medians,
+                        per_call_medians)
 
 perf_ns = time.perf_counter_ns
 
@@ -143,25 +144,8 @@ def bench_device_put(libs: dict, settings: Settings, notes: list[str]) -> list[R
     reps = settings.transfer_repeats
     gbps = lambda seconds: BIG_BYTES / seconds / 1e9  # noqa: E731
 
-    destination = aligned_empty(BIG_ELEMENTS)
-    np.copyto(destination, x)  # fault the pages in once
-
-    def copyto_preallocated():
-        t0 = perf_ns()
-        np.copyto(destination, x)
-        return perf_ns() - t0
-
-    def copyto_fresh():
-        t0 = perf_ns()
-        fresh = np.empty_like(x)
-        np.copyto(fresh, x)
-        elapsed = perf_ns() - t0
-        del fresh
-        return elapsed
-
-    ref = one_shot_medians({"pre": copyto_preallocated, "fresh": copyto_fresh}, reps)
+    ref = memcpy_references(x, reps)
     memcpy = gbps(ref["pre"])
-    del destination
     rows = [Row("a", "(a) ref: np.copyto into preallocated 256 MiB (memcpy) [GB/s]", "GB/s",
                 {"ref": memcpy}),
             Row("a", "(a) ref: np.empty + np.copyto, 256 MiB (fresh pages) [GB/s]", "GB/s",
