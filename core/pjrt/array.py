@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from . import dtypes
+from . import dtypes, handles
 from ._pjrt_cffi import ffi, lib
 from .errors import ClosedClientError, DeletedArrayError, check
+from .waits import wait_buffer_ready
 
 if TYPE_CHECKING:
     from .client import Client
@@ -55,20 +56,31 @@ class Shard:
 
 
 class _HostMemory:
-    """A host-resident device buffer exposed to numpy without a copy.
+    """Host memory exposed to numpy read-only: a host-resident device buffer (no copy), or
+    the private copy of a buffer that pjrt read for the caller.
 
-    numpy views of it keep this object alive, and it keeps the Array alive, so the buffer
-    outlives every view. The Array holds only a weak reference back, so that it can tell
-    whether any view is still in use.
+    numpy views of it keep this object alive, and it keeps ``owner`` alive (the Array, or the
+    private copy), so the memory outlives every view. numpy cannot make a view of it writeable,
+    since this object offers no writeable memory: an Array never changes, whichever way it is
+    read. The Array holds only a weak reference back, so that it can tell whether any view of
+    its buffer is still in use.
     """
 
-    __slots__ = ("array", "__array_interface__", "__weakref__")
+    __slots__ = ("owner", "__array_interface__", "__weakref__")
 
-    def __init__(self, array: "Array", address: int, nbytes: int):
-        self.array = array
-        # Read-only: an Array never changes, and a plugin may share the buffer.
+    def __init__(self, owner, address: int, nbytes: int):
+        self.owner = owner
         self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
                                     "data": (address, True), "version": 3}
+
+
+def _read_only(value: np.ndarray) -> np.ndarray:
+    """``value`` (an array nobody else holds) as a view that can never be made writeable."""
+    if value.nbytes == 0:
+        value.flags.writeable = False
+        return value
+    memory = _HostMemory(value, value.ctypes.data, value.nbytes)
+    return np.asarray(memory).view(value.dtype).reshape(value.shape)
 
 
 class Array:
@@ -117,7 +129,7 @@ class Array:
             if host_holds:
                 holds = [hold for hold in host_holds if hold is not None]
                 if holds:
-                    handle.holds[id(self)] = holds
+                    handle.hold_host_memory(id(self), holds)
 
     # -- ownership -------------------------------------------------------------------------
 
@@ -127,7 +139,7 @@ class Array:
 
     def _viewed(self) -> bool:
         """Whether numpy views of the buffers' memory are still in use somewhere."""
-        return self._handle._is_viewed(self._owner_id())
+        return self._handle.is_viewed(self._owner_id())
 
     def _release(self, reason: str = "deleted") -> None:
         """Destroy the buffers now (idempotent). Later uses raise DeletedArrayError.
@@ -160,7 +172,7 @@ class Array:
                 f"this array has been {self._deleted_reason or 'deleted'}; it can no longer "
                 f"be used (a donated array is consumed by the program it was passed to)")
         if self._handle.closed:
-            raise ClosedClientError("this array's client has been closed")
+            raise ClosedClientError(f"this array's client is closed: {self._handle.closed_reason}")
         return buffers
 
     def delete(self) -> None:
@@ -234,35 +246,49 @@ class Array:
     @property
     def memory_kind(self) -> str:
         """The kind of memory the array lives in (e.g. ``"device"``)."""
-        api = self._handle.api
-        args = api.call_new("PJRT_Buffer_Memory", buffer=self._live_buffers()[0])
-        return self._client._memory(args.memory).kind
+        with self._handle.calling() as handle:
+            args = handle.api.call_new("PJRT_Buffer_Memory", buffer=self._live_buffers()[0])
+            return self._client._memory(args.memory).kind
 
+    @handles.native_method
     def on_device_size_in_bytes(self) -> int:
         """Bytes the plugin uses for the array on its device(s), padding included."""
         api = self._handle.api
         return sum(int(api.call_new("PJRT_Buffer_OnDeviceSizeInBytes", buffer=b)
                        .on_device_size_in_bytes) for b in self._live_buffers())
 
+    @handles.native_method
     def unsafe_buffer_pointer(self) -> int:
-        """The device address of the (single) buffer. Valid while the array lives."""
+        """The device address of the (single-device) array's buffer. Valid while it lives.
+
+        Raises:
+          ValueError: the array has shards on several devices (each has its own buffer; ask
+            each of ``addressable_shards`` instead).
+        """
+        buffers = self._live_buffers()
+        if len(buffers) != 1:
+            raise ValueError(f"this array has {len(buffers)} shards, each in its own buffer; "
+                             f"call unsafe_buffer_pointer() on each of addressable_shards")
         api = self._handle.api
-        return int(api.call_new("PJRT_Buffer_UnsafePointer",
-                                buffer=self._live_buffers()[0]).buffer_pointer)
+        return int(api.call_new("PJRT_Buffer_UnsafePointer", buffer=buffers[0]).buffer_pointer)
 
     # -- synchronisation -------------------------------------------------------------------
 
+    @handles.native_method
     def block_until_ready(self) -> "Array":
         """Wait until the computation producing the array has finished; returns self.
+
+        Ctrl-C interrupts the wait (the computation itself goes on).
 
         Raises:
           XlaRuntimeError: the computation failed.
         """
-        table = self._handle.api.table
+        api = self._handle.api
         for buffer in self._live_buffers():
-            check(self._handle.api, lib.pjrt_shim_buffer_await_ready(table, buffer))
+            wait_buffer_ready(api, buffer)
         return self
 
+    @handles.native_method
     def is_ready(self) -> bool:
         """Whether the array's value has been computed (without waiting)."""
         api = self._handle.api
@@ -279,6 +305,14 @@ class Array:
     # -- host transfers --------------------------------------------------------------------
 
     def _value(self) -> np.ndarray:
+        handle = self._handle
+        ticket = handle.begin()
+        try:
+            return self._read(handle)
+        finally:
+            handle.end(ticket)
+
+    def _read(self, handle) -> np.ndarray:
         buffers = self._live_buffers()  # a deleted array is not read, even from a cache
         if self._host_copy is not None:
             return self._host_copy
@@ -288,7 +322,8 @@ class Array:
         if len(buffers) != 1:
             value = self._host_copy = self._assemble()
             return value
-        api = self._handle.api
+        api = handle.api
+        wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
         nbytes = self.nbytes
         if nbytes < _VIEW_THRESHOLD_BYTES:
             value = self._host_copy = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
@@ -315,8 +350,7 @@ class Array:
             if key not in written:  # replicated shards hold the same values: read one
                 written.add(key)
                 out[shard.index] = shard.data._value()
-        out.flags.writeable = False
-        return out
+        return _read_only(out)
 
     def __array__(self, dtype=None, copy=None):
         value = self._value()
@@ -362,22 +396,36 @@ class Array:
         if len(self._devices) != 1:
             raise ValueError("copy_to_device moves a single-device array; place a global "
                              "array with pjrt.device_put(x, sharding)")
-        buffer = self._live_buffers()[0]
         target_client = device.client
         if target_client._handle is not self._handle:
             return target_client.buffer_from_pyval(self._value(), device)
-        api = self._handle.api
-        args = api.call_new("PJRT_Buffer_CopyToDevice", buffer=buffer, dst_device=device._handle)
-        return Array(self._client, [args.dst_buffer], (device,), self.shape, self.dtype)
+        with self._handle.calling() as handle:
+            args = handle.api.call_new("PJRT_Buffer_CopyToDevice", buffer=self._live_buffers()[0],
+                                       dst_device=device._handle)
+            return Array(self._client, [args.dst_buffer], (device,), self.shape, self.dtype)
 
     def copy_to_memory(self, memory: "Memory") -> "Array":
-        """A copy of this single-device array in ``memory`` (e.g. a host memory space)."""
-        buffer = self._live_buffers()[0]
-        api = self._handle.api
-        args = api.call_new("PJRT_Buffer_CopyToMemory", buffer=buffer, dst_memory=memory._handle)
+        """A copy of this single-device array in ``memory`` (e.g. a host memory space).
+
+        A memory of another client gets a copy through the host.
+
+        Raises:
+          ValueError: the array spans several devices, or no device can address ``memory``.
+        """
+        if len(self._devices) != 1:
+            raise ValueError("copy_to_memory moves a single-device array; place a global "
+                             "array with pjrt.device_put(x, sharding)")
         devices = memory.addressable_by_devices()
-        return Array(self._client, [args.dst_buffer], (devices[0] if devices else self.device,),
-                     self.shape, self.dtype)
+        if not devices:
+            raise ValueError(f"no device addresses {memory!r}; pick a memory from "
+                             f"device.addressable_memories()")
+        device = self.device if self.device in devices else devices[0]
+        if memory.client._handle is not self._handle:
+            return memory.client.buffer_from_pyval(self._value(), device, memory=memory)
+        with self._handle.calling() as handle:
+            args = handle.api.call_new("PJRT_Buffer_CopyToMemory", buffer=self._live_buffers()[0],
+                                       dst_memory=memory._handle)
+            return Array(self._client, [args.dst_buffer], (device,), self.shape, self.dtype)
 
     def __repr__(self) -> str:
         if len(self._devices) > 1 and not self.is_deleted():
@@ -394,21 +442,41 @@ def _buffer_to_host(api, buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
         check(api, lib.pjrt_shim_buffer_to_host(api.table, buffer, ffi.from_buffer(out), out.nbytes))
     else:
         check(api, lib.pjrt_shim_buffer_await_ready(api.table, buffer))
-    out.flags.writeable = False
-    return out
+    return _read_only(out)
 
 
 def array_from_host(client: "Client", value, device: "Device | None", semantics: int,
                     memory: "Memory | None" = None) -> Array:
     """Copy a host value to one device of ``client``; see ``Client.buffer_from_pyval``."""
-    if device is None:
-        device = memory.addressable_by_devices()[0] if memory is not None else client._local_devices[0]
-    elif device.client is not client:
-        raise ValueError(f"{device} belongs to another client ({device.client.platform}); "
-                         f"pass a device of this {client.platform} client")
+    device = _placement_device(client, device, memory)
     host = native_host(value)
-    buffer, hold = put_buffer(client, host, device, semantics, memory)
-    return Array(client, [buffer], (device,), host.shape, host.dtype, [hold])
+    with client._handle.calling():
+        buffer, hold = put_buffer(client, host, device, semantics, memory)
+        return Array(client, [buffer], (device,), host.shape, host.dtype, [hold])
+
+
+def _placement_device(client: "Client", device: "Device | None",
+                      memory: "Memory | None") -> "Device":
+    """The device a buffer placed on ``device`` / in ``memory`` belongs to, both checked."""
+    if memory is not None:
+        if memory.client is not client:
+            raise ValueError(f"{memory!r} belongs to another client ({memory.client!r}); pass "
+                             f"a memory of this {client.platform} client")
+        addressing = memory.addressable_by_devices()
+        if device is None:
+            if not addressing:
+                raise ValueError(f"no device addresses {memory!r}")
+            return addressing[0]
+        if device not in addressing:
+            names = ", ".join(map(str, addressing)) or "none"
+            raise ValueError(f"{memory!r} is not a memory of {device} (devices that address it: "
+                             f"{names}); pass one of device.addressable_memories()")
+    if device is None:
+        return client._local_devices[0]
+    if device.client is not client:
+        raise ValueError(f"{device} belongs to another client ({device.client!r}); pass a "
+                         f"device of this {client.platform} client")
+    return device
 
 
 def native_host(value) -> np.ndarray:
@@ -423,8 +491,10 @@ def put_buffer(client: "Client", host: np.ndarray, device: "Device", semantics: 
                memory: "Memory | None" = None) -> tuple:
     """Start a host-to-device copy; returns the new ``PJRT_Buffer*`` (owned by the caller)
     and, when the buffer may use the host memory directly, ``(host array, PJRT_Event*)``:
-    the memory to keep until the event fires (None otherwise)."""
-    handle = client.handle
+    the memory to keep until the event fires (None otherwise).
+
+    The caller brackets this with a native call on the client (``handle.calling()``)."""
+    handle = client._handle
     if not host.flags.c_contiguous:
         host = host.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
     host = native_host(host)
@@ -432,8 +502,7 @@ def put_buffer(client: "Client", host: np.ndarray, device: "Device", semantics: 
     if (semantics == 0 and host.nbytes >= _STAGING_THRESHOLD_BYTES and client.platform == "cpu"
             and host.dtype.name not in _PACKED_DTYPE_NAMES):
         # Copy once into memory the plugin can adopt, rather than let it copy (slowly).
-        if handle.pending_holds:
-            handle._let_go_of_host_memory(())  # staging the plugin has let go of since
+        handle.recycle_host_memory()  # staging the plugin has let go of since
         host, semantics = _adoptable_copy(host), 2
     dims = ffi.new("int64_t[]", host.shape) if host.ndim else _NULL
     out = ffi.new("PJRT_Buffer **")
@@ -515,6 +584,9 @@ def staging_size(nbytes: int) -> int:
 def recycle_staging(host) -> None:
     """Called when a plugin no longer needs host memory it adopted."""
     _staging_pool.give_back(host)
+
+
+handles.host_memory_released = recycle_staging
 
 
 def release_staging_memory() -> None:

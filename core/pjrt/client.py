@@ -1,16 +1,15 @@
 """Clients: a plugin's view of its devices, and the owner of everything made through it.
 
 A :class:`Client` wraps ``PJRT_Client``. The C handle itself lives in a small
-:class:`ClientHandle` that arrays and executables keep alive; the handle refers to nothing
-that refers back to it, so it is freed only after every buffer and executable made through it,
-whatever order the garbage collector finds them in.
+:class:`~pjrt.handles.ClientHandle` that arrays and executables keep alive; the handle refers
+to nothing that refers back to it, so it is freed only after every buffer and executable made
+through it, whatever order the garbage collector finds them in, and never while a call on it
+is running (see :mod:`pjrt.handles` for the rules).
 """
 from __future__ import annotations
 
-import atexit
 import enum
 import gc
-import sys
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -18,12 +17,10 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from . import plugin as plugin_module
 from ._c import Api, to_str
-from ._pjrt_cffi import ffi, lib
+from ._pjrt_cffi import ffi
 from .device import Device, Memory, handle_key
-from .errors import ClosedClientError, check
-
-_destroy_buffers = lib.pjrt_shim_buffers_destroy
-_destroy_buffer = lib.pjrt_shim_buffer_destroy
+from .errors import ClosedClientError
+from .handles import ClientHandle, fork_generation
 from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
 
 if TYPE_CHECKING:
@@ -41,154 +38,6 @@ class HostBufferSemantics(enum.IntEnum):
     ZERO_COPY = 2
 
 
-class ClientHandle:
-    """Owns one ``PJRT_Client*`` and every buffer and executable made through it.
-
-    Arrays and executables register what they own here (keyed by ``id`` of the owner) and
-    take it back when they free it; whoever pops an entry frees it, so each C object is
-    destroyed exactly once. :meth:`destroy` frees whatever is still registered before the
-    client itself, so the order in which the garbage collector finalises a client and its
-    arrays does not matter.
-
-    A buffer that numpy is reading without a copy (see ``Array.__array__``) is the exception:
-    ``destroy`` leaves it, and the client, to be freed when the last such view goes.
-
-    Host memory a buffer may use without a copy (zero-copy transfers) is held here too, with
-    the plugin's event saying when it is no longer needed: it is let go once that event has
-    fired, not when the array goes, since a program may still be reading it.
-    """
-
-    __slots__ = ("api", "pointer", "closed", "buffers", "executables", "viewed", "holds",
-                 "pending_holds", "_lock", "__weakref__")
-
-    def __init__(self, api: Api, pointer):
-        self.api = api
-        self.pointer = pointer
-        #: Set by destroy(): the client may no longer be used, even if it is not yet freed.
-        self.closed = False
-        #: owner id -> list of PJRT_Buffer* the owner holds
-        self.buffers: dict[int, list] = {}
-        #: owner id -> (PJRT_LoadedExecutable*, PJRT_Executable*)
-        self.executables: dict[int, tuple] = {}
-        #: owner id -> weak references to the objects numpy views of its buffers keep alive
-        self.viewed: dict[int, list] = {}
-        #: owner id -> [(host array, PJRT_Event* or NULL)] its buffers may be reading
-        self.holds: dict[int, list] = {}
-        #: host memory of freed buffers whose plugin event has not fired yet
-        self.pending_holds: list = []
-        self._lock = threading.Lock()
-
-    def release_buffers(self, owner_id: int) -> None:
-        """Free the buffers registered by ``owner_id``, if they are still registered."""
-        buffers = self.buffers.pop(owner_id, None)  # dict.pop is atomic: one caller wins
-        self.viewed.pop(owner_id, None)
-        holds = self.holds.pop(owner_id, None)
-        if buffers is None or self.pointer == ffi.NULL:
-            return
-        table = self.api.table
-        if len(buffers) == 1:
-            _destroy_buffer(table, buffers[0])
-        else:
-            _destroy_buffers(table, ffi.new("PJRT_Buffer*[]", buffers), len(buffers))
-        if holds or self.pending_holds:
-            self._let_go_of_host_memory(holds or ())
-        if self.closed and not self.buffers:
-            self._destroy_client()  # the last viewed buffer of a closed client is gone
-
-    def _let_go_of_host_memory(self, holds, wait: bool = False) -> None:
-        """Drop host memory whose plugin event has fired (all of it, waiting, with ``wait``);
-        memory pjrt staged goes back to its pool for later transfers."""
-        # Staging exists only once pjrt.array is imported; reach it without importing it here.
-        array_module = sys.modules.get("pjrt.array")
-        with self._lock:
-            self.pending_holds.extend(holds)
-            still_needed = []
-            for host, event in self.pending_holds:
-                if event != ffi.NULL:
-                    if wait:
-                        lib.pjrt_shim_event_await_and_destroy(self.api.table, event)
-                    elif not _event_is_ready(self.api, event):
-                        still_needed.append((host, event))
-                        continue
-                    else:
-                        lib.pjrt_shim_event_destroy(self.api.table, event)
-                if array_module is not None:
-                    array_module.recycle_staging(host)
-            self.pending_holds = still_needed
-
-    def release_executable(self, owner_id: int) -> None:
-        """Free the executable registered by ``owner_id``, if it is still registered."""
-        pointers = self.executables.pop(owner_id, None)
-        if pointers is None or self.pointer == ffi.NULL:
-            return
-        loaded, executable = pointers
-        api = self.api
-        try:
-            if executable != ffi.NULL:
-                args = api.new_args("PJRT_Executable_Destroy_Args")
-                args.executable = executable
-                check(api, api.table.PJRT_Executable_Destroy(args))
-        finally:
-            args = api.new_args("PJRT_LoadedExecutable_Destroy_Args")
-            args.executable = loaded
-            check(api, api.table.PJRT_LoadedExecutable_Destroy(args))
-
-    def add_view(self, owner_id: int, memory) -> None:
-        """Record that numpy views of ``owner_id``'s buffers keep ``memory`` alive."""
-        self.viewed.setdefault(owner_id, []).append(weakref.ref(memory))
-
-    def _is_viewed(self, owner_id: int) -> bool:
-        references = self.viewed.get(owner_id)
-        return bool(references) and any(r() is not None for r in references)
-
-    def destroy(self) -> None:
-        """Free every registered executable and buffer, then the client (once).
-
-        Buffers still read through numpy views stay until those views go; the client is
-        freed after them.
-        """
-        if self.closed:
-            return
-        self.closed = True
-        for owner_id in list(self.executables):
-            try:
-                self.release_executable(owner_id)
-            except Exception:  # noqa: BLE001 - keep freeing; the client must still go
-                pass
-        for owner_id in list(self.buffers):
-            if not self._is_viewed(owner_id):
-                self.release_buffers(owner_id)
-        if not self.buffers:
-            self._destroy_client()
-
-    def _destroy_client(self) -> None:
-        with self._lock:
-            pointer, self.pointer = self.pointer, ffi.NULL
-        if pointer == ffi.NULL:
-            return
-        # Every buffer is gone, so each event fires once the programs reading it are done.
-        self._let_go_of_host_memory((), wait=True)
-        args = self.api.new_args("PJRT_Client_Destroy_Args")
-        args.client = pointer
-        check(self.api, self.api.table.PJRT_Client_Destroy(args))
-
-    def __del__(self):
-        if not self.closed:
-            try:
-                self.destroy()
-            except Exception:  # noqa: BLE001 - nothing can be raised from a finaliser
-                pass
-
-
-def _event_is_ready(api: Api, event) -> bool:
-    args = api.new_args("PJRT_Event_IsReady_Args")
-    args.event = event
-    error = api.table.PJRT_Event_IsReady(args)
-    if error != ffi.NULL:
-        check(api, error)
-    return bool(args.is_ready)
-
-
 #: Entries the C helpers call without looking them up; a client needs all of them.
 REQUIRED_FUNCTIONS = (
     "PJRT_Buffer_Destroy", "PJRT_Buffer_ToHostBuffer", "PJRT_Buffer_ReadyEvent",
@@ -197,6 +46,11 @@ REQUIRED_FUNCTIONS = (
 
 
 _live_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+
+
+def live_clients() -> list["Client"]:
+    """Every client of this process that is not closed."""
+    return [client for client in list(_live_clients) if not client.is_closed]
 
 
 class Client:
@@ -233,8 +87,7 @@ class Client:
     def handle(self) -> ClientHandle:
         """The live C handle; raises :class:`ClosedClientError` after :meth:`close`."""
         if self._handle.closed:
-            raise ClosedClientError(f"the {self.platform} client has been closed; make a new "
-                                    f"client with make_c_api_client")
+            raise ClosedClientError(f"{self._handle.closed_reason} ({self.platform} client)")
         return self._handle
 
     def _device(self, pointer) -> Device:
@@ -282,8 +135,10 @@ class Client:
 
     def addressable_memories(self) -> list[Memory]:
         """Every memory the client's addressable devices can reach."""
-        args = self._api.call_new("PJRT_Client_AddressableMemories", client=self.handle.pointer)
-        return [self._memory(args.addressable_memories[i]) for i in range(args.num_addressable_memories)]
+        with self._handle.calling() as handle:
+            args = self._api.call_new("PJRT_Client_AddressableMemories", client=handle.pointer)
+            return [self._memory(args.addressable_memories[i])
+                    for i in range(args.num_addressable_memories)]
 
     def lookup_device(self, device_id: int) -> Device:
         """The device with global id ``device_id``; ValueError listing the ids otherwise."""
@@ -320,12 +175,13 @@ class Client:
         total = num_replicas * num_partitions
         ids = ffi.new("int[]", total)
         args = self._api.new_args("PJRT_Client_DefaultDeviceAssignment_Args")
-        args.client = self.handle.pointer
         args.num_replicas = num_replicas
         args.num_partitions = num_partitions
         args.default_assignment_size = total
         args.default_assignment = ids
-        self._api.call("PJRT_Client_DefaultDeviceAssignment", args)
+        with self._handle.calling() as handle:
+            args.client = handle.pointer
+            self._api.call("PJRT_Client_DefaultDeviceAssignment", args)
         return np.array(list(ids), dtype=np.int64).reshape(num_replicas, num_partitions)
 
     # -- transfers and compilation (see array.py and executable.py) ------------------------
@@ -395,10 +251,8 @@ class Client:
         Idempotent. Using the client or its arrays afterwards raises ClosedClientError.
         """
         with self._lock:
-            if self._handle.closed:
-                return
-            self._handle.destroy()
             _live_clients.discard(self)
+            self._handle.close()
 
     @property
     def is_closed(self) -> bool:
@@ -438,10 +292,27 @@ def make_c_api_client(plugin_name: str, options: Mapping[str, OptionValue] | Non
     return create_client(plugin_module.get_plugin(plugin_name), options)
 
 
+#: plugin -> the fork generation in which it made its first client.
+_plugin_generations: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _check_not_inherited(plugin: plugin_module.Plugin) -> None:
+    """Refuse a client of a plugin that already runs clients in the parent of a fork: the
+    plugin's threads and locks did not survive the fork, so it would hang or abort."""
+    generation = _plugin_generations.setdefault(plugin, fork_generation())
+    if generation != fork_generation():
+        raise RuntimeError(
+            f"plugin {plugin.name!r} made a client in the parent process before os.fork(); it "
+            f"cannot make another in the forked child (its threads and locks were not copied). "
+            f"Start worker processes with the 'spawn' or 'forkserver' method, or fork before "
+            f"creating any client")
+
+
 def create_client(plugin: plugin_module.Plugin,
                   options: Mapping[str, OptionValue] | None = None) -> Client:
     """Initialise ``plugin`` if needed and create a client of it (see make_c_api_client)."""
     named = NamedValues(check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types}))
+    _check_not_inherited(plugin)
     plugin.initialize()
     api = plugin.api
     for function in REQUIRED_FUNCTIONS:
@@ -454,13 +325,3 @@ def create_client(plugin: plugin_module.Plugin,
     client = Client(plugin, handle)
     plugin_module.notify_client_created(client)
     return client
-
-
-@atexit.register
-def _close_clients_at_exit() -> None:
-    # Free buffers and executables before their clients, while every module is still intact.
-    for client in list(_live_clients):
-        try:
-            client.close()
-        except Exception:  # noqa: BLE001 - exiting anyway; nothing useful to report to
-            pass

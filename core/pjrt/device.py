@@ -10,11 +10,33 @@ from typing import TYPE_CHECKING
 
 from ._c import to_str
 from ._pjrt_cffi import ffi
-from .errors import ClosedClientError, ErrorCode, XlaRuntimeError
+from .errors import ErrorCode, XlaRuntimeError
 from .options import named_values_to_dict
 
 if TYPE_CHECKING:
     from .client import Client
+
+
+def _live_api(client: "Client"):
+    """The client's API table (for methods that run as a native call on the client)."""
+    return client._api
+
+
+def _client_call(method):
+    """Run a Device or Memory method as one native call on its client: their handles belong
+    to the client and are freed with it, so a closed client raises ClosedClientError."""
+    def call(self, *args, **kwargs):
+        handle = self.client._handle
+        ticket = handle.begin()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            handle.end(ticket)
+
+    call.__name__ = method.__name__
+    call.__qualname__ = method.__qualname__
+    call.__doc__ = method.__doc__
+    return call
 
 
 class Device:
@@ -58,6 +80,7 @@ class Device:
         """The client's platform name, e.g. ``"cpu"``."""
         return self.client.platform
 
+    @_client_call
     def attributes(self) -> dict:
         """Plugin-specific description attributes (``PJRT_DeviceDescription_Attributes``)."""
         api = _live_api(self.client)
@@ -65,12 +88,14 @@ class Device:
                             device_description=self._description)
         return named_values_to_dict(args.attributes, args.num_attributes)
 
+    @_client_call
     def addressable_memories(self) -> list["Memory"]:
         """The memories this device can address directly."""
         client = self.client
         args = _live_api(client).call_new("PJRT_Device_AddressableMemories", device=self._handle)
         return [client._memory(args.memories[i]) for i in range(args.num_memories)]
 
+    @_client_call
     def default_memory(self) -> "Memory":
         """The memory a buffer lands in when no memory is named."""
         if self._default_memory is None:
@@ -92,6 +117,7 @@ class Device:
         kinds = ", ".join(repr(m.kind) for m in memories) or "none"
         raise ValueError(f"{self} has no memory of kind {kind!r}; its memory kinds: {kinds}")
 
+    @_client_call
     def memory_stats(self) -> dict[str, int] | None:
         """Allocator statistics (``bytes_in_use``, ``peak_bytes_in_use``, ...), or None when
         the plugin does not report them."""
@@ -128,12 +154,14 @@ class Device:
         """The live arrays with a buffer on this device."""
         return [array for array in self.client.live_arrays() if self in array.devices()]
 
+    @_client_call
     def to_string(self) -> str:
         """The plugin's short description of the device."""
         api = _live_api(self.client)
         args = api.call_new("PJRT_DeviceDescription_ToString", device_description=self._description)
         return to_str(args.to_string, args.to_string_size)
 
+    @_client_call
     def debug_string(self) -> str:
         """The plugin's detailed description of the device."""
         api = _live_api(self.client)
@@ -173,12 +201,14 @@ class Memory:
         devices = self.addressable_by_devices()
         return devices[0].process_index if devices else self.client.process_index()
 
+    @_client_call
     def addressable_by_devices(self) -> list[Device]:
         """The devices that can address this memory."""
         client = self.client
         args = _live_api(client).call_new("PJRT_Memory_AddressableByDevices", memory=self._handle)
         return [client._device(args.devices[i]) for i in range(args.num_devices)]
 
+    @_client_call
     def to_string(self) -> str:
         api = _live_api(self.client)
         args = api.call_new("PJRT_Memory_ToString", memory=self._handle)
@@ -194,12 +224,3 @@ class Memory:
 # Cdata pointers are compared by address; keys of the client's handle caches.
 def handle_key(handle) -> int:
     return int(ffi.cast("uintptr_t", handle))
-
-
-def _live_api(client: "Client"):
-    """The client's API table; ClosedClientError once the client is closed (its devices and
-    memories are freed with it)."""
-    if client._handle.closed:
-        raise ClosedClientError(f"the {client.platform} client of this device or memory has "
-                                f"been closed")
-    return client._api

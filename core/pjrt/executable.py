@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import _hlo, dtypes
+from . import _hlo, dtypes, handles
 from ._c import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi, lib
 from .array import Array
@@ -25,6 +25,7 @@ from .hlo_sharding import HloSharding
 from .options import named_values_to_dict
 from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
 from .sharding_text import parse_program_result_shapes, parse_program_shardings
+from .waits import run_on_compile_thread
 
 if TYPE_CHECKING:
     from .client import Client
@@ -123,14 +124,26 @@ def compile_program(client: "Client", computation, executable_devices=None,
     program_struct, keepalive = program_argument(program)
     options_buffer = ffi.new("char[]", serialized_options)
     args = api.new_args("PJRT_Client_Compile_Args")
-    args.client = handle.pointer
     args.program = program_struct
     args.compile_options = options_buffer
     args.compile_options_size = len(serialized_options)
-    api.call("PJRT_Client_Compile", args)
-    del keepalive
-    return LoadedExecutable(client, args.executable,
-                            declared_output_shapes=_declared_output_shapes(program))
+
+    def compile_on_worker():
+        args.client = handle.pointer
+        api.call("PJRT_Client_Compile", args)
+        return args.executable
+
+    ticket = handle.begin()
+    # On a thread with a large stack, so that deeply nested programs do not overflow it, and
+    # so that Ctrl-C interrupts the wait; an abandoned result is freed on the worker.
+    pointer = run_on_compile_thread(handle, ticket, compile_on_worker,
+                                    lambda loaded: handles.destroy_loaded_executable(api, loaded))
+    try:
+        del keepalive
+        return LoadedExecutable(client, pointer,
+                                declared_output_shapes=_declared_output_shapes(program))
+    finally:
+        handle.end(ticket)
 
 
 def _declared_output_shapes(program: bytes) -> tuple | None:
@@ -309,6 +322,7 @@ class LoadedExecutable:
     # -- ownership -------------------------------------------------------------------------
 
     def _release(self) -> None:
+        # Cleared before the handle is released: a call that starts after this sees it.
         self._pointer = self._executable = _NULL
         self._handle.release_executable(id(self))
 
@@ -319,7 +333,8 @@ class LoadedExecutable:
             pass
 
     def delete(self) -> None:
-        """Unload the executable now; later calls raise RuntimeError."""
+        """Unload the executable; later calls raise RuntimeError. Calls running in other
+        threads finish first (the plugin's executable is freed after them)."""
         self._release()
 
     def is_deleted(self) -> bool:
@@ -330,7 +345,8 @@ class LoadedExecutable:
         if pointer == _NULL:
             raise RuntimeError("this executable has been deleted")
         if self._handle.closed:
-            raise ClosedClientError("this executable's client has been closed")
+            raise ClosedClientError(f"this executable's client is closed: "
+                                    f"{self._handle.closed_reason}")
         return pointer
 
     # -- queries ---------------------------------------------------------------------------
@@ -413,6 +429,7 @@ class LoadedExecutable:
                 result.append(GSPMDSharding(devices, hlo))
         return tuple(result)
 
+    @handles.native_method
     def name(self) -> str:
         args = self._handle.api.call_new("PJRT_Executable_Name", executable=self._executable_ptr())
         return to_str(args.executable_name, args.executable_name_size)
@@ -421,14 +438,17 @@ class LoadedExecutable:
         self._live_pointer()
         return self._executable
 
+    @handles.native_method
     def num_replicas(self) -> int:
         return int(self._handle.api.call_new("PJRT_Executable_NumReplicas",
                                              executable=self._executable_ptr()).num_replicas)
 
+    @handles.native_method
     def num_partitions(self) -> int:
         return int(self._handle.api.call_new("PJRT_Executable_NumPartitions",
                                              executable=self._executable_ptr()).num_partitions)
 
+    @handles.native_method
     def fingerprint(self) -> bytes | None:
         """A fingerprint of the compiled program, or None if the plugin has none."""
         api = self._handle.api
@@ -442,10 +462,12 @@ class LoadedExecutable:
             return None
         return ffi.unpack(args.executable_fingerprint, args.executable_fingerprint_size)
 
+    @handles.native_method
     def size_of_generated_code_in_bytes(self) -> int:
         return int(self._handle.api.call_new("PJRT_Executable_SizeOfGeneratedCodeInBytes",
                                              executable=self._executable_ptr()).size_in_bytes)
 
+    @handles.native_method
     def get_compiled_memory_stats(self) -> CompiledMemoryStats:
         """What the compiled program needs on its device, in bytes."""
         args = self._handle.api.call_new("PJRT_Executable_GetCompiledMemoryStats",
@@ -455,6 +477,7 @@ class LoadedExecutable:
             values[field.name] = int(getattr(args, field.name, 0))
         return CompiledMemoryStats(**values)
 
+    @handles.native_method
     def cost_analysis(self) -> dict:
         """The plugin's cost estimates (e.g. ``flops``, ``bytes accessed``); {} if none."""
         api = self._handle.api
@@ -464,6 +487,7 @@ class LoadedExecutable:
             return {}
         return named_values_to_dict(args.properties, args.num_properties)
 
+    @handles.native_method
     def output_memory_kinds(self) -> list[str]:
         """The memory kind of each output (e.g. ``"device"``)."""
         args = self._handle.api.call_new("PJRT_Executable_OutputMemoryKinds",
@@ -471,6 +495,7 @@ class LoadedExecutable:
         return [to_str(args.memory_kinds[i], args.memory_kind_sizes[i])
                 for i in range(args.num_outputs)]
 
+    @handles.native_method
     def optimized_module_proto(self) -> bytes:
         """The optimised program as a serialised ``xla.HloModuleProto``."""
         self._live_pointer()
@@ -487,6 +512,7 @@ class LoadedExecutable:
 
     as_text = hlo_text
 
+    @handles.native_method
     def serialize(self) -> bytes:
         """The compiled executable as bytes, for :meth:`Client.deserialize_executable`."""
         return serialize_executable(self._handle.api, self._executable_ptr())
@@ -498,6 +524,10 @@ class LoadedExecutable:
             raise TypeError(f"argument {index} is a {type(argument).__name__}; execute takes "
                             f"pjrt Arrays (use client.buffer_from_pyval or pjrt.compile)")
         buffers = argument._live_buffers()
+        if argument._handle is not self._handle:
+            raise ValueError(f"argument {index} belongs to another client ({argument.client!r}) "
+                             f"than this executable ({self._client!r}); copy it with "
+                             f"copy_to_device({device}) first")
         if argument._devices[0] is not device or len(buffers) != 1:
             raise ValueError(f"argument {index} is on {', '.join(map(str, argument._devices))} "
                              f"but this executable runs it on {device}; copy it with "
@@ -537,16 +567,22 @@ class LoadedExecutable:
         if len(devices) != 1:
             raise ValueError(f"this executable runs on {len(devices)} devices; use "
                              f"execute_sharded")
-        pointer = self._pointer
-        specs = self._parameter_specs
-        count = len(arguments)
-        if pointer == _NULL or self._handle.closed or (specs is not None and count != len(specs)):
-            pointer = self._live_pointer()
-            self._check_count(count)
-        device = devices[0]
-        scratch = self._scratch(count)
-        argument_array = scratch.arguments
+        # One native call on the client (ClientHandle.begin/end, inlined): every pointer is
+        # read after the ticket is taken, so nothing read here is freed before it ends.
+        handle = self._handle
+        ticket = next(handle.tickets)
+        handle.active[ticket] = None
+        scratch = None
         try:
+            pointer = self._pointer
+            specs = self._parameter_specs
+            count = len(arguments)
+            if pointer == _NULL or handle.closed or (specs is not None and count != len(specs)):
+                pointer = self._live_pointer()
+                self._check_count(count)
+            device = devices[0]
+            scratch = self._scratch(count)
+            argument_array = scratch.arguments
             for i, argument in enumerate(arguments):
                 if type(argument) is Array and argument._parent is None:
                     buffers = argument._buffers
@@ -574,8 +610,13 @@ class LoadedExecutable:
             return [Array(client, [outputs[i]], devices, shapes[i], output_dtypes[i])
                     for i in range(self._num_outputs)]
         finally:
-            scratch.busy = False
+            if scratch is not None:
+                scratch.busy = False
+            del handle.active[ticket]
+            if handle.parked or handle.closed:
+                handle.settle()
 
+    @handles.native_method
     def execute_sharded(self, arguments: Sequence[Sequence[Array]]) -> ExecuteResults:
         """Run on every device of the executable.
 
@@ -614,6 +655,7 @@ class LoadedExecutable:
                 results[i][d] = array
         return ExecuteResults(results)
 
+    @handles.native_method
     def execute_global(self, arguments: Sequence[Array]) -> list[Array]:
         """Run on every device with global Arrays laid out as :attr:`input_shardings` say;
         returns global Arrays laid out as :attr:`output_shardings` say.
@@ -804,10 +846,9 @@ def _array_from_buffer(client: "Client", buffer, devices: tuple) -> Array:
 def deserialize_executable(client: "Client", serialized: bytes,
                            compile_options: CompileOptions | None = None) -> LoadedExecutable:
     """Load an executable serialised by :meth:`LoadedExecutable.serialize`."""
-    api = client.handle.api
+    api = client._handle.api
     data = ffi.new("char[]", bytes(serialized))
     args = api.new_args("PJRT_Executable_DeserializeAndLoad_Args")
-    args.client = client.handle.pointer
     args.serialized_executable = data
     args.serialized_executable_size = len(serialized)
     if compile_options is not None:
@@ -815,8 +856,10 @@ def deserialize_executable(client: "Client", serialized: bytes,
         options_buffer = ffi.new("char[]", options)
         args.overridden_serialized_compile_options = options_buffer
         args.overridden_serialized_compile_options_size = len(options)
-    api.call("PJRT_Executable_DeserializeAndLoad", args)
-    return LoadedExecutable(client, args.loaded_executable)
+    with client._handle.calling() as handle:
+        args.client = handle.pointer
+        api.call("PJRT_Executable_DeserializeAndLoad", args)
+        return LoadedExecutable(client, args.loaded_executable)
 
 
 def _check_device_sets(arguments: Sequence[Array], devices: tuple, *,

@@ -1,5 +1,7 @@
 /* Implementation of shim.h; see there for what each helper is for. */
 #include <dlfcn.h>
+#include <pthread.h>
+#include <time.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -237,4 +239,116 @@ void pjrt_shim_event_destroy(const PJRT_Api* api, PJRT_Event* event) {
 void pjrt_shim_event_await_and_destroy(const PJRT_Api* api, PJRT_Event* event) {
   if (event == NULL) return;
   shim_drop_error(api, shim_await_and_destroy(api, event));
+}
+
+struct pjrt_shim_waiter {
+  pthread_mutex_t mutex;
+  pthread_cond_t fired_cond;
+  const PJRT_Api* api;
+  PJRT_Error* error;
+  int fired;
+  int references;
+};
+
+static void shim_waiter_unref_locked(pjrt_shim_waiter* waiter) {
+  /* Called with the mutex held; unlocks it. */
+  int last = --waiter->references == 0;
+  pthread_mutex_unlock(&waiter->mutex);
+  if (!last) return;
+  shim_drop_error(waiter->api, waiter->error);
+  pthread_cond_destroy(&waiter->fired_cond);
+  pthread_mutex_destroy(&waiter->mutex);
+  free(waiter);
+}
+
+static void shim_waiter_fired(PJRT_Error* error, void* user_arg) {
+  pjrt_shim_waiter* waiter = (pjrt_shim_waiter*)user_arg;
+  pthread_mutex_lock(&waiter->mutex);
+  waiter->error = error;
+  waiter->fired = 1;
+  pthread_cond_broadcast(&waiter->fired_cond);
+  shim_waiter_unref_locked(waiter);
+}
+
+pjrt_shim_waiter* pjrt_shim_waiter_start(const PJRT_Api* api, PJRT_Event* event,
+                                         PJRT_Error** error_out) {
+  *error_out = NULL;
+  pjrt_shim_waiter* waiter = calloc(1, sizeof(*waiter));
+  if (waiter == NULL) {
+    pjrt_shim_event_destroy(api, event);
+    return NULL;
+  }
+  pthread_mutex_init(&waiter->mutex, NULL);
+  pthread_cond_init(&waiter->fired_cond, NULL);
+  waiter->api = api;
+  waiter->references = 2; /* the caller's and the callback's */
+  SHIM_ARGS(PJRT_Event_OnReady_Args, args, user_arg);
+  args.event = event;
+  args.callback = shim_waiter_fired;
+  args.user_arg = waiter;
+  PJRT_Error* error = api->PJRT_Event_OnReady(&args);
+  pjrt_shim_event_destroy(api, event);
+  if (error != NULL) {
+    /* No callback will come: only the caller's reference is left to drop. */
+    pthread_cond_destroy(&waiter->fired_cond);
+    pthread_mutex_destroy(&waiter->mutex);
+    free(waiter);
+    *error_out = error;
+    return NULL;
+  }
+  return waiter;
+}
+
+int pjrt_shim_buffer_ready_waiter(const PJRT_Api* api, PJRT_Buffer* buffer,
+                                  pjrt_shim_waiter** waiter_out,
+                                  PJRT_Error** error_out) {
+  *waiter_out = NULL;
+  *error_out = NULL;
+  SHIM_ARGS(PJRT_Buffer_ReadyEvent_Args, ready, event);
+  ready.buffer = buffer;
+  PJRT_Error* error = api->PJRT_Buffer_ReadyEvent(&ready);
+  if (error != NULL) {
+    *error_out = error;
+    return 1;
+  }
+  SHIM_ARGS(PJRT_Event_IsReady_Args, is_ready, is_ready);
+  is_ready.event = ready.event;
+  error = api->PJRT_Event_IsReady(&is_ready);
+  if (error == NULL && is_ready.is_ready) {
+    /* Await on a fired event returns its error at once. */
+    *error_out = shim_await_and_destroy(api, ready.event);
+    return 1;
+  }
+  shim_drop_error(api, error);
+  *waiter_out = pjrt_shim_waiter_start(api, ready.event, error_out);
+  return *waiter_out == NULL ? 1 : 0;
+}
+
+int pjrt_shim_waiter_wait(pjrt_shim_waiter* waiter, int64_t timeout_ms) {
+  struct timespec deadline;
+  clock_gettime(CLOCK_REALTIME, &deadline);
+  deadline.tv_sec += timeout_ms / 1000;
+  deadline.tv_nsec += (timeout_ms % 1000) * 1000000L;
+  if (deadline.tv_nsec >= 1000000000L) {
+    deadline.tv_sec += 1;
+    deadline.tv_nsec -= 1000000000L;
+  }
+  pthread_mutex_lock(&waiter->mutex);
+  while (!waiter->fired) {
+    if (pthread_cond_timedwait(&waiter->fired_cond, &waiter->mutex, &deadline) != 0) break;
+  }
+  int fired = waiter->fired;
+  pthread_mutex_unlock(&waiter->mutex);
+  return fired;
+}
+
+PJRT_Error* pjrt_shim_waiter_finish(pjrt_shim_waiter* waiter) {
+  pthread_mutex_lock(&waiter->mutex);
+  PJRT_Error* error = NULL;
+  if (waiter->fired) {
+    error = waiter->error;
+    waiter->error = NULL;
+  }
+  shim_waiter_unref_locked(waiter);
+  return error;
 }

@@ -93,3 +93,28 @@ void pjrt_shim_event_await_and_destroy(const PJRT_Api* api, PJRT_Event* event);
 
 /* Frees an event, dropping any error the plugin returns. */
 void pjrt_shim_event_destroy(const PJRT_Api* api, PJRT_Event* event);
+
+/* A wait on a PJRT_Event that the caller can give up on. The plugin's OnReady
+ * callback and the caller each hold a reference; whichever lets go last frees
+ * it (and the event's error, if the caller gave up). Waiting in slices of
+ * `timeout_ms` lets Python handle signals (Ctrl-C) between them. */
+typedef struct pjrt_shim_waiter pjrt_shim_waiter;
+
+/* Starts waiting on `event` and frees the event (the callback outlives it).
+ * Returns NULL with *error_out set when the plugin refuses, or on no memory
+ * (then *error_out is NULL too). */
+pjrt_shim_waiter* pjrt_shim_waiter_start(const PJRT_Api* api, PJRT_Event* event,
+                                         PJRT_Error** error_out);
+
+/* Starts waiting until `buffer` is ready. Returns 1 when it already is (its
+ * error, if any, in *error_out) and 0 with *waiter_out set otherwise. */
+int pjrt_shim_buffer_ready_waiter(const PJRT_Api* api, PJRT_Buffer* buffer,
+                                  pjrt_shim_waiter** waiter_out,
+                                  PJRT_Error** error_out);
+
+/* Waits up to `timeout_ms` for the event; returns 1 once it has fired. */
+int pjrt_shim_waiter_wait(pjrt_shim_waiter* waiter, int64_t timeout_ms);
+
+/* Drops the caller's reference. Returns the event's error when it has fired
+ * (owned by the caller), else NULL; an error arriving later is freed. */
+PJRT_Error* pjrt_shim_waiter_finish(pjrt_shim_waiter* waiter);

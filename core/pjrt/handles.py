@@ -1,0 +1,387 @@
+"""Who owns each C handle of a client, and when it may be freed.
+
+One :class:`ClientHandle` per ``PJRT_Client*`` owns the client and every buffer and executable
+made through it. The rules it keeps:
+
+* **Freed exactly once.** Each buffer list and executable is registered under its owner's id;
+  whoever takes the entry out of the registry (``dict.pop`` is atomic) is the one that frees it.
+* **Never freed under a running call.** Every native call on the client's objects runs between
+  :meth:`ClientHandle.begin` and :meth:`ClientHandle.end`, which number it with a ticket. A
+  handle released while calls are running is parked with the next ticket number and freed once
+  every call older than it has ended, so a ``delete()`` in one thread never frees a buffer
+  another thread is passing to the plugin. ``close()`` only marks the client closed: later calls
+  raise :class:`ClosedClientError` before touching a pointer, and the last running call frees
+  everything on its way out.
+* **Never freed under a numpy view.** A buffer that numpy reads without a copy stays until the
+  last such view goes; the client is freed after it.
+* **Never freed in a forked child or under a thread at exit.** After ``fork()`` the child's copy
+  of every client is marked unusable and is never freed (the plugin's threads did not survive
+  the fork, so freeing would hang or crash); at interpreter exit, clients are freed only when no
+  call is running, and leaked otherwise.
+
+The bookkeeping on the hot path is a ticket from ``itertools.count`` and one dict insertion and
+deletion (each atomic under the GIL); the lock is taken only to free things.
+"""
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import threading
+import weakref
+from typing import Callable
+
+from ._c import Api
+from ._pjrt_cffi import ffi, lib
+from .errors import ClosedClientError, check
+
+_NULL = ffi.NULL
+_destroy_buffer = lib.pjrt_shim_buffer_destroy
+_destroy_buffers = lib.pjrt_shim_buffers_destroy
+
+#: Incremented in a child process after ``fork()``; a handle made in another generation
+#: belongs to the parent.
+_fork_generation = 0
+
+#: Every handle not yet freed, so that a fork or the end of the interpreter can reach them.
+_live_handles: "weakref.WeakSet[ClientHandle]" = weakref.WeakSet()
+
+#: Called with each block of host memory a plugin has finished reading (see
+#: :meth:`ClientHandle.hold_host_memory`); the transfer layer sets it to recycle its staging.
+host_memory_released: Callable[[object], None] | None = None
+
+
+def fork_generation() -> int:
+    """How many ``fork()`` calls separate this process from the one that loaded pjrt."""
+    return _fork_generation
+
+
+class ClientHandle:
+    """Owns one ``PJRT_Client*`` and every buffer and executable made through it.
+
+    Attributes:
+      api: the plugin's :class:`~pjrt._c.Api`.
+      pointer: the ``PJRT_Client*`` (NULL once freed).
+      closed: set by :meth:`close`, by a fork, or at exit; calls then raise.
+      buffers: owner id -> the ``PJRT_Buffer*`` list it owns (one per device).
+      executables: owner id -> ``(PJRT_LoadedExecutable*, PJRT_Executable*)``.
+    """
+
+    __slots__ = ("api", "pointer", "closed", "closed_reason", "buffers", "executables",
+                 "viewed", "holds", "pending_holds", "active", "tickets", "parked",
+                 "generation", "_lock", "__weakref__")
+
+    def __init__(self, api: Api, pointer):
+        self.api = api
+        self.pointer = pointer
+        self.closed = False
+        #: What a call on a closed client is told.
+        self.closed_reason = "the client has been closed; make a new client"
+        self.buffers: dict[int, list] = {}
+        self.executables: dict[int, tuple] = {}
+        #: owner id -> weak references to the objects numpy views of its buffers keep alive
+        self.viewed: dict[int, list] = {}
+        #: owner id -> [(host array, PJRT_Event* or NULL)] its buffers may be reading
+        self.holds: dict[int, list] = {}
+        #: host memory of freed buffers whose plugin event has not fired yet
+        self.pending_holds: list = []
+        #: tickets of the calls running now, oldest first (a dict keeps insertion order)
+        self.active: dict[int, None] = {}
+        self.tickets = itertools.count()
+        #: (ticket, kind, payload): released handles waiting for older calls to end
+        self.parked: list = []
+        self.generation = _fork_generation
+        self._lock = threading.Lock()
+        _live_handles.add(self)
+
+    # -- calls -----------------------------------------------------------------------------
+
+    def begin(self) -> int:
+        """Start a native call on this client; returns its ticket for :meth:`end`.
+
+        Raises:
+          ClosedClientError: the client is closed (or belongs to the parent of a fork).
+        """
+        ticket = next(self.tickets)
+        self.active[ticket] = None
+        if self.closed:
+            self.end(ticket)
+            raise ClosedClientError(self.closed_reason)
+        return ticket
+
+    def end(self, ticket: int) -> None:
+        """End the call ``ticket``; frees what was waiting for it to end."""
+        del self.active[ticket]
+        if self.parked or self.closed:
+            self.settle()
+
+    def calling(self) -> "_Call":
+        """``with handle.calling():`` brackets a native call (see :meth:`begin`)."""
+        return _Call(self)
+
+    # -- releasing -------------------------------------------------------------------------
+
+    def release_buffers(self, owner_id: int) -> None:
+        """The buffers of ``owner_id`` are no longer wanted: free them once no call that may
+        be using them is running (at once if none is)."""
+        buffers = self.buffers.pop(owner_id, None)  # one caller wins
+        if buffers is None:
+            return
+        self.viewed.pop(owner_id, None)
+        self._park("buffers", (buffers, self.holds.pop(owner_id, None)))
+
+    def release_executable(self, owner_id: int) -> None:
+        """Like :meth:`release_buffers`, for the executable of ``owner_id``."""
+        pointers = self.executables.pop(owner_id, None)
+        if pointers is not None:
+            self._park("executable", pointers)
+
+    def _park(self, kind: str, payload) -> None:
+        self.parked.append((next(self.tickets), kind, payload))
+        self.settle()
+
+    def close(self, reason: str | None = None) -> None:
+        """Mark the client closed and free everything as soon as no call is running."""
+        if reason is not None and not self.closed:
+            self.closed_reason = reason
+        self.closed = True
+        self.settle()
+
+    def settle(self) -> None:
+        """Free what no running call can be using any more; frees the client once it is
+        closed, idle and owns nothing numpy still reads.
+
+        Never blocks: if another thread (or a finaliser interrupting this one) is freeing,
+        that one sees the new work before it lets go.
+        """
+        while self._lock.acquire(blocking=False):
+            try:
+                self._settle_locked()
+            finally:
+                self._lock.release()
+            if not self._has_freeable():
+                return
+
+    def _has_freeable(self) -> bool:
+        if self.generation != _fork_generation or self.pointer == _NULL:
+            return False
+        oldest = next(iter(self.active), None)
+        if any(oldest is None or entry[0] < oldest for entry in self.parked):
+            return True
+        if not self.closed or oldest is not None:
+            return False
+        # Buffers numpy still reads wait for their views; anything else can go now.
+        return bool(self.executables) or any(not self._is_viewed(o) for o in self.buffers)
+
+    def _settle_locked(self) -> None:
+        if self.generation != _fork_generation or self.pointer == _NULL:
+            return  # the parent's client, or already freed: nothing may be called
+        oldest = next(iter(self.active), None)
+        if self.parked:
+            ready = [entry for entry in self.parked if oldest is None or entry[0] < oldest]
+            if ready:
+                self.parked = [entry for entry in self.parked
+                               if not (oldest is None or entry[0] < oldest)]
+                for _, kind, payload in ready:
+                    self._free(kind, payload)
+        if self.closed and oldest is None:
+            self._tear_down()
+
+    def _free(self, kind: str, payload) -> None:
+        try:
+            if kind == "buffers":
+                buffers, holds = payload
+                if len(buffers) == 1:
+                    _destroy_buffer(self.api.table, buffers[0])
+                else:
+                    _destroy_buffers(self.api.table, ffi.new("PJRT_Buffer*[]", buffers),
+                                     len(buffers))
+                if holds or self.pending_holds:
+                    self._let_go_of_host_memory(holds or ())
+            else:
+                _destroy_executable(self.api, *payload)
+        except Exception:  # noqa: BLE001 - a plugin's error on destroy has no caller to reach
+            pass
+
+    def _tear_down(self) -> None:
+        for owner_id in list(self.executables):
+            pointers = self.executables.pop(owner_id, None)
+            if pointers is not None:
+                self._free("executable", pointers)
+        for owner_id in list(self.buffers):
+            if self._is_viewed(owner_id):
+                continue  # freed when its last numpy view goes
+            buffers = self.buffers.pop(owner_id, None)
+            if buffers is not None:
+                self.viewed.pop(owner_id, None)
+                self._free("buffers", (buffers, self.holds.pop(owner_id, None)))
+        if self.buffers or self.parked:
+            return
+        pointer, self.pointer = self.pointer, _NULL
+        if pointer == _NULL:
+            return
+        _live_handles.discard(self)
+        # Every buffer is gone, so each event fires once the programs reading it are done.
+        self._let_go_of_host_memory((), wait=True)
+        args = self.api.new_args("PJRT_Client_Destroy_Args")
+        args.client = pointer
+        try:
+            check(self.api, self.api.table.PJRT_Client_Destroy(args))
+        except Exception:  # noqa: BLE001 - nothing to report a failed destroy to
+            pass
+
+    # -- host memory the plugin reads ------------------------------------------------------
+
+    def hold_host_memory(self, owner_id: int, holds: list) -> None:
+        """Keep ``(host array, PJRT_Event*)`` pairs until each event fires."""
+        self.holds[owner_id] = holds
+
+    def _let_go_of_host_memory(self, holds, wait: bool = False) -> None:
+        """Drop host memory whose plugin event has fired (all of it, waiting, with ``wait``)."""
+        self.pending_holds.extend(holds)
+        still_needed = []
+        for host, event in self.pending_holds:
+            if event != _NULL:
+                if wait:
+                    lib.pjrt_shim_event_await_and_destroy(self.api.table, event)
+                elif not _event_is_ready(self.api, event):
+                    still_needed.append((host, event))
+                    continue
+                else:
+                    lib.pjrt_shim_event_destroy(self.api.table, event)
+            if host_memory_released is not None:
+                host_memory_released(host)
+        self.pending_holds = still_needed
+
+    def recycle_host_memory(self) -> None:
+        """Let go of host memory the plugin has finished reading since the last time."""
+        if self.pending_holds and self._lock.acquire(blocking=False):
+            try:
+                if self.pointer != _NULL and self.generation == _fork_generation:
+                    self._let_go_of_host_memory(())
+            finally:
+                self._lock.release()
+
+    # -- numpy views -----------------------------------------------------------------------
+
+    def add_view(self, owner_id: int, memory) -> None:
+        """Record that numpy views of ``owner_id``'s buffers keep ``memory`` alive."""
+        self.viewed.setdefault(owner_id, []).append(weakref.ref(memory))
+
+    def is_viewed(self, owner_id: int) -> bool:
+        """Whether numpy views of ``owner_id``'s buffers are still in use."""
+        return self._is_viewed(owner_id)
+
+    def _is_viewed(self, owner_id: int) -> bool:
+        references = self.viewed.get(owner_id)
+        return bool(references) and any(r() is not None for r in references)
+
+    def __del__(self):
+        # Reached only when nothing refers to the handle: no array, executable or client.
+        if not self.closed:
+            self.close()
+
+
+def native_method(method):
+    """Decorate a method of an object with a ``_handle`` (a :class:`ClientHandle`) so that it
+    runs as one native call on that client (see :meth:`ClientHandle.begin`)."""
+    def call(self, *args, **kwargs):
+        handle = self._handle
+        ticket = handle.begin()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            handle.end(ticket)
+
+    call.__name__ = method.__name__
+    call.__qualname__ = method.__qualname__
+    call.__doc__ = method.__doc__
+    call.__wrapped__ = method
+    return call
+
+
+class _Call:
+    __slots__ = ("handle", "ticket")
+
+    def __init__(self, handle: ClientHandle):
+        self.handle = handle
+
+    def __enter__(self):
+        self.ticket = self.handle.begin()
+        return self.handle
+
+    def __exit__(self, *exc_info):
+        self.handle.end(self.ticket)
+
+
+def _event_is_ready(api: Api, event) -> bool:
+    args = api.new_args("PJRT_Event_IsReady_Args")
+    args.event = event
+    check(api, api.table.PJRT_Event_IsReady(args))
+    return bool(args.is_ready)
+
+
+def destroy_loaded_executable(api: Api, loaded) -> None:
+    """Free a ``PJRT_LoadedExecutable*`` that no Python object owns yet."""
+    _destroy_executable(api, loaded, _NULL)
+
+
+def _destroy_executable(api: Api, loaded, executable) -> None:
+    try:
+        if executable != _NULL:
+            args = api.new_args("PJRT_Executable_Destroy_Args")
+            args.executable = executable
+            check(api, api.table.PJRT_Executable_Destroy(args))
+    finally:
+        args = api.new_args("PJRT_LoadedExecutable_Destroy_Args")
+        args.executable = loaded
+        check(api, api.table.PJRT_LoadedExecutable_Destroy(args))
+
+
+def _after_fork_in_child() -> None:
+    global _fork_generation
+    _fork_generation += 1
+    for handle in list(_live_handles):
+        handle.closed = True
+        handle.closed_reason = (
+            "this client was created in the parent process before os.fork(); a forked child "
+            "cannot use it (the plugin's threads do not survive a fork). Create clients after "
+            "forking, or start workers with the 'spawn' or 'forkserver' method")
+
+
+def _warn_before_fork() -> None:
+    if any(not handle.closed for handle in list(_live_handles)):
+        import warnings
+
+        warnings.warn("os.fork() was called while pjrt clients are open; the plugins run "
+                      "threads of their own, which the child does not get, so the child cannot "
+                      "use those clients (or make new ones of the same plugins). Fork before "
+                      "creating clients, or use the 'spawn' start method.", RuntimeWarning,
+                      stacklevel=2)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_warn_before_fork, after_in_child=_after_fork_in_child)
+
+
+@atexit.register
+def close_all_at_exit(wait_seconds: float = 1.0) -> None:
+    """Close every client at interpreter exit, freeing them only if no call is running.
+
+    Calls still running after ``wait_seconds`` (a thread compiling or waiting on a program)
+    keep their clients: those are leaked, since the process is ending anyway and freeing a
+    client under a running call would crash it.
+    """
+    import time
+
+    handles = list(_live_handles)
+    for handle in handles:
+        handle.closed = True
+        if not handle.closed_reason.startswith("this client was created in the parent"):
+            handle.closed_reason = "the interpreter is exiting; pjrt clients are closed"
+    deadline = time.monotonic() + wait_seconds
+    for handle in handles:
+        while handle.active and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if not handle.active:
+            handle.settle()

@@ -1,0 +1,178 @@
+"""Waiting on the plugin without making the caller deaf to Ctrl-C.
+
+A C call that blocks until a program finishes would hold off Python's signal handlers until it
+returns, so a ``KeyboardInterrupt`` sent during a long ``block_until_ready()`` would arrive
+seconds later. Instead, waits here happen in short slices (the plugin's ``OnReady`` callback
+wakes a condition variable in the C helpers) with a return to Python between them, where a
+pending signal is raised. The plugin's work itself goes on after an interrupted wait; the C
+side frees what the abandoned wait leaves behind.
+
+Compilation has no event to wait on, so it runs on a worker thread, whose stack is large enough
+for the plugin's recursive compiler on deeply nested programs, while the caller waits on it.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable, TypeVar
+
+from ._c import Api
+from ._pjrt_cffi import ffi, lib
+from .errors import consume
+
+_NULL = ffi.NULL
+
+#: How long one slice of a wait lasts: the longest a Ctrl-C waits to be noticed.
+WAIT_SLICE_MS = 50
+
+T = TypeVar("T")
+
+
+def wait_for_waiter(api: Api, waiter) -> None:
+    """Wait until ``waiter`` (a ``pjrt_shim_waiter*``) fires; raise the event's error.
+
+    A signal handler's exception (``KeyboardInterrupt``) raised between slices abandons the
+    wait; the C side frees the waiter when the event fires.
+    """
+    try:
+        while not lib.pjrt_shim_waiter_wait(waiter, WAIT_SLICE_MS):
+            pass
+    finally:
+        error = lib.pjrt_shim_waiter_finish(waiter)
+    if error != _NULL:
+        raise consume(api, error)
+
+
+def wait_event(api: Api, event) -> None:
+    """Wait for ``event`` (a ``PJRT_Event*``, which this frees) and raise its error."""
+    if not api.has("PJRT_Event_OnReady"):
+        lib.pjrt_shim_event_await_and_destroy(api.table, event)  # cannot be sliced
+        return
+    error_out = ffi.new("PJRT_Error **")
+    waiter = lib.pjrt_shim_waiter_start(api.table, event, error_out)
+    if waiter == _NULL:
+        if error_out[0] != _NULL:
+            raise consume(api, error_out[0])
+        raise MemoryError("out of host memory while waiting for the plugin")
+    wait_for_waiter(api, waiter)
+
+
+def wait_buffer_ready(api: Api, buffer) -> None:
+    """Wait until ``buffer``'s value is computed; raise the computation's error."""
+    if not api.has("PJRT_Event_OnReady"):
+        error = lib.pjrt_shim_buffer_await_ready(api.table, buffer)
+        if error != _NULL:
+            raise consume(api, error)
+        return
+    waiter_out = ffi.new("pjrt_shim_waiter **")
+    error_out = ffi.new("PJRT_Error **")
+    ready = lib.pjrt_shim_buffer_ready_waiter(api.table, buffer, waiter_out, error_out)
+    if ready:
+        if error_out[0] != _NULL:
+            raise consume(api, error_out[0])
+        return
+    wait_for_waiter(api, waiter_out[0])
+
+
+#: Stack of the compile threads. XLA's compiler recurses once per nested region of a
+#: program; a program of ~800 nested conditionals overflows a default 8 MiB thread stack.
+#: Only the pages a compile touches are ever backed by memory.
+COMPILE_STACK_BYTES = 1 << 30
+
+
+class _Worker:
+    """One thread with a large stack that runs submitted functions in order."""
+
+    def __init__(self, name: str, stack_bytes: int):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        previous = threading.stack_size()
+        try:
+            threading.stack_size(stack_bytes)
+            self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+            self._thread.start()
+        finally:
+            threading.stack_size(previous)
+
+    def _run(self) -> None:
+        while True:
+            job = self._jobs.get()
+            job()
+
+    def submit(self, job: Callable[[], None]) -> None:
+        self._jobs.put(job)
+
+
+_workers: list[_Worker] = []
+_workers_lock = threading.Lock()
+_idle_workers: list[_Worker] = []
+
+
+def _take_worker() -> _Worker:
+    with _workers_lock:
+        if _idle_workers:
+            return _idle_workers.pop()
+        worker = _Worker(f"pjrt-compile-{len(_workers)}", COMPILE_STACK_BYTES)
+        _workers.append(worker)
+        return worker
+
+
+def _return_worker(worker: _Worker) -> None:
+    with _workers_lock:
+        _idle_workers.append(worker)
+
+
+def run_on_compile_thread(handle, ticket: int, work: Callable[[], T],
+                          abandon: Callable[[T], None]) -> T:
+    """Run ``work()`` on a large-stack thread and return its result; the caller waits so that
+    Ctrl-C interrupts the caller, not the work.
+
+    ``ticket`` is the caller's running call on ``handle`` (a
+    :class:`~pjrt.handles.ClientHandle`), which keeps the client alive for the work. When this
+    returns, the caller still holds the ticket (to wrap the result before ending it); when it
+    raises, the ticket has been taken care of: ended, or, if the caller was interrupted while
+    the work goes on, ended by the worker after ``abandon(result)`` has freed whatever
+    ``work`` returned (an exception ``work`` raises is then dropped).
+    """
+    worker = _take_worker()
+    done = threading.Event()
+    outcome: dict = {}
+    lock = threading.Lock()
+
+    def job() -> None:
+        try:
+            outcome["value"] = work()
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting caller
+            outcome["error"] = error
+        finally:
+            with lock:
+                abandoned = outcome.get("abandoned", False)
+                done.set()
+            if abandoned:
+                _abandon(outcome, abandon)
+                handle.end(ticket)
+            _return_worker(worker)
+
+    worker.submit(job)
+    try:
+        while not done.wait(WAIT_SLICE_MS / 1000):
+            pass
+    except BaseException:
+        with lock:
+            finished = done.is_set()
+            outcome["abandoned"] = not finished
+        if finished:  # the result came with the signal: free it here
+            _abandon(outcome, abandon)
+            handle.end(ticket)
+        raise
+    if "error" in outcome:
+        handle.end(ticket)
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def _abandon(outcome: dict, abandon: Callable) -> None:
+    if "value" in outcome:
+        try:
+            abandon(outcome["value"])
+        except Exception:  # noqa: BLE001 - nobody is waiting for this result
+            pass
