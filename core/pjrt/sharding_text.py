@@ -574,13 +574,18 @@ def _main_signature(program_text: str) -> tuple[dict, list, list]:
 _TENSOR_TYPE = re.compile(r"tensor<([^>]*)>")
 
 
+# A ranked tensor type's leading dimensions, each "<size>x" ("?" for a dynamic one); what
+# follows is the element type, which may itself hold an "x" (complex<f32>).
+_TENSOR_DIMS = re.compile(r"tensor<((?:(?:\d+|\?)x)*)")
+
+
 def _tensor_shape(piece: str | None) -> tuple | None:
-    match = _TENSOR_TYPE.search(piece or "")
-    if match is None:
-        return None
-    dims = match.group(1).split("x")[:-1]  # the last part is the element type
-    if any(not d.isdigit() for d in dims):
-        return None  # dynamic ("?") or unusual: unknown
+    match = _TENSOR_DIMS.search(piece or "")
+    if match is None or piece.startswith("*", match.end()):
+        return None  # not a tensor, or unranked
+    dims = match.group(1).split("x")[:-1]
+    if "?" in dims:
+        return None  # dynamic: unknown
     return tuple(int(d) for d in dims)
 
 
