@@ -1,4 +1,7 @@
-"""Mesh, PartitionSpec and the Sharding classes, judged against jax 0.10.2 on 8 CPU devices."""
+"""Mesh, PartitionSpec, the Sharding classes and their program annotations (pjrt.mesh,
+pjrt.sharding, pjrt.sharding_annotations), judged against jax 0.10.2 on 8 CPU devices.
+
+The text parsing beneath them has its own tests, in test_sharding_text.py."""
 from __future__ import annotations
 
 import itertools
@@ -20,10 +23,12 @@ import pjrt
 from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT, cpu_plugin_path
 from pjrt.hlo_sharding import HloSharding
 from pjrt.sharding import (GSPMDSharding, IndivisibleError, Mesh, NamedSharding, P,
-                           PartitionSpec, SingleDeviceSharding, sharding_from_mhlo_text,
+                           PartitionSpec, SingleDeviceSharding,
+                           check_and_canonicalize_memory_kind, check_spec_axes,
+                           hlo_sharding_from_sdy, partition_spec_from_sdy,
+                           sdy_sharding_from_spec, sharding_from_mhlo_text,
                            spec_to_hlo_sharding)
-from pjrt.sharding_text import (SdyDim, SdyMesh, parse_program_shardings, parse_sdy_mesh,
-                                parse_sdy_sharding)
+from pjrt.sharding_text import SdyMesh, parse_program_shardings, parse_sdy_sharding
 
 jax = pytest.importorskip("jax")
 js = pytest.importorskip("jax.sharding")
@@ -331,6 +336,23 @@ def test_memory_kind_is_canonicalised_like_jax(devices, jax_devices):
     assert single.with_memory_kind("unpinned_host").memory_kind == "unpinned_host"
 
 
+def test_check_and_canonicalize_memory_kind_matches_jaxlib(devices, jax_devices):
+    ours = pjrt.DeviceList(devices)
+    theirs = xc.DeviceList(tuple(jax_devices[i] for i in range(8)))
+    for kind in (None, "device", "pinned_host", "unpinned_host"):
+        assert check_and_canonicalize_memory_kind(kind, ours) == \
+            xc.check_and_canonicalize_memory_kind(kind, theirs)
+    # A sequence of devices does as well as a DeviceList.
+    assert check_and_canonicalize_memory_kind(None, devices[:2]) == \
+        check_and_canonicalize_memory_kind(None, ours)
+    with pytest.raises(ValueError):
+        xc.check_and_canonicalize_memory_kind("hbm", theirs)
+    with pytest.raises(ValueError, match=r"'hbm'.*device, pinned_host, unpinned_host"):
+        check_and_canonicalize_memory_kind("hbm", ours)
+    with pytest.raises(TypeError, match="memory_kind"):
+        check_and_canonicalize_memory_kind(3, ours)
+
+
 # --------------------------------------------------------------------------
 # SingleDeviceSharding and GSPMDSharding
 # --------------------------------------------------------------------------
@@ -449,61 +471,65 @@ def test_sdy_text_matches_jax_lowering(devices, jax_devices, shape, names, specs
         ours = NamedSharding(mesh, P(*spec))
         assert ours.to_sdy_text(2) in text
         assert parsed.mesh_name == "mesh"
-        assert parsed.to_hlo_sharding() == ours.to_hlo_sharding(2)
-        assert parsed.to_partition_spec() == P(*spec).normalized(2)
+        assert hlo_sharding_from_sdy(parsed) == ours.to_hlo_sharding(2)
+        assert partition_spec_from_sdy(parsed) == P(*spec).normalized(2)
+        assert str(sdy_sharding_from_spec(mesh, P(*spec), 2)) == ours.to_sdy_text(2)
         assert NamedSharding.from_sdy_text(ours.to_sdy_text(2), mesh).is_equivalent_to(ours, 2)
 
 
-def test_parse_sdy_sharding_forms():
+def test_sdy_shardings_convert_like_xla():
     meshes = {"mesh": (("x", "y", "z"), (2, 2, 2))}
     parsed = parse_sdy_sharding('#sdy.sharding<@mesh, [{"x", ?}, {?}, {"y", "z"}p1, {}]>',
                                 meshes)
-    assert parsed.dims == (SdyDim(("x",), True), SdyDim((), True), SdyDim(("y", "z")),
-                           SdyDim(()))
-    assert parsed.to_partition_spec() == P("x", P.UNCONSTRAINED, ("y", "z"), None)
-    assert str(parsed.to_hlo_sharding()) == "{devices=[2,1,4,1]<=[8]}"
+    assert partition_spec_from_sdy(parsed) == P("x", P.UNCONSTRAINED, ("y", "z"), None)
+    assert str(hlo_sharding_from_sdy(parsed)) == "{devices=[2,1,4,1]<=[8]}"
     replicated = parse_sdy_sharding('#sdy.sharding<@mesh, [{"x"}], replicated={"y"}>', meshes)
-    assert replicated.replicated_axes == ("y",)
-    assert str(replicated) == '#sdy.sharding<@mesh, [{"x"}], replicated={"y"}>'
-    assert str(replicated.to_hlo_sharding()) == "{devices=[2,4]<=[8] last_tile_dim_replicate}"
+    assert partition_spec_from_sdy(replicated) == P("x")
+    assert str(hlo_sharding_from_sdy(replicated)) == \
+        "{devices=[2,4]<=[8] last_tile_dim_replicate}"
     inline = parse_sdy_sharding('#sdy.sharding<mesh<["x"=2, "y"=4]>, [{"y"}, {}]>', {})
-    assert inline.mesh_name is None and inline.mesh == SdyMesh(("x", "y"), (2, 4))
-    assert str(inline.to_hlo_sharding()) == "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"
+    assert str(hlo_sharding_from_sdy(inline)) == \
+        "{devices=[4,1,2]<=[2,4]T(1,0) last_tile_dim_replicate}"
     ordered = parse_sdy_sharding('#sdy.sharding<@m, [{"x"}]>',
                                  {"m": SdyMesh(("x",), (4,), (3, 1, 0, 2))})
-    assert str(ordered.to_hlo_sharding()) == "{devices=[4]3,1,0,2}"
+    assert str(hlo_sharding_from_sdy(ordered)) == "{devices=[4]3,1,0,2}"
     maximal = parse_sdy_sharding("#sdy.sharding<@m, [{}, {}]>", {"m": SdyMesh((), (), (5,))})
-    assert str(maximal.to_hlo_sharding()) == "{maximal device=5}"
+    assert str(hlo_sharding_from_sdy(maximal)) == "{maximal device=5}"
     unreduced = parse_sdy_sharding('#sdy.sharding<@mesh, [{"x"}], unreduced={"y"}>', meshes)
     # As jax lowers it: x tiles, then the z (replicated) and y (unreduced) subgroups,
     # which XLA reorders to unreduced first.
     theirs = xc.HloSharding.iota_tile([2, 2, 2], [2, 2, 2], [0, 2, 1],
                                       [xc.OpSharding.Type.REPLICATED, xc.OpSharding.Type.UNREDUCED])
-    assert str(unreduced.to_hlo_sharding()) == str(theirs)
+    assert str(hlo_sharding_from_sdy(unreduced)) == str(theirs)
+    with pytest.raises(TypeError, match="SdySharding"):
+        partition_spec_from_sdy(P("x"))
+    with pytest.raises(TypeError, match="SdySharding"):
+        hlo_sharding_from_sdy("#sdy.sharding<@mesh, [{}]>")
 
 
-@pytest.mark.parametrize("text,message", [
-    ('#sdy.sharding<@other, [{"x"}]>', "@other"),
-    ('#sdy.sharding<@mesh, [{"w"}]>', "'w'"),
-    ('#sdy.sharding<@mesh, [{"x"}, {"x"}]>', "more than once"),
-    ('#sdy.sharding<@mesh, [{"x":(1)2}]>', "sub-axes"),
-    ('#sdy.sharding<@mesh, [{?, "x"}]>', "after the axes"),
-    ('#sdy.sharding<@mesh, [{"x"}]', "end of text"),
-    ('#sdy.sharding<@mesh, [{"x"}], sideways={}>', "sideways"),
-])
-def test_parse_sdy_sharding_errors(text, message):
-    with pytest.raises(ValueError, match=re.escape(message)):
-        parse_sdy_sharding(text, {"mesh": (("x", "y"), (2, 4))})
+def test_sdy_sharding_from_spec(devices):
+    mesh = Mesh(np.array(devices).reshape(2, 4), ("x", "y"))
+    sharding = sdy_sharding_from_spec(mesh, P(("y", "x"), P.UNCONSTRAINED), 3, mesh_name="m")
+    assert str(sharding) == '#sdy.sharding<@m, [{"y", "x"}, {?}, {}]>'
+    assert sharding.mesh == SdyMesh(("x", "y"), (2, 4))
+    assert hlo_sharding_from_sdy(sharding) == NamedSharding(mesh, P(("y", "x"))).to_hlo_sharding(3)
+    assert str(sdy_sharding_from_spec(mesh, P())) == "#sdy.sharding<@mesh, []>"
+    with pytest.raises(ValueError, match=r"2 entries, more than the array's rank 1"):
+        sdy_sharding_from_spec(mesh, P("x", "y"), 1)
+    with pytest.raises(ValueError, match="'z'"):
+        sdy_sharding_from_spec(mesh, P("z"))
+    with pytest.raises(ValueError, match="mesh name"):
+        sdy_sharding_from_spec(mesh, P("x"), mesh_name="")
+    with pytest.raises(ValueError, match="more than the array's rank 1"):
+        NamedSharding(mesh, P("x", "y")).to_sdy_text(1)
 
 
-def test_parse_sdy_mesh():
-    assert parse_sdy_mesh('sdy.mesh @mesh = <["x"=2, "y"=4]> {stablehlo.mesh = {}}') == \
-        SdyMesh(("x", "y"), (2, 4))
-    assert parse_sdy_mesh('<["a"=4], device_ids=[3, 2, 1, 0]>') == \
-        SdyMesh(("a",), (4,), (3, 2, 1, 0))
-    assert parse_sdy_mesh("<[], device_ids=[3]>") == SdyMesh((), (), (3,))
-    with pytest.raises(ValueError):
-        parse_sdy_mesh('<["a"=4], device_ids=[0, 1]>')
+def test_check_spec_axes():
+    check_spec_axes(P("x", ("y", "z"), None, P.UNCONSTRAINED), ("x", "y", "z"))
+    with pytest.raises(ValueError, match=r"names axis 'w'.*\('x', 'y'\)"):
+        check_spec_axes(P("w"), ["x", "y"])
+    with pytest.raises(ValueError, match="'x' more than once"):
+        check_spec_axes(P("x", "x"), ("x",))
 
 
 def test_from_sdy_text_checks_the_mesh(devices):
@@ -535,32 +561,24 @@ def test_program_shardings_match_the_manifest(info):
     inputs, outputs = parse_program_shardings((FIXTURES / info["file"]).read_text())
 
     def as_text(parsed):
-        return str(parsed if isinstance(parsed, HloSharding) else parsed.to_hlo_sharding())
+        return str(parsed if isinstance(parsed, HloSharding) else hlo_sharding_from_sdy(parsed))
     assert [as_text(s) for s in inputs] == info["jax_input_hlo_shardings"]
     assert [as_text(s) for s in outputs] == info["jax_output_hlo_shardings"]
 
 
-def test_program_shardings_on_plain_signatures():
-    text = """
-    module {
-      sdy.mesh @"odd mesh" = <["x"=8]>
-      func.func public @main(%a: tensor<8xf32>,
-          %b: tensor<8xf32> {sdy.sharding = #sdy.sharding<@"odd mesh", [{"x"}]>} loc("b"))
-          -> tensor<8xf32> {
-        return %a : tensor<8xf32>
-      }
-    }"""
-    inputs, outputs = parse_program_shardings(text)
-    assert inputs[0] is None and inputs[1].mesh_name == "odd mesh" and outputs == (None,)
-    text = ('func.func public @main(%a: tensor<4xf32> {mhlo.sharding = "{devices=[4]<=[4]}", '
-            'mhlo.other = "x,y"}) -> (tensor<4xf32> {mhlo.sharding = "{replicated}"}, '
-            'tensor<f32>) {')
-    inputs, outputs = parse_program_shardings(text)
-    assert inputs == (HloSharding.iota_tile((4,)),)
-    assert outputs == (HloSharding.replicate(), None)
-    assert parse_program_shardings("func.func public @main() {") == ((), ())
-    with pytest.raises(ValueError, match="@main"):
-        parse_program_shardings("func.func private @helper() {")
-    with pytest.raises(ValueError, match="not defined"):
-        parse_program_shardings('func.func public @main(%a: tensor<8xf32> '
-                                '{sdy.sharding = #sdy.sharding<@mesh, [{"x"}]>}) {')
+# --------------------------------------------------------------------------
+# Module layout
+# --------------------------------------------------------------------------
+
+def test_sharding_names_are_importable_from_pjrt_sharding():
+    import pickle
+
+    from pjrt import mesh, sharding, sharding_annotations
+    for name in pjrt._LAZY["sharding"]:
+        assert getattr(pjrt, name) is getattr(sharding, name)
+    for module in (mesh, sharding_annotations):
+        for name in module.__all__:
+            assert getattr(sharding, name) is getattr(module, name), name
+    assert sharding.UNCONSTRAINED is P.UNCONSTRAINED
+    spec = P("x", P.UNCONSTRAINED, ("y", "z"))
+    assert pickle.loads(pickle.dumps(spec)) == spec

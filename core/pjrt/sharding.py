@@ -5,9 +5,13 @@ The names and behaviour follow jax's (``jax.sharding``):
 * :class:`Mesh`: an n-d array of devices with a name per axis;
 * :class:`PartitionSpec` (alias :data:`P`): for each array dimension, the mesh axes that
   split it (``P('x', None)``, ``P(('x', 'y'))``);
-* :class:`NamedSharding` (a mesh and a spec), :class:`SingleDeviceSharding` and
-  :class:`GSPMDSharding` (devices plus an :class:`~pjrt.hlo_sharding.HloSharding`), all
-  :class:`Sharding`\\ s.
+* :class:`NamedSharding` (a mesh and a spec), :class:`SingleDeviceSharding`,
+  :class:`GSPMDSharding` (devices plus an :class:`~pjrt.hlo_sharding.HloSharding`) and
+  :class:`PmapSharding`, all :class:`Sharding`\\ s.
+
+``Mesh`` and ``PartitionSpec`` are defined in :mod:`pjrt.mesh` and the conversions to and
+from program annotations in :mod:`pjrt.sharding_annotations`; this module re-exports them,
+so ``pjrt.sharding`` is the one place to import sharding names from.
 
 Every sharding answers the same questions (which devices, which slice of the array on
 each, what shape a shard has) from one representation: its ``HloSharding`` for the array's
@@ -15,14 +19,13 @@ rank. A ``NamedSharding`` gets it from :func:`spec_to_hlo_sharding`, a pure cach
 so ``shard_shape`` and ``devices_indices_map`` cannot disagree with each other or with what
 a compiled program is told.
 
-The text forms a StableHLO program carries are here too: Shardy's ``#sdy.sharding<...>``
-and ``sdy.mesh`` (:meth:`NamedSharding.to_sdy_text`, :func:`parse_sdy_sharding`), GSPMD's
-``mhlo.sharding`` strings (:meth:`Sharding.to_mhlo_text`, :func:`sharding_from_mhlo_text`),
-and :func:`parse_program_shardings`, which reads them off a module's ``main`` signature.
+The text forms a StableHLO program carries: Shardy's ``#sdy.sharding<...>`` and
+``sdy.mesh`` (:meth:`NamedSharding.to_sdy_text`, :meth:`NamedSharding.from_sdy_text`),
+GSPMD's ``mhlo.sharding`` strings (:meth:`Sharding.to_mhlo_text`,
+:func:`sharding_from_mhlo_text`); :mod:`pjrt.sharding_text` parses them out of a program.
 """
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 import weakref
@@ -34,11 +37,17 @@ from .device import Device
 from .device_list import DeviceList
 from .errors import XlaRuntimeError
 from .hlo_sharding import HloSharding, OpShardingType
+from .mesh import UNCONSTRAINED, Mesh, P, PartitionSpec, check_spec_axes
+from .sharding_annotations import (hlo_sharding_from_sdy, partition_spec_from_sdy,
+                                   partition_spec_from_sdy_text, sdy_sharding_from_spec,
+                                   spec_to_hlo_sharding)
 
 __all__ = [
     "GSPMDSharding", "IndivisibleError", "Mesh", "NamedSharding", "P", "PartitionSpec",
-    "PmapSharding", "Sharding", "SingleDeviceSharding", "sharding_from_mhlo_text",
-    "spec_to_hlo_sharding",
+    "PmapSharding", "Sharding", "SingleDeviceSharding", "UNCONSTRAINED",
+    "check_and_canonicalize_memory_kind", "check_spec_axes", "hlo_sharding_from_sdy",
+    "partition_spec_from_sdy", "partition_spec_from_sdy_text", "sdy_sharding_from_spec",
+    "sharding_from_mhlo_text", "spec_to_hlo_sharding",
 ]
 
 Index = tuple  # of slices, one per array dimension
@@ -46,413 +55,6 @@ Index = tuple  # of slices, one per array dimension
 
 class IndivisibleError(ValueError):
     """An array dimension is not a multiple of the number of shards along it."""
-
-
-# --------------------------------------------------------------------------
-# PartitionSpec
-# --------------------------------------------------------------------------
-
-class _Unconstrained:
-    """The ``P.UNCONSTRAINED`` marker: the compiler may shard this dimension as it likes."""
-
-    _instance = None
-
-    def __new__(cls):
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "UNCONSTRAINED"
-
-    def __reduce__(self):
-        return (_Unconstrained, ())
-
-
-UNCONSTRAINED = _Unconstrained()
-
-
-def _canonical_entry(entry):
-    # jax's normalisation: a list is a tuple, a one-axis tuple is the axis, () is None.
-    if entry is None or entry is UNCONSTRAINED:
-        return entry
-    if isinstance(entry, str):
-        return entry
-    if isinstance(entry, (tuple, list)):
-        names = tuple(entry)
-        for name in names:
-            if not isinstance(name, str):
-                raise TypeError(f"PartitionSpec axis names are str, got {name!r} in {entry!r}")
-        if not names:
-            return None
-        return names[0] if len(names) == 1 else names
-    raise TypeError(f"a PartitionSpec entry is None, an axis name or a tuple of axis names, "
-                    f"got {entry!r}")
-
-
-class PartitionSpec:
-    """Which mesh axes split each dimension of an array.
-
-    Entry ``i`` is None (dimension ``i`` is not split), an axis name (split over that mesh
-    axis), or a tuple of names (split over their product, the first name major); dimensions
-    past the last entry are not split. ``P.UNCONSTRAINED`` leaves the choice to the compiler.
-
-    Entries are normalised as jax does: lists become tuples, a one-name tuple is the name
-    and an empty tuple is None, so ``P(('x',)) == P('x')``. Trailing Nones are kept, and
-    as in jax ``P('x') != P('x', None)`` (use :meth:`Sharding.is_equivalent_to` to compare
-    layouts).
-
-    Raises:
-      TypeError: an entry is not None, a str or a tuple of str.
-    """
-
-    __slots__ = ("_partitions", "_hash")
-    UNCONSTRAINED = UNCONSTRAINED
-
-    def __init__(self, *partitions):
-        object.__setattr__(self, "_partitions", tuple(_canonical_entry(p) for p in partitions))
-        object.__setattr__(self, "_hash", hash(self._partitions))
-
-    def __setattr__(self, name, value):
-        raise AttributeError("PartitionSpec is immutable")
-
-    @property
-    def partitions(self) -> tuple:
-        """The normalised entries."""
-        return self._partitions
-
-    def __len__(self) -> int:
-        return len(self._partitions)
-
-    def __iter__(self):
-        return iter(self._partitions)
-
-    def __getitem__(self, index):
-        return self._partitions[index]
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, PartitionSpec):
-            return NotImplemented
-        return self._partitions == other._partitions
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __repr__(self) -> str:
-        return f"P({repr(self._partitions)[1:-1]})"
-
-    def __reduce__(self):
-        return (PartitionSpec, self._partitions)
-
-    def axis_names(self) -> tuple[str, ...]:
-        """The mesh axes this spec uses, in order of appearance."""
-        names = []
-        for entry in self._partitions:
-            if isinstance(entry, str):
-                names.append(entry)
-            elif isinstance(entry, tuple):
-                names.extend(entry)
-        return tuple(names)
-
-    def normalized(self, ndim: int) -> "PartitionSpec":
-        """This spec padded with None to ``ndim`` entries, UNCONSTRAINED read as None.
-
-        Raises:
-          ValueError: the spec has more than ``ndim`` entries.
-        """
-        if len(self) > ndim:
-            raise ValueError(f"PartitionSpec {self} has {len(self)} entries, more than the "
-                             f"array's rank {ndim}")
-        entries = [None if e is UNCONSTRAINED else e for e in self._partitions]
-        return PartitionSpec(*entries, *([None] * (ndim - len(entries))))
-
-
-P = PartitionSpec
-
-
-# --------------------------------------------------------------------------
-# Mesh
-# --------------------------------------------------------------------------
-
-class Mesh:
-    """An n-d array of devices with one name per axis.
-
-    Args:
-      devices: a numpy array (any rank, dtype object) or nested lists of
-        :class:`~pjrt.Device`\\ s of one client, each at most once.
-      axis_names: one str per dimension of ``devices`` (a single str for a 1-d mesh).
-
-    A mesh is immutable, hashable, and equal to another with the same names and the same
-    devices in the same places. A mesh with no devices is :attr:`empty`.
-
-    Raises:
-      TypeError: an element is not a Device, or a name is not a str.
-      ValueError: the names repeat or do not match the rank, a device appears twice, the
-        devices belong to different clients, or the nested lists are ragged.
-    """
-
-    __slots__ = ("_devices", "_axis_names", "_flat", "_hash", "_device_list",
-                 "__weakref__")
-
-    def __init__(self, devices, axis_names: Union[str, Sequence[str]]):
-        if isinstance(axis_names, str):
-            axis_names = (axis_names,)
-        axis_names = tuple(axis_names)
-        for name in axis_names:
-            if not isinstance(name, str):
-                raise TypeError(f"mesh axis names must be str, got {name!r} in {axis_names}")
-        if len(set(axis_names)) != len(axis_names):
-            repeated = sorted({n for n in axis_names if axis_names.count(n) > 1})
-            raise ValueError(f"mesh axis names must be unique; {axis_names} repeats "
-                             f"{', '.join(map(repr, repeated))}")
-        try:
-            array = np.array(devices, dtype=object)
-        except ValueError as error:
-            raise ValueError(f"mesh devices must form a rectangular array: {error}") from None
-        if any(isinstance(e, (list, tuple, np.ndarray)) for e in array.flat):
-            raise ValueError("mesh devices must form a rectangular array; the nested lists "
-                             "are ragged")
-        if array.ndim != len(axis_names):
-            raise ValueError(f"a mesh needs one axis name per dimension of its devices: the "
-                             f"devices have shape {array.shape} ({array.ndim} dimensions) "
-                             f"but the axis names are {axis_names}")
-        flat = tuple(array.flat)
-        if array.ndim == 0 and flat == (None,):
-            flat = ()   # jax's spelling of the empty mesh: a 0-d array holding None
-        for element in flat:
-            if not isinstance(element, Device):
-                raise TypeError(f"mesh devices must be pjrt Devices, got "
-                                f"{type(element).__name__} ({element!r})")
-        if len(set(flat)) != len(flat):
-            repeated = sorted({str(d) for d in flat if flat.count(d) > 1})
-            raise ValueError(f"a mesh cannot hold a device twice: {', '.join(repeated)} "
-                             f"appear more than once")
-        if len({id(d.client) for d in flat}) > 1:
-            raise ValueError("a mesh cannot mix devices of different clients")
-        array.setflags(write=False)
-        init = object.__setattr__     # the mesh is immutable once built
-        init(self, "_devices", array)
-        init(self, "_axis_names", axis_names)
-        init(self, "_flat", flat)
-        init(self, "_hash", hash((axis_names, array.shape, flat)))
-        init(self, "_device_list", None)
-
-    # ----- properties -----------------------------------------------------
-
-    @property
-    def devices(self) -> np.ndarray:
-        """The devices, a read-only object array shaped like the mesh."""
-        return self._devices
-
-    @property
-    def axis_names(self) -> tuple[str, ...]:
-        """One name per mesh dimension."""
-        return self._axis_names
-
-    @property
-    def axis_sizes(self) -> tuple[int, ...]:
-        """The size of each mesh dimension (the devices' shape)."""
-        return self._devices.shape
-
-    @property
-    def shape(self) -> dict[str, int]:
-        """Axis name to size, in axis order (a fresh dict each time)."""
-        return dict(zip(self._axis_names, self.axis_sizes))
-
-    @property
-    def shape_tuple(self) -> tuple[tuple[str, int], ...]:
-        """``((name, size), ...)`` in axis order."""
-        return tuple(zip(self._axis_names, self.axis_sizes))
-
-    @property
-    def size(self) -> int:
-        """Number of devices."""
-        return len(self._flat)
-
-    @property
-    def empty(self) -> bool:
-        """Whether the mesh has no devices."""
-        return not self._flat
-
-    @property
-    def device_ids(self) -> np.ndarray:
-        """The devices' ids, a read-only int array shaped like the mesh.
-
-        Raises:
-          ValueError: the mesh is empty.
-        """
-        if self.empty:
-            raise ValueError("an empty mesh has no device ids")
-        ids = np.array([d.id for d in self._flat], dtype=np.int64).reshape(self._devices.shape)
-        ids.setflags(write=False)
-        return ids
-
-    @property
-    def local_devices(self) -> list[Device]:
-        """The devices this process can address, in mesh order."""
-        return [d for d in self._flat if d.is_addressable]
-
-    @property
-    def device_list(self) -> DeviceList:
-        """The devices in row-major mesh order, which is the order an executable uses.
-
-        Raises:
-          ValueError: the mesh is empty.
-        """
-        if self._device_list is None:
-            object.__setattr__(self, "_device_list", DeviceList(self._flat))
-        return self._device_list
-
-    @property
-    def _flat_devices_tuple(self) -> tuple[Device, ...]:
-        return self._flat
-
-    # ----- identity and text ----------------------------------------------
-
-    def __eq__(self, other) -> bool:
-        if not isinstance(other, Mesh):
-            return NotImplemented
-        return self is other or (self._axis_names == other._axis_names
-                                 and self._devices.shape == other._devices.shape
-                                 and self._flat == other._flat)
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __setattr__(self, name, value):
-        raise AttributeError("Mesh is immutable")
-
-    def __str__(self) -> str:
-        if self.empty:
-            return "Mesh()"
-        return "Mesh(" + ", ".join(f"{n!r}: {s}" for n, s in self.shape_tuple) + ")"
-
-    def __repr__(self) -> str:
-        return f"Mesh(axis_sizes={self.axis_sizes}, axis_names={self._axis_names!r})"
-
-    def to_sdy_text(self, name: str = "mesh") -> str:
-        """The Shardy mesh definition, e.g. ``sdy.mesh @mesh = <["x"=2, "y"=4]>``.
-
-        The device order is not part of it: as in jax's lowering, a program names devices
-        by mesh position, and the executable's device assignment
-        (``NamedSharding._device_assignment``) maps positions to devices.
-        """
-        from .sharding_text import _sdy_mesh_body, _symbol
-
-        return f"sdy.mesh @{_symbol(name)} = {_sdy_mesh_body(self.shape_tuple, None)}"
-
-
-# --------------------------------------------------------------------------
-# Lowering a spec to an HloSharding
-# --------------------------------------------------------------------------
-
-def _spec_error(spec, axis_names, message: str) -> ValueError:
-    return ValueError(f"PartitionSpec {spec} {message} (mesh axes: {axis_names})")
-
-
-def _check_spec(spec: PartitionSpec, axis_names: tuple) -> None:
-    seen = set()
-    for name in spec.axis_names():
-        if name not in axis_names:
-            raise _spec_error(spec, axis_names, f"names axis {name!r}, which is not in the mesh")
-        if name in seen:
-            raise _spec_error(spec, axis_names, f"uses mesh axis {name!r} more than once")
-        seen.add(name)
-
-
-def spec_to_hlo_sharding(axis_names: Sequence[str], axis_sizes: Sequence[int],
-                         spec: PartitionSpec, ndim: int, *,
-                         unreduced_axes: Iterable[str] = (), manual_axes: Iterable[str] = (),
-                         device_ids: Optional[Sequence[int]] = None) -> HloSharding:
-    """The HloSharding of a rank-``ndim`` array split by ``spec`` over a mesh, as jax
-    lowers a ``NamedSharding``.
-
-    Devices are named by their row-major position in the mesh (the executable's device
-    assignment lists the mesh's devices in that order). Axes of size one are dropped
-    first. Each array dimension is cut into the product of its axes' sizes; mesh axes the
-    spec does not use become one trailing replicated subgroup (manual and unreduced axes
-    their own subgroups); the ids are the mesh positions reshaped to the mesh shape and
-    transposed so that each dimension's axes come in spec order. On a 2x4 mesh
-    ``('x', 'y')``, for a rank-2 array::
-
-        P('x', 'y')  ->  {devices=[2,4]<=[8]}
-        P('y', 'x')  ->  {devices=[4,2]<=[2,4]T(1,0)}
-        P('x')       ->  {devices=[2,1,4]<=[8] last_tile_dim_replicate}
-        P()          ->  {replicated}
-
-    (as jax 0.10.2 prints them). The result is cached: the arguments are plain values.
-
-    Args:
-      axis_names, axis_sizes: the mesh's axes.
-      spec: a :class:`PartitionSpec` over those axes.
-      ndim: the array's rank.
-      unreduced_axes, manual_axes: mesh axes in an unreduced or manual subgroup.
-      device_ids: a mesh whose positions are not ``0..n-1`` in order (Shardy's
-        ``device_ids=[...]``): the id at each position, row-major.
-
-    Raises:
-      ValueError: the spec names an axis not in the mesh, uses one twice, or has more
-        entries than ``ndim``; or the axis names and sizes do not match.
-      TypeError: ``spec`` is not a PartitionSpec.
-    """
-    if not isinstance(spec, PartitionSpec):
-        raise TypeError(f"spec must be a PartitionSpec, got {type(spec).__name__}")
-    return _lower(tuple(axis_names), tuple(int(s) for s in axis_sizes), spec, int(ndim),
-                  frozenset(unreduced_axes), frozenset(manual_axes),
-                  None if device_ids is None else tuple(int(i) for i in device_ids))
-
-
-@functools.lru_cache(maxsize=4096)
-def _lower(axis_names: tuple, axis_sizes: tuple, spec: PartitionSpec, ndim: int,
-           unreduced: frozenset, manual: frozenset,
-           device_ids: Optional[tuple]) -> HloSharding:
-    if len(axis_names) != len(axis_sizes):
-        raise ValueError(f"mesh axis names {axis_names} and sizes {axis_sizes} differ in length")
-    _check_spec(spec, axis_names)
-    if len(spec) > ndim:
-        raise _spec_error(spec, axis_names, f"has {len(spec)} entries, more than the array's "
-                                            f"rank {ndim}")
-    for name in unreduced | manual:
-        if name not in axis_names:
-            raise ValueError(f"axis {name!r} is not in the mesh axes {axis_names}")
-    # Axes of size one split nothing; jax drops them before lowering.
-    kept = [(n, s) for n, s in zip(axis_names, axis_sizes) if s != 1]
-    position = {name: i for i, (name, _) in enumerate(kept)}
-    size_of = dict(kept)
-
-    dims = [1] * ndim
-    permutation = []
-    for dim, entry in enumerate(spec.partitions):
-        if entry is None or entry is UNCONSTRAINED:
-            continue
-        for name in (entry,) if isinstance(entry, str) else entry:
-            if name in size_of:
-                dims[dim] *= size_of[name]
-                permutation.append(position[name])
-    used = set(permutation)
-    subgroup_axes: dict[OpShardingType, list[int]] = {}
-    for i, (name, _) in enumerate(kept):
-        if i in used:
-            continue
-        kind = (OpShardingType.MANUAL if name in manual else
-                OpShardingType.UNREDUCED if name in unreduced else OpShardingType.REPLICATED)
-        subgroup_axes.setdefault(kind, []).append(i)
-    if not used and set(subgroup_axes) <= {OpShardingType.REPLICATED}:
-        if device_ids is not None and not axis_names:
-            return HloSharding.maximal(device_ids[0])
-        return HloSharding.replicate()
-    subgroup_types = []
-    for kind in sorted(subgroup_axes):      # by enum value, as jax orders them
-        subgroup_types.append(kind)
-        dims.append(math.prod(kept[i][1] for i in subgroup_axes[kind]))
-        permutation.extend(subgroup_axes[kind])
-    reshape_dims = [s for _, s in kept]
-    if device_ids is None:
-        return HloSharding.iota_tile(dims, reshape_dims, permutation,
-                                     subgroup_types=subgroup_types)
-    ids = np.asarray(device_ids, dtype=np.int64).reshape(reshape_dims)
-    return HloSharding.tiled(ids.transpose(permutation).reshape(dims),
-                             subgroup_types=subgroup_types)
 
 
 # --------------------------------------------------------------------------
@@ -566,18 +168,39 @@ def _memory_kinds(devices: Iterable[Device]) -> tuple[Optional[str], tuple[str, 
     return None, ()
 
 
-def _canonical_memory_kind(kind: Optional[str], devices: Sequence[Device]) -> Optional[str]:
-    # As jax does: no kind means the devices' default memory, and a kind must exist.
-    if kind is not None and not isinstance(kind, str):
-        raise TypeError(f"memory_kind must be a str or None, got {type(kind).__name__}")
-    default, kinds = _memory_kinds(devices)
-    if kind is None:
+def check_and_canonicalize_memory_kind(memory_kind: Optional[str],
+                                       device_list: Iterable[Device]) -> Optional[str]:
+    """The canonical memory kind of a sharding over ``device_list``, as jaxlib's function
+    of this name gives it: None means the devices' default memory kind, and any other
+    kind must be one the devices can address.
+
+    The devices' kinds are those of the first addressable device (cached per device). When
+    none is addressable, or the plugin has no memory spaces, a given kind is returned as
+    is and None stays None.
+
+    Args:
+      memory_kind: a memory kind (``"device"``, ``"pinned_host"``...) or None.
+      device_list: the sharding's devices, a :class:`~pjrt.DeviceList` or a sequence of
+        :class:`~pjrt.Device`.
+
+    Returns:
+      ``memory_kind``, or the default kind when it is None.
+
+    Raises:
+      TypeError: ``memory_kind`` is neither a str nor None.
+      ValueError: the devices have no memory of that kind; the message lists those they
+        have.
+    """
+    if memory_kind is not None and not isinstance(memory_kind, str):
+        raise TypeError(f"memory_kind must be a str or None, got {type(memory_kind).__name__}")
+    default, kinds = _memory_kinds(device_list)
+    if memory_kind is None:
         return default
-    if kinds and kind not in kinds:
-        device = next(d for d in devices if d.is_addressable)
-        raise ValueError(f"{device} has no memory of kind {kind!r}; its memory kinds: "
+    if kinds and memory_kind not in kinds:
+        device = next(d for d in device_list if d.is_addressable)
+        raise ValueError(f"{device} has no memory of kind {memory_kind!r}; its memory kinds: "
                          f"{', '.join(kinds)}")
-    return kind
+    return memory_kind
 
 
 # --------------------------------------------------------------------------
@@ -729,7 +352,7 @@ class NamedSharding(Sharding):
         twice, or the memory kind is not one the devices have.
     """
 
-    __slots__ = ("_mesh", "_spec", "_memory_kind", "_hash")
+    __slots__ = ("_mesh", "_spec", "_devices", "_memory_kind", "_hash")
 
     def __init__(self, mesh: Mesh, spec: PartitionSpec, *, memory_kind: Optional[str] = None):
         if not isinstance(mesh, Mesh):
@@ -738,10 +361,12 @@ class NamedSharding(Sharding):
             raise TypeError(f"spec must be a PartitionSpec, got {type(spec).__name__}")
         if mesh.empty:
             raise ValueError("a NamedSharding needs a mesh with devices")
-        _check_spec(spec, mesh.axis_names)
+        check_spec_axes(spec, mesh.axis_names)
         self._mesh = mesh
         self._spec = spec
-        self._memory_kind = _canonical_memory_kind(memory_kind, mesh._flat_devices_tuple)
+        # Row-major mesh order: logical device i is the mesh's i-th device.
+        self._devices = tuple(mesh.device_list)
+        self._memory_kind = check_and_canonicalize_memory_kind(memory_kind, self._devices)
         self._hash = hash((mesh, self._memory_kind, spec))
 
     @property
@@ -760,8 +385,7 @@ class NamedSharding(Sharding):
 
     @property
     def _device_assignment(self) -> tuple[Device, ...]:
-        # Row-major mesh order: logical device i is the mesh's i-th device.
-        return self._mesh._flat_devices_tuple
+        return self._devices
 
     @property
     def _internal_device_list(self) -> DeviceList:
@@ -769,7 +393,7 @@ class NamedSharding(Sharding):
 
     @property
     def device_set(self) -> set[Device]:
-        return set(self._mesh._flat_devices_tuple)
+        return set(self._devices)
 
     @property
     def is_fully_replicated(self) -> bool:
@@ -802,20 +426,7 @@ class NamedSharding(Sharding):
         Raises:
           ValueError: the spec has more entries than ``ndim``.
         """
-        from .sharding_text import SdyDim, _symbol
-
-        ndim = len(self._spec) if ndim is None else ndim
-        if len(self._spec) > ndim:
-            raise _spec_error(self._spec, self._mesh.axis_names,
-                              f"has {len(self._spec)} entries, more than the rank {ndim}")
-        dims = []
-        for entry in list(self._spec) + [None] * (ndim - len(self._spec)):
-            if entry is UNCONSTRAINED:
-                dims.append(SdyDim((), is_open=True))
-            else:
-                names = () if entry is None else (entry,) if isinstance(entry, str) else entry
-                dims.append(SdyDim(tuple(names), is_open=False))
-        return f"#sdy.sharding<@{_symbol(mesh_name)}, [{', '.join(map(str, dims))}]>"
+        return str(sdy_sharding_from_spec(self._mesh, self._spec, ndim, mesh_name=mesh_name))
 
     @classmethod
     def from_sdy_text(cls, text: str, mesh: Mesh, *,
@@ -829,20 +440,7 @@ class NamedSharding(Sharding):
           ValueError: the text is malformed, names an axis ``mesh`` lacks, has
             ``unreduced`` axes, or carries an inline mesh different from ``mesh``.
         """
-        from .sharding_text import SdyMesh, _SdyParser
-
-        parsed = _SdyParser(text).sharding()
-        mesh_def = SdyMesh(mesh.axis_names, mesh.axis_sizes)
-        if parsed.inline_mesh is not None and (
-                parsed.inline_mesh.axis_names != mesh_def.axis_names
-                or parsed.inline_mesh.axis_sizes != mesh_def.axis_sizes
-                or parsed.inline_mesh.device_ids is not None):
-            raise ValueError(f"the sharding {text!r} carries its own mesh, which is not {mesh}")
-        sharding = parsed.resolve({parsed.mesh_name: mesh_def} if parsed.mesh_name else {})
-        if sharding.unreduced_axes:
-            raise ValueError(f"unreduced axes {sharding.unreduced_axes} cannot be expressed "
-                             f"as a PartitionSpec")
-        return cls(mesh, sharding.to_partition_spec(), memory_kind=memory_kind)
+        return cls(mesh, partition_spec_from_sdy_text(text, mesh), memory_kind=memory_kind)
 
     def __eq__(self, other) -> bool:
         if not isinstance(other, NamedSharding):
@@ -877,7 +475,7 @@ class SingleDeviceSharding(Sharding):
         if not isinstance(device, Device):
             raise TypeError(f"device must be a pjrt Device, got {type(device).__name__}")
         self._device = device
-        self._memory_kind = _canonical_memory_kind(memory_kind, (device,))
+        self._memory_kind = check_and_canonicalize_memory_kind(memory_kind, (device,))
 
     @property
     def memory_kind(self) -> Optional[str]:
@@ -962,7 +560,7 @@ class GSPMDSharding(Sharding):
             raise ValueError(f"the sharding {hlo} names device {hlo.unique_device()} but only "
                              f"{count} devices are given")
         self._hlo = hlo
-        self._memory_kind = _canonical_memory_kind(memory_kind, tuple(self._devices))
+        self._memory_kind = check_and_canonicalize_memory_kind(memory_kind, tuple(self._devices))
         layout_hash = hash(HloSharding.replicate()) if self.is_fully_replicated else hash(hlo)
         self._hash = hash((self._devices, layout_hash, self._memory_kind))
 
@@ -1029,7 +627,7 @@ class PmapSharding(Sharding):
             raise ValueError(f"PmapSharding axis must be >= 0, not {axis}")
         object.__setattr__(self, "_devices", devices)
         object.__setattr__(self, "_axis", axis)
-        object.__setattr__(self, "_memory_kind", _canonical_memory_kind(memory_kind, devices))
+        object.__setattr__(self, "_memory_kind", check_and_canonicalize_memory_kind(memory_kind, devices))
 
     @property
     def axis(self) -> int:

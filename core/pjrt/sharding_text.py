@@ -1,7 +1,11 @@
 """Sharding annotations as programs spell them: Shardy's ``sdy`` attributes, and the shardings
 of a StableHLO module's ``main`` signature (Shardy's or GSPMD's ``mhlo.sharding`` strings).
 
-Printing and parsing of the two forms; :mod:`pjrt.sharding` holds the types they describe.
+Text in, plain data out: this module prints and parses the two forms into
+:class:`SdyMesh`, :class:`SdySharding` and :class:`~pjrt.hlo_sharding.HloSharding` values,
+which know nothing of devices. The sharding types built on them (``Mesh``,
+``PartitionSpec``, ``NamedSharding``) live above, in :mod:`pjrt.mesh` and
+:mod:`pjrt.sharding`; :mod:`pjrt.sharding_annotations` converts between the two.
 """
 from __future__ import annotations
 
@@ -12,10 +16,10 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ._tokens import TokenStream
 from .hlo_sharding import HloSharding
-from .sharding import UNCONSTRAINED, Mesh, PartitionSpec, spec_to_hlo_sharding
 
 __all__ = ["SdyDim", "SdyMesh", "SdySharding", "parse_program_result_shapes",
-           "parse_program_shardings", "parse_sdy_mesh", "parse_sdy_sharding"]
+           "parse_program_shardings", "parse_sdy_mesh", "parse_sdy_sharding",
+           "parse_sdy_sharding_for_mesh"]
 
 
 # --------------------------------------------------------------------------
@@ -55,6 +59,15 @@ class SdyMesh:
     def __str__(self) -> str:
         return _sdy_mesh_body(tuple(zip(self.axis_names, self.axis_sizes)), self.device_ids)
 
+    def to_definition(self, name: str = "mesh") -> str:
+        """The module-level definition, e.g. ``sdy.mesh @mesh = <["x"=2, "y"=4]>`` (the
+        name is quoted when it is not a bare MLIR identifier).
+
+        Raises:
+          ValueError: ``name`` is not a non-empty str.
+        """
+        return f"sdy.mesh @{_symbol(name)} = {self}"
+
 
 @dataclasses.dataclass(frozen=True)
 class SdyDim:
@@ -75,6 +88,8 @@ class SdySharding:
     :class:`SdyDim` per array dimension, and the explicitly replicated and unreduced axes.
 
     ``mesh`` is the resolved mesh definition; ``mesh_name`` is None for an inline mesh.
+    ``str()`` prints the attribute back. :mod:`pjrt.sharding_annotations` turns it into a
+    ``PartitionSpec`` or an ``HloSharding``.
     """
 
     mesh_name: Optional[str]
@@ -82,29 +97,6 @@ class SdySharding:
     dims: tuple[SdyDim, ...]
     replicated_axes: tuple[str, ...] = ()
     unreduced_axes: tuple[str, ...] = ()
-
-    def to_partition_spec(self) -> PartitionSpec:
-        """The spec of the dimensions: closed empty dims are None, open empty ones
-        ``P.UNCONSTRAINED``, others their axes (openness is a propagation hint and is
-        dropped)."""
-        entries = []
-        for dim in self.dims:
-            if not dim.axes:
-                entries.append(UNCONSTRAINED if dim.is_open else None)
-            else:
-                entries.append(dim.axes if len(dim.axes) > 1 else dim.axes[0])
-        return PartitionSpec(*entries)
-
-    def to_hlo_sharding(self) -> HloSharding:
-        """The GSPMD form, as XLA converts it: see :func:`spec_to_hlo_sharding`.
-
-        Raises:
-          ValueError: an axis is not in the mesh or is used twice.
-        """
-        mesh = self.mesh
-        return spec_to_hlo_sharding(mesh.axis_names, mesh.axis_sizes, self.to_partition_spec(),
-                                    len(self.dims), unreduced_axes=self.unreduced_axes,
-                                    device_ids=mesh.device_ids)
 
     def __str__(self) -> str:
         ref = f"@{_symbol(self.mesh_name)}" if self.mesh_name else f"mesh{self.mesh}"
@@ -177,8 +169,8 @@ class _ParsedSdy:
 def _as_sdy_mesh(name: str, value) -> SdyMesh:
     if isinstance(value, SdyMesh):
         return value
-    if isinstance(value, Mesh):
-        return SdyMesh(value.axis_names, value.axis_sizes)
+    if hasattr(value, "axis_names") and hasattr(value, "axis_sizes"):   # a pjrt Mesh
+        return SdyMesh(tuple(value.axis_names), tuple(int(s) for s in value.axis_sizes))
     try:
         names, sizes = value
         names = (names,) if isinstance(names, str) else tuple(names)
@@ -186,6 +178,8 @@ def _as_sdy_mesh(name: str, value) -> SdyMesh:
     except (TypeError, ValueError):
         raise TypeError(f"mesh @{name} must be (axis_names, axis_sizes), an SdyMesh or a "
                         f"Mesh, got {value!r}") from None
+    if any(not isinstance(n, str) for n in names):
+        raise TypeError(f"mesh @{name}: axis names must be str, got {names!r}")
     if len(names) != len(sizes):
         raise ValueError(f"mesh @{name}: {len(names)} axis names but {len(sizes)} sizes")
     return SdyMesh(names, sizes)
@@ -350,13 +344,41 @@ def parse_sdy_sharding(text: str, meshes: Mapping[str, Any]) -> SdySharding:
     Args:
       text: the attribute text.
       meshes: mesh name (without ``@``) to ``(axis_names, axis_sizes)``, an
-        :class:`SdyMesh` or a :class:`Mesh`.
+        :class:`SdyMesh`, or anything with ``axis_names`` and ``axis_sizes`` (a
+        :class:`~pjrt.mesh.Mesh`).
 
     Raises:
       ValueError: the text is malformed, refers to an unknown mesh, or names an axis the
         mesh lacks.
+      TypeError: ``text`` is not a str, or a mesh in ``meshes`` has the wrong form.
     """
     return _SdyParser(text).sharding().resolve(meshes)
+
+
+def parse_sdy_sharding_for_mesh(text: str, mesh: SdyMesh) -> SdySharding:
+    """Parse ``#sdy.sharding<...>`` as a sharding over ``mesh``, whatever mesh name the
+    text refers to (``@mesh``, ``@m``...). An inline mesh (``mesh<[...]>``) must have the
+    axes of ``mesh`` and no ``device_ids``.
+
+    Args:
+      text: the attribute text, as for :func:`parse_sdy_sharding`.
+      mesh: the mesh the sharding is read against.
+
+    Raises:
+      ValueError: the text is malformed, names an axis ``mesh`` lacks, or carries an
+        inline mesh other than ``mesh``.
+      TypeError: ``text`` is not a str or ``mesh`` is not an :class:`SdyMesh`.
+    """
+    if not isinstance(mesh, SdyMesh):
+        raise TypeError(f"mesh must be an SdyMesh, got {type(mesh).__name__}")
+    parsed = _SdyParser(text).sharding()
+    inline = parsed.inline_mesh
+    if inline is not None and (inline.axis_names != mesh.axis_names
+                               or inline.axis_sizes != mesh.axis_sizes
+                               or inline.device_ids is not None):
+        raise ValueError(f"the sharding {text!r} carries its own mesh {inline}, which is not "
+                         f"the mesh {mesh} it is read against")
+    return parsed.resolve({parsed.mesh_name: mesh} if parsed.mesh_name else {})
 
 
 # --------------------------------------------------------------------------
@@ -366,10 +388,20 @@ def parse_sdy_sharding(text: str, meshes: Mapping[str, Any]) -> SdySharding:
 _CLOSERS = {"(": ")", "[": "]", "{": "}", "<": ">"}
 
 
+def _where(text: str, offset: int) -> str:
+    line = text.count("\n", 0, offset) + 1
+    column = offset - (text.rfind("\n", 0, offset) + 1) + 1
+    return f"line {line}, column {column}"
+
+
 def _scan_to_close(text: str, start: int) -> int:
     """Index just past the bracket matching ``text[start]``, skipping string literals and
-    the ``->`` arrow."""
-    stack = [_CLOSERS[text[start]]]
+    the ``->`` arrow.
+
+    Raises:
+      ValueError: a bracket closes the wrong opener, or ``text[start]`` is never closed.
+    """
+    stack = [(start, _CLOSERS[text[start]])]
     i = start + 1
     while i < len(text):
         char = text[i]
@@ -380,15 +412,17 @@ def _scan_to_close(text: str, start: int) -> int:
         elif char == "-" and text.startswith("->", i):
             i += 1
         elif char in _CLOSERS:
-            stack.append(_CLOSERS[char])
+            stack.append((i, _CLOSERS[char]))
         elif char in ")]}>":
-            if char != stack[-1]:
-                raise ValueError(f"unbalanced {char!r} at offset {i}")
+            opened, closer = stack[-1]
+            if char != closer:
+                raise ValueError(f"{char!r} at {_where(text, i)} does not close the "
+                                 f"{text[opened]!r} at {_where(text, opened)}")
             stack.pop()
             if not stack:
                 return i + 1
         i += 1
-    raise ValueError(f"unclosed {text[start]!r} at offset {start}")
+    raise ValueError(f"the {text[start]!r} at {_where(text, start)} is never closed")
 
 
 def _split_top_level(text: str, sep: str = ",") -> list[str]:
@@ -463,8 +497,8 @@ def parse_program_shardings(program_text: str) -> tuple[tuple, tuple]:
     Each entry is an :class:`~pjrt.hlo_sharding.HloSharding` (from
     ``mhlo.sharding = "..."``), an :class:`SdySharding` (from ``sdy.sharding =
     #sdy.sharding<...>``, resolved against the module's ``sdy.mesh`` definitions; its
-    ``mesh_name`` and ``to_partition_spec()`` give the mesh and spec, and
-    ``to_hlo_sharding()`` the GSPMD form), or None where the value has no sharding.
+    ``mesh_name`` names the mesh, and :mod:`pjrt.sharding_annotations` gives its
+    ``PartitionSpec`` and GSPMD form), or None where the value has no sharding.
 
     Args:
       program_text: the module's text.
@@ -473,13 +507,26 @@ def parse_program_shardings(program_text: str) -> tuple[tuple, tuple]:
       ``(input_shardings, output_shardings)``, two tuples.
 
     Raises:
-      ValueError: there is no ``func.func public @main``, its signature is unbalanced, or
-        a sharding attribute is malformed.
+      ValueError: there is no ``func.func public @main``, its signature is unbalanced, an
+        ``sdy.mesh`` definition is malformed, or a sharding attribute is malformed or
+        refers to an undefined mesh; the message says which argument or result.
+      TypeError: ``program_text`` is not a str.
     """
     meshes, arguments, results = _main_signature(program_text)
-    outputs = tuple(_value_sharding(r, meshes) if r is not None else None for r in results)
-    inputs = tuple(_value_sharding(a, meshes) for a in arguments)
+    inputs = tuple(_value_sharding_of("argument", i, a, meshes)
+                   for i, a in enumerate(arguments))
+    outputs = tuple(_value_sharding_of("result", i, r, meshes)
+                    for i, r in enumerate(results))
     return inputs, outputs
+
+
+def _value_sharding_of(kind: str, index: int, piece: Optional[str], meshes: dict):
+    if piece is None:
+        return None
+    try:
+        return _value_sharding(piece, meshes)
+    except ValueError as error:
+        raise ValueError(f"{kind} {index} of the program's @main: {error}") from None
 
 
 def _main_signature(program_text: str) -> tuple[dict, list, list]:
@@ -492,44 +539,68 @@ def _main_signature(program_text: str) -> tuple[dict, list, list]:
     for match in _MESH_DEF.finditer(program_text):
         name = match.group(1)
         name = _unescape(name) if name.startswith('"') else name
-        end = _scan_to_close(program_text, match.end())
-        meshes[name] = parse_sdy_mesh(program_text[match.end():end])
+        try:
+            if not program_text.startswith("<", match.end()):
+                raise ValueError(f"expected '<' at {_where(program_text, match.end())}")
+            end = _scan_to_close(program_text, match.end())
+            meshes[name] = parse_sdy_mesh(program_text[match.end():end])
+        except ValueError as error:
+            raise ValueError(f"the program's sdy.mesh @{name} is malformed: {error}") from None
     main = _MAIN.search(program_text)
     if main is None:
         raise ValueError("the program has no 'func.func public @main' function")
     args_start = main.end() - 1
-    args_end = _scan_to_close(program_text, args_start)
-    arguments = _split_top_level(program_text[args_start + 1:args_end - 1])
-    rest = program_text[args_end:].lstrip()
-    results: list = []
-    if rest.startswith("->"):
-        rest = rest[2:].lstrip()
-        if rest.startswith("("):
-            results = _split_top_level(rest[1:_scan_to_close(rest, 0) - 1])
-        else:
-            match = _TENSOR_TYPE.match(rest)
-            results = [match.group(0) if match else None]
+    try:
+        args_end = _scan_to_close(program_text, args_start)
+        arguments = _split_top_level(program_text[args_start + 1:args_end - 1])
+        rest_start = len(program_text) - len(program_text[args_end:].lstrip())
+        rest = program_text[rest_start:]
+        results: list = []
+        if rest.startswith("->"):
+            results_start = len(program_text) - len(rest[2:].lstrip())
+            rest = program_text[results_start:]
+            if rest.startswith("("):
+                end = _scan_to_close(program_text, results_start)
+                results = _split_top_level(program_text[results_start + 1:end - 1])
+            else:
+                match = _TENSOR_TYPE.match(rest)
+                results = [match.group(0) if match else None]
+    except ValueError as error:
+        raise ValueError(f"the signature of the program's @main is malformed: {error}") \
+            from None
     return meshes, arguments, results
 
 
 _TENSOR_TYPE = re.compile(r"tensor<([^>]*)>")
 
 
+# A ranked tensor type's leading dimensions, each "<size>x" ("?" for a dynamic one); what
+# follows is the element type, which may itself hold an "x" (complex<f32>).
+_TENSOR_DIMS = re.compile(r"tensor<((?:(?:\d+|\?)x)*)")
+
+
 def _tensor_shape(piece: str | None) -> tuple | None:
-    match = _TENSOR_TYPE.search(piece or "")
-    if match is None:
-        return None
-    dims = match.group(1).split("x")[:-1]  # the last part is the element type
-    if any(not d.isdigit() for d in dims):
-        return None  # dynamic ("?") or unusual: unknown
+    match = _TENSOR_DIMS.search(piece or "")
+    if match is None or piece.startswith("*", match.end()):
+        return None  # not a tensor, or unranked
+    dims = match.group(1).split("x")[:-1]
+    if "?" in dims:
+        return None  # dynamic: unknown
     return tuple(int(d) for d in dims)
 
 
 def parse_program_result_shapes(program_text: str) -> tuple:
-    """The shape each result of the module's ``main`` declares (None where unknown).
+    """The shape each result of the module's ``main`` declares: a tuple of ints per
+    result (``()`` for a scalar), None where the type is dynamic (``tensor<?x4xf32>``) or
+    not a tensor.
+
+    Args:
+      program_text: the module's text.
 
     Raises:
-      ValueError: there is no ``func.func public @main``.
+      ValueError: there is no ``func.func public @main``, or its signature or an
+        ``sdy.mesh`` definition is malformed.
+      TypeError: ``program_text`` is not a str.
     """
     _, _, results = _main_signature(program_text)
     return tuple(_tensor_shape(r) for r in results)
