@@ -281,3 +281,31 @@ def test_pack_and_unpack_without_a_plugin():
         serialization.pack(b"", identity), identity) == b""
     with pytest.raises(IncompatibleExecutableError, match="lack its header"):
         serialization.unpack(b"", identity)
+
+
+# -- ahead-of-time compilation ---------------------------------------------------------------------
+
+
+@pytest.mark.vendor
+def test_topology_compile_names_the_topology_plugin(monkeypatch):
+    """libtpu compiles for a v5e slice with no TPU; the bytes name libtpu's build."""
+    import importlib.metadata
+
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    files = importlib.metadata.distribution("libtpu").files or []
+    path = next(str(f.locate()) for f in files if f.name == "libtpu.so")
+    plugin = pjrt.load_pjrt_plugin_dynamically("vendor_tpu", path)
+    from pjrt.topology import make_topology
+
+    topology = make_topology(plugin, "v5e:2x2")
+    try:
+        blob = topology.compile(TINY.read_text())
+    finally:
+        topology.close()
+    made_by = serialization.read_identity(blob)
+    with open(path, "rb") as file:
+        expected_sha256 = hashlib.file_digest(file, "sha256").hexdigest()
+    assert made_by == serialization.PluginIdentity(
+        "tpu", topology.platform_version, plugin.api_version, expected_sha256)
+    assert made_by.library == "libtpu.so"
+    assert len(serialization.unpack(blob, made_by)) > 1000
