@@ -237,11 +237,22 @@ class Client:
 
     compile = compile_and_load
 
-    def deserialize_executable(self, serialized: bytes, compile_options=None):
-        """Load an executable produced by ``LoadedExecutable.serialize()``."""
+    def deserialize_executable(self, serialized: bytes, compile_options=None, *,
+                               trust_unverified: bool = False):
+        """Load an executable produced by ``LoadedExecutable.serialize()`` with this plugin.
+
+        ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin
+        build (needed for bytes that do not say which build made them).
+
+        Raises:
+          IncompatibleExecutableError: another plugin build made the executable, or the
+            bytes do not say which did.
+          ValueError: the serialized executable is truncated or damaged.
+        """
         from .executable import deserialize_executable
 
-        return deserialize_executable(self, serialized, compile_options)
+        return deserialize_executable(self, serialized, compile_options,
+                                      trust_unverified=trust_unverified)
 
     # -- lifetime --------------------------------------------------------------------------
 

@@ -134,3 +134,18 @@ class DeviceAssignmentMismatchError(ValueError):
     The message lists each mismatched argument with the devices it sits on and the devices the
     program expects; copy the argument with ``pjrt.device_put(x, sharding)`` first.
     """
+
+
+class IncompatibleExecutableError(ValueError):
+    """A serialized executable was refused because the plugin loading it is not the build
+    that made it, or that build cannot be verified.
+
+    ``made_by`` and ``loading_with`` are the two :class:`~pjrt.serialization.PluginIdentity`
+    values (``made_by`` is None for bytes that do not say who made them). The message names
+    both and says what to do: recompile with this plugin, or load with the one that made it.
+    """
+
+    def __init__(self, message: str, *, made_by=None, loading_with=None):
+        self.made_by = made_by
+        self.loading_with = loading_with
+        super().__init__(message)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import _hlo, dtypes, handles
+from . import _hlo, dtypes, handles, serialization
 from ._c import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi, lib
 from .array import Array
@@ -514,8 +514,15 @@ class LoadedExecutable:
 
     @handles.native_method
     def serialize(self) -> bytes:
-        """The compiled executable as bytes, for :meth:`Client.deserialize_executable`."""
-        return serialize_executable(self._handle.api, self._executable_ptr())
+        """The compiled executable as bytes, for :meth:`Client.deserialize_executable`.
+
+        The bytes name the plugin build that made them (see :mod:`pjrt.serialization`), and
+        only that build will load them.
+        """
+        payload = serialize_executable(self._handle.api, self._executable_ptr())
+        client = self._client
+        return serialization.pack(payload, serialization.plugin_identity(
+            client.plugin, client.platform, client.platform_version))
 
     # -- execution -------------------------------------------------------------------------
 
@@ -844,10 +851,24 @@ def _array_from_buffer(client: "Client", buffer, devices: tuple) -> Array:
 
 
 def deserialize_executable(client: "Client", serialized: bytes,
-                           compile_options: CompileOptions | None = None) -> LoadedExecutable:
-    """Load an executable serialised by :meth:`LoadedExecutable.serialize`."""
+                           compile_options: CompileOptions | None = None, *,
+                           trust_unverified: bool = False) -> LoadedExecutable:
+    """Load an executable serialised by :meth:`LoadedExecutable.serialize`.
+
+    ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin
+    build; bytes without pjrt's envelope are then handed to the plugin as they are.
+
+    Raises:
+      IncompatibleExecutableError: another plugin build made the executable, or the bytes do
+        not say which did (see :func:`pjrt.serialization.unpack`).
+      ValueError: the serialized executable is truncated or damaged.
+    """
     api = client._handle.api
-    data = ffi.new("char[]", bytes(serialized))
+    serialized = serialization.unpack(
+        serialized, serialization.plugin_identity(client.plugin, client.platform,
+                                                  client.platform_version),
+        trust_unverified=trust_unverified)
+    data = ffi.new("char[]", serialized)
     args = api.new_args("PJRT_Executable_DeserializeAndLoad_Args")
     args.serialized_executable = data
     args.serialized_executable_size = len(serialized)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Mapping
 
+from . import serialization
 from ._c import to_str
 from ._pjrt_cffi import ffi
 from .errors import check
@@ -77,8 +78,9 @@ class DeviceTopology:
             one partition when None).
 
         Returns:
-          The serialised executable: load it with ``Client.deserialize_executable`` on a
-          machine that has the hardware.
+          The serialised executable, naming this topology's plugin build as its maker: load
+          it with ``Client.deserialize_executable`` on a machine that has the hardware, with
+          the same plugin build.
 
         Raises:
           UnsupportedFeatureError: the plugin cannot compile without a client.
@@ -100,11 +102,13 @@ class DeviceTopology:
         api.call("PJRT_Compile", args)
         del keepalive
         try:
-            return serialize_executable(api, args.executable)
+            payload = serialize_executable(api, args.executable)
         finally:
             destroy = api.new_args("PJRT_Executable_Destroy_Args")
             destroy.executable = args.executable
             check(api, api.table.PJRT_Executable_Destroy(destroy))
+        return serialization.pack(payload, serialization.plugin_identity(
+            self._plugin, self.platform, self.platform_version))
 
     def close(self) -> None:
         pointer, self._pointer = self._pointer, ffi.NULL
