@@ -75,12 +75,13 @@ class _HostMemory:
 
 
 def _read_only(value: np.ndarray) -> np.ndarray:
-    """``value`` (an array nobody else holds) as a view that can never be made writeable."""
-    if value.nbytes == 0:
-        value.flags.writeable = False
-        return value
-    memory = _HostMemory(value, value.ctypes.data, value.nbytes)
-    return np.asarray(memory).view(value.dtype).reshape(value.shape)
+    """``value`` (an array nobody else holds) as a view that can never be made writeable: its
+    base is a read-only memoryview, which numpy will not write through."""
+    try:
+        return np.asarray(memoryview(value).toreadonly())
+    except (ValueError, TypeError):  # dtypes the buffer protocol cannot describe (ml_dtypes)
+        raw = memoryview(value.reshape(-1).view(np.uint8)).toreadonly()
+        return np.frombuffer(raw, dtype=value.dtype).reshape(value.shape)
 
 
 class Array:
