@@ -56,8 +56,10 @@ def test_xla_numbers_and_names_match_jaxlib():
     for number, name in known.items():
         if number:  # 0 is PRIMITIVE_TYPE_INVALID
             assert dtypes.xla_type_name(number) == name, number
-    for dtype in dtypes.SUPPORTED_DTYPES:
-        assert dtypes.to_xla_type(dtype) in known
+    # Every dtype's number is one jaxlib's enum knows, save the 2-bit integers it does not bind.
+    missing = {np.dtype(d).name for d in dtypes.SUPPORTED_DTYPES
+               if dtypes.to_xla_type(d) not in known}
+    assert missing <= {"int2", "uint2"}, missing
 
 
 def test_the_cpu_plugin_reports_the_pjrt_numbers(client):
