@@ -462,15 +462,23 @@ def test_from_serialized_strict_and_lenient():
     with pytest.raises(ValueError, match="argument_layouts"):
         CompileOptions.from_serialized(extra)
     assert CompileOptions.from_serialized(extra, strict=False) == CompileOptions(num_replicas=2)
-    # A DebugOptions message in the build options: strict refuses; lenient
-    # reads the modelled fields out of it.
+    # An unmodelled field inside the build options (result_layout, 2) is named too.
+    build = ExecutableBuildOptions().serialize() + pw.message_field(2, b"")
+    with pytest.raises(ValueError, match="result_layout"):
+        CompileOptions.from_serialized(pw.message_field(3, build))
+    assert CompileOptions.from_serialized(pw.message_field(3, build), strict=False) == (
+        CompileOptions())
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_from_serialized_reads_a_debug_options_message(strict):
+    # A DebugOptions message in the build options (jaxlib always writes one)
+    # is accepted in both modes; its modelled fields are read.
     dbg = DebugOptions(xla_dump_to="/x", xla_backend_optimization_level=2).serialize()
-    build = ExecutableBuildOptions().serialize() + pw.message_field(3, dbg)
-    data = pw.message_field(3, build)
-    with pytest.raises(ValueError, match="debug_options"):
-        CompileOptions.from_serialized(data)
-    lenient = CompileOptions.from_serialized(data, strict=False)
-    assert lenient.executable_build_options.debug_options == DebugOptions(
+    unmodelled = pw.string_field(500, "ignored")  # a DebugOptions field not modelled here
+    build = ExecutableBuildOptions().serialize() + pw.message_field(3, dbg + unmodelled)
+    opts = CompileOptions.from_serialized(pw.message_field(3, build), strict=strict)
+    assert opts.executable_build_options.debug_options == DebugOptions(
         xla_dump_to="/x", xla_backend_optimization_level=2)
 
 
@@ -874,6 +882,46 @@ def test_jaxlib_parses_our_bytes(xc, opts):
     lenient = CompileOptions.from_serialized(parsed.SerializeAsString(), strict=False)
     lenient.executable_build_options.debug_options = b.debug_options
     assert lenient == opts
+
+
+@pytest.mark.parametrize("name, jax_setup, our_setup", ORACLE_CASES, ids=[c[0] for c in ORACLE_CASES])
+def test_reads_what_jaxlib_writes(xc, name, jax_setup, our_setup):
+    # jaxlib's bytes (with the complete DebugOptions message it always
+    # writes) parse with the default strict=True, to the options we would
+    # build ourselves, apart from the debug options read out of that message.
+    theirs = xc.CompileOptions()
+    jax_setup(xc, theirs)
+    ours = CompileOptions()
+    our_setup(ours)
+    parsed = CompileOptions.ParseFromString(theirs.SerializeAsString())
+    debug = parsed.executable_build_options.debug_options
+    # Every override jaxlib sent is there, read back as a debug option or not...
+    carried = dict(debug.to_option_overrides() + parsed.env_option_overrides)
+    for key, value in ours.env_option_overrides:
+        assert carried[key] == value and type(carried[key]) is type(value), key
+    # ...and the message's own modelled fields are XLA's defaults.
+    if not ours.env_option_overrides:
+        assert debug.xla_backend_optimization_level == 3
+    parsed.executable_build_options.debug_options = DebugOptions()
+    parsed.env_option_overrides = ours.env_option_overrides
+    assert parsed == ours
+
+
+def test_an_override_beats_the_debug_options_message():
+    # XLA applies overrides on top of the DebugOptions message; an override
+    # that cannot be read back as a typed debug option (an int for a bool
+    # field) must still win over the message's value, not clash with it.
+    dbg = DebugOptions(xla_dump_hlo_as_text=False, xla_dump_to="/m").serialize()
+    build = ExecutableBuildOptions().serialize() + pw.message_field(3, dbg)
+    entry = pw.string_field(1, "xla_dump_hlo_as_text") + pw.message_field(2, pw.int_field(3, 1))
+    data = pw.message_field(3, build) + pw.message_field(7, entry)
+    opts = CompileOptions.from_serialized(data)
+    assert opts.executable_build_options.debug_options == DebugOptions(xla_dump_to="/m")
+    assert opts.env_option_overrides == [("xla_dump_hlo_as_text", 1)]
+    assert dict(normalise(opts.SerializeAsString(), COMPILE_OPTIONS)[7]) == {
+        b"xla_dump_to": {1: [(pw.LEN, b"/m")]},
+        b"xla_dump_hlo_as_text": {3: [(pw.VARINT, 1)]},
+    }
 
 
 def test_jaxlib_compiles_with_our_bytes(xc, tmp_path):

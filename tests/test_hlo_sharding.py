@@ -307,6 +307,28 @@ def test_from_proto_normalises_like_xla():
     assert str(HloSharding.from_proto(unpacked)) == "{devices=[2,2]0,2,1,3}"
 
 
+@pytest.mark.parametrize("text", TEXTS)
+def test_from_proto_accepts_an_op_sharding_message(text):
+    # jaxlib's xla_client.OpSharding is a protobuf message: from_proto takes it as it is.
+    message = _jax(text).to_proto()
+    assert not isinstance(message, bytes)
+    ours = HloSharding.from_proto(message)
+    assert ours == HloSharding.from_proto(message.SerializeToString())
+    assert str(ours) == str(xc.HloSharding.from_proto(message))
+
+
+def test_from_proto_refuses_what_is_neither_bytes_nor_a_message():
+    with pytest.raises(TypeError, match="OpSharding"):
+        HloSharding.from_proto("{replicated}")
+
+    class Broken:
+        def SerializeToString(self):
+            return "not bytes"
+
+    with pytest.raises(TypeError, match="SerializeToString"):
+        HloSharding.from_proto(Broken())
+
+
 @pytest.mark.parametrize("data", [
     b"\x08\x63",                        # unknown type
     b"\x08\x01",                        # maximal without a device

@@ -21,9 +21,7 @@ import dataclasses
 import numpy as np
 
 from . import _protowire as wire
-from .dtypes import from_xla_type
-
-_TUPLE_TYPE = 13
+from .dtypes import XLA_TUPLE_TYPE, from_xla_type, xla_type_name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,26 +43,20 @@ class ModuleSignature:
     output_sharding: bytes | None = None
 
 
-def _fields(message: bytes) -> dict[int, list]:
-    grouped: dict[int, list] = {}
-    for number, _, value in wire.decode(message):
-        grouped.setdefault(number, []).append(value)
-    return grouped
+_fields = wire.group_fields
+
+
+def _ints(occurrences: list) -> list[int]:
+    # Packed (bytes) in files written by proto3, one varint each otherwise.
+    return [wire.to_int64(v) for v in wire.repeated_varints(occurrences)]
 
 
 def _shape(message: bytes) -> ShapeInfo | None:
     fields = _fields(message)
     element_type = fields.get(2, [0])[0]
-    if element_type == _TUPLE_TYPE:
+    if element_type == XLA_TUPLE_TYPE:
         return None
-    dimensions: list[int] = []
-    for chunk in fields.get(3, []):
-        # Packed (bytes) in files written by proto3, one varint each otherwise.
-        if isinstance(chunk, bytes):
-            dimensions.extend(wire.to_int64(v) for v in wire.unpack_varints(chunk))
-        else:
-            dimensions.append(wire.to_int64(chunk))
-    return ShapeInfo(tuple(dimensions), from_xla_type(element_type))
+    return ShapeInfo(tuple(_ints(fields.get(3, []))), from_xla_type(element_type))
 
 
 def _donated(fields: dict[int, list]) -> set:
@@ -111,24 +103,6 @@ def module_signature(serialized_module: bytes) -> ModuleSignature:
 # operand_ids = 36, called_computation_ids = 38, comparison_direction = 63.
 # ShapeProto layout = 5; LayoutProto minor_to_major = 1.
 
-_TYPE_NAMES = {1: "pred", 2: "s8", 3: "s16", 4: "s32", 5: "s64", 6: "u8", 7: "u16", 8: "u32",
-               9: "u64", 10: "f16", 11: "f32", 12: "f64", 13: "tuple", 14: "opaque",
-               15: "c64", 16: "bf16", 17: "token", 18: "c128", 19: "f8e5m2", 20: "f8e4m3fn",
-               21: "s4", 22: "u4", 23: "f8e4m3b11fnuz", 24: "f8e5m2fnuz", 25: "f8e4m3fnuz",
-               26: "s2", 27: "u2", 28: "f8e4m3", 29: "f8e3m4", 32: "f4e2m1fn",
-               33: "f8e8m0fnu"}
-
-
-def _ints(chunks: list) -> list[int]:
-    values: list[int] = []
-    for chunk in chunks:
-        if isinstance(chunk, bytes):
-            values.extend(wire.to_int64(v) for v in wire.unpack_varints(chunk))
-        else:
-            values.append(wire.to_int64(chunk))
-    return values
-
-
 def _text(chunks: list) -> str:
     return chunks[0].decode("utf-8", "replace") if chunks else ""
 
@@ -137,9 +111,9 @@ def shape_text(message: bytes) -> str:
     """A ShapeProto as XLA writes shapes: ``f32[8,4]{1,0}``, ``(f32[2], s32[])``."""
     fields = _fields(message)
     element_type = fields.get(2, [0])[0]
-    if element_type == _TUPLE_TYPE:
+    if element_type == XLA_TUPLE_TYPE:
         return "(" + ", ".join(shape_text(s) for s in fields.get(4, [])) + ")"
-    name = _TYPE_NAMES.get(element_type, f"type{element_type}")
+    name = xla_type_name(element_type)
     if name in ("token", "opaque"):
         return f"{name}[]"
     dims = ",".join(map(str, _ints(fields.get(3, []))))

@@ -12,20 +12,23 @@ Scope, on purpose:
 
 * Writers for the wire types proto3 scalar, string/bytes, sub-message and
   packed-repeated fields use: VARINT (0), I64 (1), LEN (2) and I32 (5).
-* A reader, :func:`decode`, that splits one message level into
+* One reader, :func:`iter_fields`, that walks one message level as
   ``(field_number, wire_type, value)`` triples and never guesses at the
-  schema; callers interpret values with the small converters below.
+  schema, with views over it (:func:`decode`, :func:`group_fields`) and the
+  small converters callers interpret values with (packed or unpacked
+  repeated varints, signed ints, floats, UTF-8).
 * No groups (wire types 3/4: proto2-only and deprecated), no zigzag
   (``sint32``/``sint64``: no field we use has that type).
 
 Everything here is encoding-only and schema-free; the field numbers live
-next to the classes that use them in :mod:`pjrt.compile_options`.
+next to the classes that use them (:mod:`pjrt.compile_options`,
+:mod:`pjrt._hlo`, the ``OpSharding`` reader of :mod:`pjrt.hlo_sharding`).
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Iterable, List, Tuple
+from typing import Dict, Iterable, Iterator, List, Tuple
 
 __all__ = [
     "VARINT",
@@ -44,7 +47,13 @@ __all__ = [
     "message_field",
     "packed_varint_field",
     "packed_bool_field",
+    "iter_fields",
     "decode",
+    "group_fields",
+    "expect_wire_type",
+    "read_varints",
+    "repeated_varints",
+    "to_str",
     "decode_varint",
     "unpack_varints",
     "to_int64",
@@ -240,30 +249,31 @@ def decode_varint(data: bytes, pos: int = 0) -> Tuple[int, int]:
     return result & (_UINT64_LIMIT - 1), pos
 
 
-def decode(data: bytes) -> List[Tuple[int, int, object]]:
-    """Split one serialised message into its fields, in wire order.
+def iter_fields(data: bytes) -> Iterator[Tuple[int, int, object]]:
+    """Walk one serialised message level, yielding its fields in wire order.
 
-    The reader is schema-free: it does not recurse into LEN fields (a LEN
-    value may be a string, bytes, a sub-message or a packed array; only the
-    caller knows which).
+    This is the one protobuf reader of the package: every decoder (compile
+    options, HLO modules, shardings) goes through it. It is schema-free: it
+    does not recurse into LEN fields (a LEN value may be a string, bytes, a
+    sub-message or a packed array; only the caller knows which).
 
     Args:
         data: the serialised message.
 
-    Returns:
-        A list of ``(field_number, wire_type, value)``. ``value`` is an
-        unsigned ``int`` for VARINT, I64 and I32 fields (the raw bits; see
+    Yields:
+        ``(field_number, wire_type, value)``. ``value`` is an unsigned
+        ``int`` for VARINT, I64 and I32 fields (the raw bits; see
         :func:`to_int64`, :func:`to_double`, :func:`to_float`) and ``bytes``
         for LEN fields. Repeated fields appear once per occurrence.
 
     Raises:
         TypeError: ``data`` is not bytes-like.
-        ValueError: the data is malformed or uses group wire types.
+        ValueError: the data is malformed or uses group wire types (raised
+            when the iteration reaches the bad bytes).
     """
     if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise TypeError(f"decode() needs bytes, got {type(data).__name__}")
+        raise TypeError(f"a protobuf message must be bytes, got {type(data).__name__}")
     data = bytes(data)
-    out: List[Tuple[int, int, object]] = []
     pos = 0
     n = len(data)
     while pos < n:
@@ -293,8 +303,90 @@ def decode(data: bytes) -> List[Tuple[int, int, object]]:
             raise ValueError(
                 f"unsupported wire type {wire_type} for field {field_number}"
             )
-        out.append((field_number, wire_type, value))
-    return out
+        yield field_number, wire_type, value
+
+
+def decode(data: bytes) -> List[Tuple[int, int, object]]:
+    """All fields of one message level as a list (see :func:`iter_fields`).
+
+    Unlike the iterator, this checks the whole message before returning.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"decode() needs bytes, got {type(data).__name__}")
+    return list(iter_fields(data))
+
+
+def group_fields(data: bytes) -> Dict[int, list]:
+    """The fields of one message level grouped by number: ``{number: [values]}``.
+
+    For readers that look fields up by number rather than walk them; values
+    are as :func:`iter_fields` yields them, occurrences in wire order (so a
+    singular field's value is the last one, as protobuf's merge rule says).
+
+    Raises:
+        TypeError, ValueError: as :func:`decode`.
+    """
+    grouped: Dict[int, list] = {}
+    for number, _, value in decode(data):
+        grouped.setdefault(number, []).append(value)
+    return grouped
+
+
+def expect_wire_type(wire_type: int, expected: int, what: str) -> None:
+    """Check that a field came with the wire type its schema says.
+
+    Raises:
+        ValueError: naming ``what`` and both wire types.
+    """
+    if wire_type != expected:
+        raise ValueError(
+            f"{what}: wire type {_WIRE_TYPE_NAMES.get(wire_type, wire_type)}, "
+            f"expected {_WIRE_TYPE_NAMES[expected]}"
+        )
+
+
+def read_varints(wire_type: int, value: object, what: str = "repeated field") -> List[int]:
+    """The raw values of one occurrence of a repeated varint field.
+
+    Parsers must accept both encodings of a repeated scalar: packed (one LEN
+    field holding all values) and unpacked (one VARINT field per value).
+
+    Raises:
+        ValueError: another wire type, or a malformed packed payload.
+    """
+    if wire_type == LEN:
+        return unpack_varints(value)
+    if wire_type == VARINT:
+        return [value]
+    raise ValueError(f"{what}: wire type {wire_type}, expected a varint list")
+
+
+def repeated_varints(occurrences: Iterable[object]) -> List[int]:
+    """Concatenate the raw values of a repeated varint field's occurrences,
+    as :func:`group_fields` lists them (``bytes`` packed, ``int`` unpacked).
+
+    Raises:
+        ValueError: a packed payload is malformed.
+    """
+    values: List[int] = []
+    for occurrence in occurrences:
+        if isinstance(occurrence, bytes):
+            values.extend(unpack_varints(occurrence))
+        else:
+            values.append(occurrence)
+    return values
+
+
+def to_str(data: bytes, what: str = "string field") -> str:
+    """Decode a ``string`` field's payload.
+
+    Raises:
+        ValueError: the payload is not valid UTF-8, naming ``what``.
+    """
+    try:
+        return bytes(data).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{what}: not valid UTF-8 ({e})") from None
 
 
 def unpack_varints(data: bytes) -> List[int]:

@@ -27,343 +27,27 @@ replicated subgroup becomes ``last_tile_dim_replicate``, and an explicit tile as
 its replication groups sorted. That is what makes ``str()`` match XLA's text character for
 character, which the tests check against jaxlib.
 
-Serialisation is XLA's ``OpSharding`` proto (``xla/xla_data.proto``), written with
-:mod:`pjrt._protowire`. Field numbers::
-
-    type = 1                         (enum Type)
-    tile_assignment_dimensions = 3   (repeated int64)
-    tile_assignment_devices = 4      (repeated int64)
-    tuple_shardings = 5              (repeated OpSharding)
-    replicate_on_last_tile_dim = 6   (bool)
-    metadata = 7                     (repeated OpMetadata; read and dropped)
-    last_tile_dims = 8               (repeated Type)
-    iota_reshape_dims = 9            (repeated int64)
-    iota_transpose_perm = 10         (repeated int32)
-    is_shard_group = 11, shard_group_id = 12, shard_group_type = 13   (refused)
-    named_sharding = 14              (refused: XLA's newer "V3" form)
+Serialisation is XLA's ``OpSharding`` proto (:mod:`pjrt._op_sharding` holds the field
+numbers and the reader), the text parser lives in :mod:`pjrt._hlo_sharding_text`, and the
+tile-assignment arithmetic in :mod:`pjrt._tile_assignment`; this module puts them together.
 
 Metadata (``metadata={op_name="..."}`` in text, field 7 in protos) is accepted and dropped:
 it does not change the layout and XLA leaves it out of equality too.
 """
 from __future__ import annotations
 
-import enum
 import math
-import re
 from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from ._tokens import TokenStream
-from . import _protowire as wire
+from ._hlo_sharding_text import parse_sharding_text
+from ._op_sharding import (SUBGROUP_NAMES, SUBGROUP_ORDER, OpShardingType, decode_op_sharding,
+                           encode_op_sharding)
+from ._op_sharding import subgroup_types as _checked_subgroup_types
+from ._tile_assignment import TileAssignment, check_iota, group_minor_iota_dims_sorted
 
 __all__ = ["HloSharding", "OpShardingType"]
-
-
-class OpShardingType(enum.IntEnum):
-    """``xla.OpSharding.Type``: the kind of a sharding, and the type of a subgroup."""
-
-    REPLICATED = 0
-    MAXIMAL = 1
-    TUPLE = 2
-    OTHER = 3
-    MANUAL = 4
-    UNKNOWN = 5
-    UNREDUCED = 6
-
-
-# Subgroup types a tile assignment may carry, in the order XLA sorts them to.
-_SUBGROUP_ORDER = (OpShardingType.MANUAL, OpShardingType.UNREDUCED, OpShardingType.REPLICATED)
-_SUBGROUP_NAMES = {OpShardingType.MANUAL: "manual", OpShardingType.UNREDUCED: "unreduced",
-                   OpShardingType.REPLICATED: "replicated"}
-_SUBGROUP_BY_NAME = {name: kind for kind, name in _SUBGROUP_NAMES.items()}
-
-
-class _Field:
-    """``OpSharding`` field numbers (xla/xla_data.proto)."""
-    TYPE = 1
-    TILE_SHAPE = 2
-    TILE_ASSIGNMENT_DIMENSIONS = 3
-    TILE_ASSIGNMENT_DEVICES = 4
-    TUPLE_SHARDINGS = 5
-    REPLICATE_ON_LAST_TILE_DIM = 6
-    METADATA = 7
-    LAST_TILE_DIMS = 8
-    IOTA_RESHAPE_DIMS = 9
-    IOTA_TRANSPOSE_PERM = 10
-    IS_SHARD_GROUP = 11
-    SHARD_GROUP_ID = 12
-    SHARD_GROUP_TYPE = 13
-    NAMED_SHARDING = 14
-
-
-# --------------------------------------------------------------------------
-# Iota tile assignments: the arithmetic of xla/hlo/ir/tile_assignment.cc.
-# --------------------------------------------------------------------------
-
-def _canonical_iota(reshape_dims: Sequence[int], perm: Sequence[int]) -> tuple[tuple, tuple]:
-    """Canonical ``(reshape_dims, transpose_perm)`` of an iota tile assignment.
-
-    Drops dimensions of size one and merges runs of dimensions that the transpose keeps in
-    major-to-minor order, until nothing changes: ``[2,2,2]T(2,0,1)`` is ``[4,2]T(1,0)`` and
-    ``[2,4]T(0,1)`` is ``[8]``. XLA prints and compares the canonical form.
-    """
-    dims = list(reshape_dims)
-    perm = list(perm)
-    if len(dims) > 1:
-        while True:
-            if 1 in dims:
-                old_to_new, kept = [], 0
-                for size in dims:
-                    old_to_new.append(-1 if size == 1 else kept)
-                    kept += size != 1
-                perm = [old_to_new[p] for p in perm if old_to_new[p] >= 0]
-                dims = [size for size in dims if size != 1]
-            changed = False
-            base = 0
-            for i in range(1, len(dims)):
-                if perm[base] + (i - base) == perm[i]:
-                    dims[perm[base]] *= dims[perm[i]]
-                    dims[perm[i]] = 1
-                    changed = True
-                else:
-                    base = i
-            if not changed:
-                break
-    if not dims:
-        return (1,), (0,)
-    return tuple(dims), tuple(perm)
-
-
-def _iota_array(dims: Sequence[int], reshape_dims: Sequence[int],
-                perm: Sequence[int]) -> np.ndarray:
-    ids = np.arange(math.prod(reshape_dims), dtype=np.int64).reshape(reshape_dims)
-    return ids.transpose(perm).reshape(dims)
-
-
-_NOOP, _RESHAPE, _TRANSPOSE = range(3)
-
-
-def _transpose_kind(dims: Sequence[int], perm: Sequence[int]) -> int:
-    # Whether transposing by perm moves data, only moves size-one dimensions, or does nothing.
-    kind = _NOOP
-    previous = -1
-    for i, d in enumerate(perm):
-        if dims[d] == 1:
-            if d != i and dims[i] != 1:
-                kind = _RESHAPE
-            continue
-        if d <= previous:
-            return _TRANSPOSE
-        previous = d
-    return kind
-
-
-def _prime_factors(n: int) -> list[int]:
-    factors = []
-    while n % 2 == 0:
-        factors.append(2)
-        n //= 2
-    f = 3
-    while f * f <= n:
-        while n % f == 0:
-            factors.append(f)
-            n //= f
-        f += 2
-    if n > 1:
-        factors.append(n)
-    return factors
-
-
-def _transpose_iota(dims: tuple, reshape_dims: tuple, iota_perm: tuple,
-                    perm: Sequence[int]) -> Optional["_Tiles"]:
-    """The iota form of an iota tile assignment transposed by ``perm``, or None when XLA
-    finds none (the caller then falls back to an explicit list, as XLA does)."""
-    kind = _transpose_kind(dims, perm)
-    if kind == _NOOP:
-        return _Tiles(dims, (reshape_dims, iota_perm))
-    new_dims = tuple(dims[p] for p in perm)
-    if kind == _RESHAPE:
-        return _Tiles.iota(new_dims, reshape_dims, iota_perm)
-    if len(reshape_dims) == 1:
-        return _Tiles.iota(new_dims, dims, perm)
-
-    # A pure transpose: the non-trivial tile dimensions are the transposed reshape dimensions.
-    pure = True
-    non_one: list[int] = []
-    one_to_non_one = [-1] * len(dims)
-    for i, size in enumerate(dims):
-        if size == 1:
-            continue
-        if len(non_one) >= len(reshape_dims) or reshape_dims[iota_perm[len(non_one)]] != size:
-            pure = False
-        one_to_non_one[i] = len(non_one)
-        non_one.append(size)
-    if pure:
-        new_perm = [iota_perm[one_to_non_one[p]] for p in perm if dims[p] != 1]
-        return _Tiles.iota(new_dims, reshape_dims, new_perm)
-
-    # Otherwise split every reshape dimension into prime factors and try to group the factors
-    # into the tile dimensions, major to minor, looking ahead within one original dimension
-    # when the next factor does not divide what is left.
-    factors: list[int] = []
-    first_factor = [0]
-    for size in reshape_dims:
-        factors.extend(_prime_factors(size))
-        first_factor.append(len(factors))
-    fperm: list[int] = []
-    fperm_origin: list[int] = []
-    origin_positions: list[list[int]] = [[] for _ in iota_perm]
-    for old in iota_perm:
-        for j in range(first_factor[old], first_factor[old + 1]):
-            fperm.append(j)
-            fperm_origin.append(old)
-            origin_positions[old].append(len(fperm) - 1)
-
-    def candidate(target: int, position: int) -> Optional[int]:
-        index = fperm[position]
-        if target % factors[index] == 0:
-            return index
-        for later in origin_positions[fperm_origin[position]]:
-            if later > position:
-                later_index = fperm[later]
-                if target % factors[later_index] == 0:
-                    factors[index], factors[later_index] = factors[later_index], factors[index]
-                    return index
-        return None
-
-    groups: list[list[int]] = [[] for _ in non_one]
-    position = 0
-    for i, target in enumerate(non_one):
-        if position >= len(factors):
-            break
-        index = candidate(target, position)
-        while index is not None:
-            target //= factors[index]
-            groups[i].append(index)
-            position += 1
-            if position >= len(factors):
-                break
-            index = candidate(target, position)
-        if target != 1:
-            return None
-    flat_perm: list[int] = []
-    for p in perm:
-        if one_to_non_one[p] >= 0:
-            flat_perm.extend(groups[one_to_non_one[p]])
-    return _Tiles.iota(new_dims, factors, flat_perm)
-
-
-def _group_minor_iota_dims_sorted(reshape_dims: Sequence[int], perm: Sequence[int],
-                                  group_size: int) -> Optional[tuple[list, list]]:
-    """Regroup the minor reshape dimensions of an iota so that its last ``group_size``
-    devices are sorted, splitting one dimension if needed; None if that is impossible.
-
-    XLA sorts each replication group of a partially replicated sharding; for an iota this
-    keeps the compact form where it can (``[2,4]T(1,0)`` grouped by 4 is ``[2,2,2]T(1,0,2)``).
-    """
-    grouped = 0
-    split: Optional[tuple[int, int]] = None
-    for i in range(len(perm) - 1, -1, -1):
-        dim = perm[i]
-        size = reshape_dims[dim]
-        if size <= group_size:
-            if group_size % size:
-                return None
-            group_size //= size
-            grouped += 1
-        else:
-            if size % group_size:
-                return None
-            split = (dim, size // group_size)
-            grouped += 1
-            group_size = 1
-            break
-    if split is None:
-        new_dims = list(reshape_dims)
-        new_perm = list(perm)
-        new_perm[-grouped:] = sorted(new_perm[-grouped:])
-        return new_dims, new_perm
-    split_dim, split_size = split
-    new_dims = list(reshape_dims[:split_dim]) + [split_size, reshape_dims[split_dim] // split_size]
-    new_dims += list(reshape_dims[split_dim + 1:])
-    new_perm = [0] * (len(perm) + 1)
-    perm_split = 0
-    for i, p in enumerate(perm):
-        new_perm[i] = p if p <= split_dim else p + 1
-        if p == split_dim:
-            perm_split = i
-            break
-    new_perm[perm_split + 1] = new_perm[perm_split] + 1
-    for i in range(perm_split + 2, len(new_perm)):
-        p = perm[i - 1]
-        new_perm[i] = p if p <= split_dim else p + 1
-    new_perm[-grouped:] = sorted(new_perm[-grouped:])
-    return new_dims, new_perm
-
-
-class _Tiles:
-    """A tile assignment: dimensions plus either an iota form or an explicit id array."""
-
-    __slots__ = ("dims", "iota_form", "_array")
-
-    def __init__(self, dims: tuple, iota_form: Optional[tuple] = None,
-                 array: Optional[np.ndarray] = None):
-        self.dims = tuple(int(d) for d in dims)
-        self.iota_form = iota_form          # (reshape_dims, transpose_perm), canonical
-        self._array = array
-
-    @classmethod
-    def iota(cls, dims: Sequence[int], reshape_dims: Sequence[int],
-             perm: Sequence[int]) -> "_Tiles":
-        return cls(tuple(dims), _canonical_iota(reshape_dims, perm))
-
-    @classmethod
-    def explicit(cls, array: np.ndarray) -> "_Tiles":
-        array = np.array(array, dtype=np.int64, copy=True)
-        array.setflags(write=False)
-        return cls(array.shape, None, array)
-
-    @property
-    def array(self) -> np.ndarray:
-        if self._array is None:
-            array = _iota_array(self.dims, *self.iota_form)
-            array.setflags(write=False)
-            self._array = array
-        return self._array
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.dims)
-
-    def reshape(self, dims: Sequence[int]) -> "_Tiles":
-        if self.iota_form is not None:
-            return _Tiles.iota(dims, *self.iota_form)
-        return _Tiles.explicit(self.array.reshape(dims))
-
-    def transpose(self, perm: Sequence[int]) -> "_Tiles":
-        if _transpose_kind(self.dims, perm) == _NOOP:
-            return self
-        if self.iota_form is not None:
-            transposed = _transpose_iota(self.dims, *self.iota_form, perm)
-            if transposed is not None:
-                return transposed
-        return _Tiles.explicit(self.array.transpose(perm))
-
-    def text(self) -> str:
-        dims = ",".join(map(str, self.dims))
-        if self.iota_form is not None:
-            reshape_dims, perm = self.iota_form
-            text = f"devices=[{dims}]<=[{','.join(map(str, reshape_dims))}]"
-            if len(reshape_dims) > 1:
-                text += f"T({','.join(map(str, perm))})"
-            return text
-        return f"devices=[{dims}]{','.join(str(int(d)) for d in self.array.flat)}"
-
-
-# --------------------------------------------------------------------------
-# HloSharding
-# --------------------------------------------------------------------------
 
 _REPLICATED, _MANUAL, _UNKNOWN, _UNREDUCED, _MAXIMAL, _TILED, _TUPLE = (
     "replicated", "manual", "unknown", "unreduced", "maximal", "tiled", "tuple")
@@ -378,17 +62,7 @@ def _int_list(name: str, values: Iterable) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _subgroup_types(values: Iterable) -> tuple[OpShardingType, ...]:
-    out = []
-    for value in values:
-        try:
-            kind = OpShardingType(int(value))
-        except (TypeError, ValueError):
-            raise ValueError(f"unknown subgroup type {value!r}") from None
-        if kind not in _SUBGROUP_NAMES:
-            raise ValueError(f"a subgroup type must be REPLICATED, MANUAL or UNREDUCED, "
-                             f"got {kind.name}")
-        out.append(kind)
+
     return tuple(out)
 
 
@@ -416,7 +90,7 @@ class HloSharding:
                         ".maximal(), .tiled(), .iota_tile(), .from_string() or .from_proto()")
 
     @classmethod
-    def _make(cls, kind: str, tiles: Optional[_Tiles] = None, replicate_last: bool = False,
+    def _make(cls, kind: str, tiles: Optional[TileAssignment] = None, replicate_last: bool = False,
               subgroups: tuple = (), elements: tuple = ()) -> "HloSharding":
         self = object.__new__(cls)
         self._kind = kind
@@ -460,7 +134,7 @@ class HloSharding:
         (device_id,) = _int_list("device_id", [device_id])
         if device_id < 0:
             raise ValueError(f"device_id must be >= 0, got {device_id}")
-        return cls._make(_MAXIMAL, _Tiles.explicit(np.array([device_id])))
+        return cls._make(_MAXIMAL, TileAssignment.explicit(np.array([device_id])))
 
     @classmethod
     def tiled(cls, tile_assignment, *, last_tile_dim_replicate: bool = False,
@@ -496,8 +170,8 @@ class HloSharding:
         if len(np.unique(array)) != array.size:
             raise ValueError(f"tile_assignment lists a device more than once: "
                              f"{array.ravel().tolist()}")
-        return cls._from_tiles(_Tiles.explicit(array), last_tile_dim_replicate,
-                               _subgroup_types(subgroup_types))
+        return cls._from_tiles(TileAssignment.explicit(array), last_tile_dim_replicate,
+                               _checked_subgroup_types(subgroup_types))
 
     @classmethod
     def iota_tile(cls, dims: Sequence[int], reshape_dims: Optional[Sequence[int]] = None,
@@ -531,9 +205,9 @@ class HloSharding:
         reshape_dims = _int_list("reshape_dims", reshape_dims)
         perm = (tuple(range(len(reshape_dims))) if transpose_perm is None
                 else _int_list("transpose_perm", transpose_perm))
-        _check_iota(dims, reshape_dims, perm)
-        return cls._from_tiles(_Tiles.iota(dims, reshape_dims, perm), last_tile_dim_replicate,
-                               _subgroup_types(subgroup_types))
+        check_iota(dims, reshape_dims, perm)
+        return cls._from_tiles(TileAssignment.iota(dims, reshape_dims, perm),
+                               last_tile_dim_replicate, _checked_subgroup_types(subgroup_types))
 
     @classmethod
     def tuple_sharding(cls, elements: Sequence["HloSharding"]) -> "HloSharding":
@@ -549,7 +223,8 @@ class HloSharding:
         return cls._make(_TUPLE, elements=elements)
 
     @classmethod
-    def _from_tiles(cls, tiles: _Tiles, replicate_last: bool, subgroups: tuple) -> "HloSharding":
+    def _from_tiles(cls, tiles: TileAssignment, replicate_last: bool,
+                    subgroups: tuple) -> "HloSharding":
         if subgroups:
             if replicate_last:
                 raise ValueError("give either last_tile_dim_replicate or subgroup_types, not both")
@@ -562,7 +237,7 @@ class HloSharding:
         return cls._make(_TILED, tiles)
 
     @classmethod
-    def _partial_tile(cls, tiles: _Tiles) -> "HloSharding":
+    def _partial_tile(cls, tiles: TileAssignment) -> "HloSharding":
         # HloSharding::PartialTile: the last dimension replicates.
         group = tiles.dims[-1]
         if len(tiles.dims) == 1 or group == tiles.size:
@@ -573,15 +248,16 @@ class HloSharding:
             reshape_dims, perm = tiles.iota_form
             if reshape_dims[perm[-1]] == group:
                 return cls._make(_TILED, tiles, replicate_last=True)
-            regrouped = _group_minor_iota_dims_sorted(reshape_dims, perm, group)
+            regrouped = group_minor_iota_dims_sorted(reshape_dims, perm, group)
             if regrouped is not None:
-                return cls._make(_TILED, _Tiles.iota(tiles.dims, *regrouped), replicate_last=True)
+                return cls._make(_TILED, TileAssignment.iota(tiles.dims, *regrouped),
+                                 replicate_last=True)
         # Devices within a replication group are interchangeable; XLA lists them sorted.
         array = np.sort(tiles.array.reshape(-1, group), axis=1).reshape(tiles.dims)
-        return cls._make(_TILED, _Tiles.explicit(array), replicate_last=True)
+        return cls._make(_TILED, TileAssignment.explicit(array), replicate_last=True)
 
     @classmethod
-    def _subgroup(cls, tiles: _Tiles, types: tuple) -> "HloSharding":
+    def _subgroup(cls, tiles: TileAssignment, types: tuple) -> "HloSharding":
         # HloSharding::Subgroup: drop size-one subgroups, merge equal types, sort the types.
         data_rank = len(tiles.dims) - len(types)
         if all(t == types[0] for t in types) and math.prod(tiles.dims[:data_rank]) == 1:
@@ -603,7 +279,7 @@ class HloSharding:
         if needs_merging:
             merged_shape = list(tiles.dims[:data_rank])
             merged_types = []
-            for kind in _SUBGROUP_ORDER:
+            for kind in SUBGROUP_ORDER:
                 if kind in dims_of:
                     perm.extend(dims_of[kind])
                     merged_shape.append(math.prod(tiles.dims[d] for d in dims_of[kind]))
@@ -770,7 +446,7 @@ class HloSharding:
             text += " last_tile_dim_replicate"
         if self._subgroup_types:
             text += (" last_tile_dims={"
-                     + ", ".join(_SUBGROUP_NAMES[t] for t in self._subgroup_types) + "}")
+                     + ", ".join(SUBGROUP_NAMES[t] for t in self._subgroup_types) + "}")
         return text + "}"
 
     def __repr__(self) -> str:
@@ -797,53 +473,54 @@ class HloSharding:
         """
         if not isinstance(text, str):
             raise TypeError(f"from_string() needs a str, got {type(text).__name__}")
-        return _Parser(text).parse()
+        return parse_sharding_text(text, cls)
 
     # ----- proto ----------------------------------------------------------
 
     def to_proto(self) -> bytes:
         """Serialise as an ``xla.OpSharding`` proto (fields in number order, as protobuf
         writes them; an iota tile assignment is written in the iota form)."""
-        out = []
         if self._kind == _TUPLE:
-            out.append(wire.int_field(_Field.TYPE, OpShardingType.TUPLE))
-            for element in self._elements:
-                out.append(wire.message_field(_Field.TUPLE_SHARDINGS, element.to_proto()))
-            return b"".join(out)
+            return encode_op_sharding(OpShardingType.TUPLE, tuple_shardings=[
+                element.to_proto() for element in self._elements])
         kind = {_REPLICATED: OpShardingType.REPLICATED, _MANUAL: OpShardingType.MANUAL,
                 _UNKNOWN: OpShardingType.UNKNOWN, _UNREDUCED: OpShardingType.UNREDUCED,
                 _MAXIMAL: OpShardingType.MAXIMAL, _TILED: OpShardingType.OTHER}[self._kind]
-        if kind != OpShardingType.REPLICATED:
-            out.append(wire.int_field(_Field.TYPE, kind))
-        if self._kind == _TILED:
-            out.append(wire.packed_varint_field(_Field.TILE_ASSIGNMENT_DIMENSIONS,
-                                                self._tiles.dims))
         tiles = self._tiles
-        if tiles is not None and tiles.iota_form is None:
-            out.append(wire.packed_varint_field(_Field.TILE_ASSIGNMENT_DEVICES,
-                                                (int(d) for d in tiles.array.flat)))
-        if self._replicate_on_last_tile_dim:
-            out.append(wire.bool_field(_Field.REPLICATE_ON_LAST_TILE_DIM, True))
-        out.append(wire.packed_varint_field(_Field.LAST_TILE_DIMS, self._subgroup_types))
-        if tiles is not None and tiles.iota_form is not None:
-            reshape_dims, perm = tiles.iota_form
-            out.append(wire.packed_varint_field(_Field.IOTA_RESHAPE_DIMS, reshape_dims))
-            out.append(wire.packed_varint_field(_Field.IOTA_TRANSPOSE_PERM, perm))
-        return b"".join(out)
+        explicit = tiles is not None and tiles.iota_form is None
+        return encode_op_sharding(
+            kind,
+            tile_dims=tiles.dims if self._kind == _TILED else (),
+            devices=(int(d) for d in tiles.array.flat) if explicit else None,
+            replicate_on_last_tile_dim=self._replicate_on_last_tile_dim,
+            last_tile_dims=self._subgroup_types,
+            iota=tiles.iota_form if tiles is not None else None)
 
     @classmethod
-    def from_proto(cls, data: bytes) -> "HloSharding":
-        """Parse a serialised ``xla.OpSharding``, normalising as XLA's ``FromProto`` does
-        (a tile assignment of one device is replicated).
+    def from_proto(cls, proto) -> "HloSharding":
+        """Parse an ``xla.OpSharding``, normalising as XLA's ``FromProto`` does (a tile
+        assignment of one device is replicated).
+
+        Args:
+          proto: the serialised message (bytes-like), or a protobuf ``OpSharding`` object
+            (anything with a ``SerializeToString()`` method, such as jaxlib's
+            ``xla_client.OpSharding``).
 
         Raises:
-          TypeError: ``data`` is not bytes.
+          TypeError: ``proto`` is neither bytes nor a protobuf message.
           ValueError: the message is malformed or inconsistent, or uses shard groups or
             XLA's ``named_sharding`` form, which are not supported.
         """
-        if not isinstance(data, (bytes, bytearray, memoryview)):
-            raise TypeError(f"from_proto() needs the serialised bytes, got {type(data).__name__}")
-        return _from_proto(bytes(data))
+        if not isinstance(proto, (bytes, bytearray, memoryview)):
+            serialize = getattr(proto, "SerializeToString", None)
+            if not callable(serialize):
+                raise TypeError("from_proto() needs the serialised bytes or an OpSharding "
+                                f"protobuf message, got {type(proto).__name__}")
+            proto = serialize()
+            if not isinstance(proto, (bytes, bytearray, memoryview)):
+                raise TypeError(f"SerializeToString() returned {type(proto).__name__}, "
+                                "not bytes")
+        return decode_op_sharding(bytes(proto), cls)
 
     # ----- identity -------------------------------------------------------
 
@@ -867,264 +544,3 @@ class HloSharding:
 
     def __reduce__(self):
         return (HloSharding.from_proto, (self.to_proto(),))
-
-
-def _check_iota(dims: tuple, reshape_dims: tuple, perm: tuple) -> None:
-    if not reshape_dims or any(d <= 0 for d in reshape_dims):
-        raise ValueError(f"iota reshape_dims must be positive, got {list(reshape_dims)}")
-    if math.prod(dims) != math.prod(reshape_dims):
-        raise ValueError(f"tile dimensions {list(dims)} hold {math.prod(dims)} devices but "
-                         f"reshape_dims {list(reshape_dims)} hold {math.prod(reshape_dims)}")
-    if sorted(perm) != list(range(len(reshape_dims))):
-        raise ValueError(f"transpose_perm {list(perm)} is not a permutation of "
-                         f"range({len(reshape_dims)})")
-
-
-# --------------------------------------------------------------------------
-# OpSharding proto reading
-# --------------------------------------------------------------------------
-
-def _repeated_ints(chunks: list, signed32: bool = False) -> list[int]:
-    values: list[int] = []
-    for chunk in chunks:
-        raw = wire.unpack_varints(chunk) if isinstance(chunk, bytes) else [chunk]
-        values.extend(wire.to_int32(v) if signed32 else wire.to_int64(v) for v in raw)
-    return values
-
-
-def _from_proto(data: bytes) -> HloSharding:
-    fields: dict[int, list] = {}
-    try:
-        for number, _, value in wire.decode(data):
-            fields.setdefault(number, []).append(value)
-    except ValueError as error:
-        raise ValueError(f"malformed OpSharding: {error}") from None
-    for number in (_Field.IS_SHARD_GROUP, _Field.SHARD_GROUP_ID, _Field.SHARD_GROUP_TYPE):
-        if any(fields.get(number, [])):
-            raise ValueError("OpSharding shard groups (shard_as / shard_like) are not supported")
-    if _Field.NAMED_SHARDING in fields:
-        raise ValueError("OpSharding.named_sharding (XLA's V3 sharding) is not supported")
-
-    def scalar(number: int) -> int:
-        values = fields.get(number, [0])
-        if isinstance(values[-1], bytes):
-            raise ValueError(f"malformed OpSharding: field {number} is not a varint")
-        return values[-1]
-
-    try:
-        kind = OpShardingType(wire.to_int32(scalar(_Field.TYPE)))
-    except ValueError:
-        raise ValueError(f"unknown OpSharding type {scalar(_Field.TYPE)}") from None
-    if kind == OpShardingType.TUPLE:
-        elements = []
-        for chunk in fields.get(_Field.TUPLE_SHARDINGS, []):
-            if not isinstance(chunk, bytes):
-                raise ValueError("malformed OpSharding: tuple_shardings is not a message")
-            element = _from_proto(chunk)
-            if element.is_tuple():
-                raise ValueError("OpSharding tuple elements cannot be tuples")
-            elements.append(element)
-        return HloSharding.tuple_sharding(elements)
-    simple = {OpShardingType.REPLICATED: HloSharding.replicate,
-              OpShardingType.MANUAL: HloSharding.manual,
-              OpShardingType.UNKNOWN: HloSharding.unknown,
-              OpShardingType.UNREDUCED: HloSharding.unreduced}
-    if kind in simple:
-        return simple[kind]()
-    devices = _repeated_ints(fields.get(_Field.TILE_ASSIGNMENT_DEVICES, []))
-    if kind == OpShardingType.MAXIMAL:
-        if len(devices) != 1:
-            raise ValueError(f"a maximal OpSharding needs exactly one device, got {devices}")
-        return HloSharding.maximal(devices[0])
-    dims = tuple(_repeated_ints(fields.get(_Field.TILE_ASSIGNMENT_DIMENSIONS, [])))
-    reshape_dims = tuple(_repeated_ints(fields.get(_Field.IOTA_RESHAPE_DIMS, [])))
-    perm = tuple(_repeated_ints(fields.get(_Field.IOTA_TRANSPOSE_PERM, []), signed32=True))
-    subgroups = _subgroup_types(_repeated_ints(fields.get(_Field.LAST_TILE_DIMS, [])))
-    replicate_last = bool(scalar(_Field.REPLICATE_ON_LAST_TILE_DIM))
-    if reshape_dims:
-        if devices:
-            raise ValueError("an OpSharding cannot have both tile_assignment_devices and "
-                             "iota_reshape_dims")
-        if len(perm) != len(reshape_dims):
-            raise ValueError(f"iota_transpose_perm {list(perm)} does not match "
-                             f"iota_reshape_dims {list(reshape_dims)}")
-        if all(d == 1 for d in reshape_dims):
-            return HloSharding.replicate()
-    elif not devices:
-        raise ValueError("a tiled OpSharding needs tile_assignment_devices or iota_reshape_dims")
-    elif len(devices) == 1:
-        return HloSharding.replicate()
-    if not dims or any(d <= 0 for d in dims):
-        raise ValueError(f"tile_assignment_dimensions must be positive, got {list(dims)}")
-    if reshape_dims:
-        _check_iota(dims, reshape_dims, perm)
-        tiles = _Tiles.iota(dims, reshape_dims, perm)
-    else:
-        if math.prod(dims) != len(devices):
-            raise ValueError(f"tile_assignment_dimensions {list(dims)} hold {math.prod(dims)} "
-                             f"devices but {len(devices)} are listed")
-        return HloSharding.tiled(np.array(devices, dtype=np.int64).reshape(dims),
-                                 last_tile_dim_replicate=replicate_last,
-                                 subgroup_types=subgroups)
-    return HloSharding._from_tiles(tiles, replicate_last, subgroups)
-
-
-# --------------------------------------------------------------------------
-# Text parsing
-# --------------------------------------------------------------------------
-
-_TOKEN = re.compile(r"""
-    (?P<space>\s+|/\*.*?\*/)
-  | (?P<punct><=|[{}\[\](),=])
-  | (?P<int>-?\d+)
-  | (?P<word>[A-Za-z_][A-Za-z0-9_.]*)
-  | (?P<string>"(?:[^"\\]|\\.)*")
-""", re.VERBOSE | re.DOTALL)
-
-
-class _Parser(TokenStream):
-    """Recursive-descent parser for XLA's sharding text."""
-
-    def __init__(self, text: str):
-        super().__init__(text, _TOKEN, "sharding")
-
-    def int_list(self, open_: str, close: str) -> list[int]:
-        self.expect(open_)
-        values = [self.integer()]
-        while self.peek() == ",":
-            self.next()
-            values.append(self.integer())
-        self.expect(close)
-        return values
-
-    def parse(self) -> HloSharding:
-        self.expect("{")
-        if self.peek() in ("{", "}"):
-            elements = []
-            if self.peek() != "}":
-                elements.append(self.single(expect_brace=True))
-                while self.peek() == ",":
-                    self.next()
-                    elements.append(self.single(expect_brace=True))
-            self.expect("}")
-            result = HloSharding.tuple_sharding(elements)
-        else:
-            result = self.single(expect_brace=False)
-        if self.index != len(self.tokens):
-            raise self.error(f"unexpected {self.peek()!r} after the sharding")
-        return result
-
-    def skip_braced(self) -> None:
-        self.expect("{")
-        depth = 1
-        while depth:
-            text = self.next()[1]
-            depth += {"{": 1, "}": -1}.get(text, 0)
-
-    def single(self, expect_brace: bool) -> HloSharding:
-        if expect_brace:
-            self.expect("{")
-        start = self.tokens[self.index - 1][2]
-        flags: set[str] = set()
-        device: Optional[int] = None
-        dims: Optional[list[int]] = None
-        devices: Optional[list[int]] = None
-        iota: Optional[tuple[list[int], list[int]]] = None
-        subgroups: Optional[list[OpShardingType]] = None
-        while self.peek() != "}":
-            kind, text, pos = self.next()
-            if text in ("replicated", "manual", "unknown", "unreduced", "maximal",
-                        "last_tile_dim_replicate"):
-                flags.add(text)
-            elif text == "device":
-                self.expect("=")
-                device = self.integer()
-            elif text == "devices":
-                self.expect("=")
-                dims = self.int_list("[", "]")
-                if self.peek() == "<=":
-                    self.next()
-                    reshape_dims = self.int_list("[", "]")
-                    perm = list(range(len(reshape_dims)))
-                    if self.peek() == "T":
-                        if len(reshape_dims) == 1:
-                            raise self.error("a one-dimensional iota takes no transpose")
-                        self.next()
-                        perm = self.int_list("(", ")")
-                    elif len(reshape_dims) > 1:
-                        raise self.error("expected 'T(' with the transpose of a multi-"
-                                         "dimensional iota")
-                    iota = (reshape_dims, perm)
-                else:
-                    devices = [self.integer()]
-                    while self.peek() == ",":
-                        self.next()
-                        devices.append(self.integer())
-            elif text == "last_tile_dims":
-                self.expect("=")
-                self.expect("{")
-                subgroups = []
-                while True:
-                    kind, name, pos = self.next()
-                    if name not in _SUBGROUP_BY_NAME:
-                        raise self.error(f"unknown subgroup type {name!r}", pos)
-                    subgroups.append(_SUBGROUP_BY_NAME[name])
-                    if self.peek() != ",":
-                        break
-                    self.next()
-                self.expect("}")
-            elif text == "metadata":
-                self.expect("=")
-                self.skip_braced()
-            elif text in ("shard_as", "shard_like"):
-                raise self.error("shard groups (shard_as / shard_like) are not supported", pos)
-            else:
-                raise self.error(f"unexpected {text!r}", pos)
-        self.expect("}")
-        return self.build(start, flags, device, dims, devices, iota, subgroups)
-
-    def build(self, start, flags, device, dims, devices, iota, subgroups) -> HloSharding:
-        def error(message):
-            return self.error(message, start)
-        simple = flags & {"replicated", "manual", "unknown", "unreduced"}
-        if simple:
-            if len(simple) > 1 or "maximal" in flags or dims is not None or device is not None:
-                raise error("a replicated, manual, unknown or unreduced sharding takes "
-                            "nothing else")
-            (name,) = simple
-            return {"replicated": HloSharding.replicate, "manual": HloSharding.manual,
-                    "unknown": HloSharding.unknown, "unreduced": HloSharding.unreduced}[name]()
-        if "maximal" in flags:
-            if device is None or dims is not None:
-                raise error("a maximal sharding needs exactly 'device=N'")
-            if device < 0:
-                raise error("device ids must be >= 0")
-            return HloSharding.maximal(device)
-        if dims is None:
-            raise error("expected 'devices=[...]', 'replicated', 'manual' or 'maximal'")
-        if device is not None:
-            raise error("'device=' belongs to maximal shardings")
-        if subgroups is not None and "last_tile_dim_replicate" in flags:
-            raise error("give either last_tile_dim_replicate or last_tile_dims, not both")
-        if any(d <= 0 for d in dims):
-            raise error(f"tile dimensions must be positive, got {dims}")
-        replicate_last = "last_tile_dim_replicate" in flags
-        types = tuple(subgroups or ())
-        if len(types) > len(dims):
-            raise error(f"{len(types)} subgroup types for {len(dims)} tile dimensions")
-        try:
-            if iota is not None:
-                reshape_dims, perm = iota
-                _check_iota(tuple(dims), tuple(reshape_dims), tuple(perm))
-                return HloSharding._from_tiles(_Tiles.iota(dims, reshape_dims, perm),
-                                               replicate_last, types)
-            if len(devices) <= 1:
-                raise ValueError("a tiled sharding needs more than one device")
-            if math.prod(dims) != len(devices):
-                raise ValueError(f"tile dimensions {dims} hold {math.prod(dims)} devices "
-                                 f"but {len(devices)} are listed")
-            return HloSharding.tiled(np.array(devices, dtype=np.int64).reshape(dims),
-                                     last_tile_dim_replicate=replicate_last,
-                                     subgroup_types=types)
-        except ValueError as problem:
-            raise error(str(problem)) from None
