@@ -24,10 +24,12 @@ import time
 
 import pytest
 
-from pjrt import registry
+from pjrt import plugin_api, registry
 from pjrt.errors import PluginLoadError, XlaRuntimeError
 from pjrt.options import XLA_OPTION_TYPES, check_option_types
 from pjrt.plugin import PluginTable
+
+import pjrt_cpu
 
 try:
     import pjrt_cuda
@@ -128,27 +130,41 @@ def test_each_package_advertises_a_jax_plugins_entry_point(name):
 def test_initialize_outside_discovery_registers_nothing(name, monkeypatch):
     module = sys.modules[name]
     calls = []
-    monkeypatch.setattr(registry, "register_plugin", lambda *a, **k: calls.append(a))
-    monkeypatch.setattr(registry, "register_backend_factory", lambda *a, **k: calls.append(a))
+    for function in ("register_plugin", "register_backend_factory", "register_unavailable"):
+        monkeypatch.setattr(plugin_api, function, lambda *a, **k: calls.append(a))
     assert not registry.discovering()
     assert module.initialize() is None
+    assert module.PLUGIN.initialize() is None  # neither pjrt nor JAX asked
     assert calls == []
 
 
-def test_under_jax_initialize_imports_neither_pjrt_nor_the_vendor_modules():
+@pytest.mark.parametrize("name", ["pjrt_cpu", "pjrt_cuda", "pjrt_rocm", "pjrt_tpu"])
+def test_each_package_declares_its_plugin_and_leaves_jax_alone(name):
+    declaration = sys.modules[name].PLUGIN
+    assert isinstance(declaration, plugin_api.PluginDeclaration)
+    assert declaration.platform == sys.modules[name].PLATFORM
+    assert declaration.priority == sys.modules[name].PRIORITY
+    # JAX serves these platforms itself (its CPU backend, the vendors' own jax_plugins modules).
+    assert declaration.serve_jax is False
+
+
+def test_under_jax_initialize_imports_neither_jax_nor_the_vendor_modules():
     """What JAX does: import each jax_plugins entry point and call initialize()."""
     child = textwrap.dedent("""
         import json, sys
         import pjrt_cuda, pjrt_rocm, pjrt_tpu
         for module in (pjrt_cuda, pjrt_rocm, pjrt_tpu):
             module.initialize()
-        print(json.dumps(sorted(m for m in ("pjrt", "pjrt.registry", "jax", "libtpu",
-                                            "jax_plugins.xla_cuda12", "jax_plugins.xla_rocm7")
-                                if m in sys.modules)))
+        from pjrt.plugin import default_plugins
+        print(json.dumps({
+            "imported": sorted(m for m in ("jax", "libtpu", "jax_plugins.xla_cuda12",
+                                           "jax_plugins.xla_rocm7") if m in sys.modules),
+            "loaded": default_plugins.names(),
+        }))
     """)
     result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
                             timeout=60, check=True)
-    assert json.loads(result.stdout.splitlines()[-1]) == []
+    assert json.loads(result.stdout.splitlines()[-1]) == {"imported": [], "loaded": []}
 
 
 # -- discovery with all four packages installed ------------------------------------------------
@@ -482,6 +498,16 @@ def test_tpu_topology_without_a_tpu(make_registry):
     with pytest.raises(XlaRuntimeError) as info:
         reg.make_pjrt_topology("tpu", "not-a-topology")
     assert info.value.code_name == "INVALID_ARGUMENT"
+
+
+def test_tpu_topology_when_pjrt_platforms_leaves_tpu_out():
+    reg = registry.BackendRegistry(PluginTable(), environ={"PJRT_PLATFORMS": "cpu"})
+    try:
+        topology = reg.make_pjrt_topology("tpu", "v5e:2x2")
+        assert len(topology.device_descriptions()) == 4
+        assert sorted(reg.backends()) == ["cpu"]  # no TPU backend was brought up for it
+    finally:
+        reg.clear_backends()
 
 
 def test_libtpu_switches_are_set_only_off_google_cloud_without_a_tpu(monkeypatch, tmp_path):

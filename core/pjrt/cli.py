@@ -445,7 +445,10 @@ def _cmd_run(args, reg) -> int:
 def _cmd_demo(args, reg) -> int:
     from . import demo
 
-    demo.main()
+    try:
+        demo.main(reg)
+    except demo.DemoUnavailable as error:
+        raise CommandError(str(error)) from error
     return OK
 
 

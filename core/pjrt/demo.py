@@ -1,12 +1,14 @@
 """A tour of pjrt on the CPU plugin: ``python -m pjrt.demo``.
 
-Loads XLA's CPU plugin (from the ``pjrt-cpu`` package) with 8 devices, lists them, runs a
+Makes a client of XLA's CPU plugin (from whichever plugin package is registered for ``cpu``,
+normally ``pjrt-cpu``) with 8 devices, lists them, runs a
 bundled StableHLO program on one device and an SPMD program sharded over all eight, checks
 both against numpy and prints timings.
 """
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 import numpy as np
@@ -37,12 +39,28 @@ def _softmax(x):
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def main() -> None:
-    import pjrt_cpu
+class DemoUnavailable(RuntimeError):
+    """The demo cannot run here (no CPU plugin); the message says what to install."""
 
+
+def main(registry=None) -> None:
+    """Run the tour, printing as it goes.
+
+    Args:
+      registry: the :class:`~pjrt.registry.BackendRegistry` whose ``cpu`` plugin package
+        makes the client (the default registry when None).
+
+    Raises:
+      DemoUnavailable: no CPU plugin package is installed, or its plugin cannot be loaded.
+    """
     started = time.perf_counter()
-    plugin = pjrt.load_pjrt_plugin_dynamically("cpu", pjrt_cpu.library_path())
-    client = pjrt.make_c_api_client("cpu", {"cpu_device_count": DEVICE_COUNT})
+    registry = registry if registry is not None else pjrt.registry.default_registry
+    try:
+        client = registry.new_client("cpu", num_devices=DEVICE_COUNT)
+    except (RuntimeError, FileNotFoundError) as error:
+        raise DemoUnavailable(f"the demo runs on XLA's CPU plugin, which is not available: "
+                              f"{error}") from error
+    plugin = client.plugin
     major, minor = plugin.api_version
     print(f"plugin      {plugin.library_path}")
     print(f"PJRT API    {major}.{minor} (plugin), {pjrt.PJRT_C_API_VERSION[0]}."
@@ -100,4 +118,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except DemoUnavailable as error:
+        sys.exit(f"pjrt demo: {error}")

@@ -14,6 +14,7 @@ platform name, unless a pjrt plugin already serves that platform.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
@@ -23,7 +24,10 @@ import os
 import pkgutil
 import re
 import sys
-from typing import Iterator
+import threading
+from typing import Any, Iterator
+
+from .errors import PluginLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -131,28 +135,49 @@ class EnvPlugin:
     config_file: str | None = None
 
 
-def read_plugin_config(json_path: str) -> tuple[str, dict | None]:
+def read_plugin_config(json_path: str, entry_name: str | None = None) -> tuple[str, dict | None]:
     """``(library_path, create_options)`` from a plugin's JSON configuration file.
 
+    Args:
+      json_path: the file.
+      entry_name: the platform name the file was given for in PJRT_NAMES_AND_LIBRARY_PATHS,
+        named in error messages.
+
     Raises:
-      ValueError: the file has no ``library_path`` (the message names the file), or is not
-        a JSON object.
+      ValueError: the file cannot be read or decoded, is not a JSON object, has no string
+        ``library_path``, or its ``create_options`` is not an object. The message names the
+        file (and the entry) and says what to change.
     """
-    with open(json_path, encoding="utf-8") as f:
-        try:
+    where = f"PJRT plugin configuration {json_path}" + (
+        f" (entry {entry_name!r} of {ENV_VARIABLE})" if entry_name else "")
+    try:
+        with open(json_path, encoding="utf-8") as f:
             config = json.load(f)
-        except json.JSONDecodeError as error:
-            # json's own message gives a line and column but not the file.
-            raise ValueError(f"PJRT plugin configuration {json_path} is not valid JSON: "
-                             f"{error}") from None
+    except OSError as error:
+        raise ValueError(f"{where} cannot be read: {error.strerror or error}; fix the path in "
+                         f"{ENV_VARIABLE}") from None
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{where} is not UTF-8 text (byte {error.start}: {error.reason}); "
+                         f"save it as UTF-8 JSON") from None
+    except RecursionError:
+        # json recurses once per nesting level; a file nested this deep is no configuration.
+        raise ValueError(f"{where} is nested too deeply to be read; a configuration is an "
+                         f"object with \"library_path\" and \"create_options\"") from None
+    except json.JSONDecodeError as error:
+        # json's own message gives a line and column but not the file.
+        raise ValueError(f"{where} is not valid JSON: {error}") from None
     if not isinstance(config, dict) or "library_path" not in config:
-        raise ValueError(f"PJRT plugin configuration {json_path} has no \"library_path\" "
-                         f"field; it must name the plugin's shared library")
+        raise ValueError(f"{where} has no \"library_path\" field; it must name the plugin's "
+                         f"shared library")
+    library_path = config["library_path"]
+    if not isinstance(library_path, str) or not library_path.strip():
+        raise ValueError(f"\"library_path\" in {where} must be a non-empty string naming the "
+                         f"plugin's shared library, not {json.dumps(library_path)}")
     options = config.get("create_options")
     if options is not None and not isinstance(options, dict):
-        raise ValueError(f"\"create_options\" in {json_path} must be an object of option "
-                         f"names to values")
-    return config["library_path"], options
+        raise ValueError(f"\"create_options\" in {where} must be an object of option names "
+                         f"to values, not {type(options).__name__}")
+    return library_path, options
 
 
 def plugins_from_env(value: str | None) -> list[EnvPlugin]:
@@ -162,7 +187,7 @@ def plugins_from_env(value: str | None) -> list[EnvPlugin]:
     ending in ``.json`` is a configuration file (see :func:`read_plugin_config`).
 
     Raises:
-      ValueError: a JSON configuration without ``library_path``.
+      ValueError: a JSON configuration that cannot be used (see :func:`read_plugin_config`).
     """
     plugins = []
     separator = ";" if sys.platform == "win32" else ":"
@@ -177,7 +202,7 @@ def plugins_from_env(value: str | None) -> list[EnvPlugin]:
                            ENV_VARIABLE, separator)
             continue
         if path.endswith(".json"):
-            library_path, options = read_plugin_config(path)
+            library_path, options = read_plugin_config(path, name)
             plugins.append(EnvPlugin(name, library_path, options, config_file=path))
         else:
             plugins.append(EnvPlugin(name, path, None))
@@ -189,3 +214,75 @@ def iter_classified(modules: list[PluginModule]) -> Iterator[tuple[PluginModule,
     for module in modules:
         source, directory = _module_source(module.module)
         yield module, bool(source) and written_for_jax(source), directory
+
+
+# -- who is discovering ---------------------------------------------------------------------
+
+@dataclasses.dataclass
+class DiscoveryContext:
+    """Who is discovering on this thread, and which plugin module it is initialising."""
+
+    #: The :class:`~pjrt.registry.BackendRegistry` that is discovering.
+    registry: Any
+    source: str = "api"
+    module: str | None = None
+
+
+_discovering = threading.local()
+
+
+def discovering() -> bool:
+    """True while pjrt's discovery is calling plugin modules' ``initialize()``.
+
+    JAX calls every ``jax_plugins`` module's ``initialize()`` too; a plugin module asks this
+    (through :mod:`pjrt.plugin_api`) to know which host is calling.
+    """
+    return current_context() is not None
+
+
+def current_context() -> DiscoveryContext | None:
+    """The discovery under way on this thread, or None."""
+    return getattr(_discovering, "context", None)
+
+
+@contextlib.contextmanager
+def discovery_scope(context: DiscoveryContext):
+    """Make ``context`` the discovery under way on this thread while the block runs."""
+    # A plugin module registers through the module-level functions; while this scope is open
+    # they reach the registry that is discovering (a test's or the CLI's, not only the
+    # default one) and label the registration with the module it came from.
+    previous = current_context()
+    _discovering.context = context
+    try:
+        yield
+    finally:
+        _discovering.context = previous
+
+
+def initialize_module(module: PluginModule) -> DiscoveryRecord:
+    """Import ``module`` and call its ``initialize()``; what happened, as a record.
+
+    A failure is recorded (and logged), never raised: one broken plugin must not stop the
+    others.
+    """
+    record = DiscoveryRecord(module.module, module.source, "initialized")
+    try:
+        imported = importlib.import_module(module.module)
+        initialize = getattr(imported, "initialize", None)
+        if initialize is None:
+            record.action, record.detail = "skipped", "the module has no initialize()"
+            return record
+        initialize()
+    except Exception as error:  # noqa: BLE001 - one broken plugin must not stop startup
+        record.action = "failed"
+        # A PluginLoadError already says what is wrong and what to do; keep its words.
+        is_load_error = isinstance(error, PluginLoadError)
+        record.detail = str(error) if is_load_error else f"{type(error).__name__}: {error}"
+        if is_load_error:
+            logger.warning("plugin module %s could not load its library: %s; skipping it",
+                           module.module, error)
+        else:
+            logger.warning("plugin module %s could not be %s (%s: %s); skipping it",
+                           module.module, "imported" if isinstance(error, ImportError)
+                           else "initialised", type(error).__name__, error)
+    return record

@@ -14,7 +14,6 @@ backend that came up.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -41,6 +40,9 @@ _NVIDIA_DEVICE_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")
 
 BackendFactory = Callable[[], Client]
 
+#: Create options, or a function that reads them when a client is made.
+Options = Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None
+
 
 @dataclasses.dataclass
 class BackendRegistration:
@@ -63,44 +65,15 @@ class BackendRegistration:
     plugin: Plugin | None = None
     #: The plugin module whose ``initialize()`` (or library) made this registration, if any.
     module: str | None = None
+    #: Makes a client of its own (not the shared backend) from keyword settings the plugin
+    #: package defines; :func:`make_cpu_client` calls the one registered for ``cpu``.
+    new_client: Callable[..., Client] | None = None
+    #: Why the backend cannot come up, for registrations of an unavailable plugin.
+    failure: Exception | None = None
 
 
-@dataclasses.dataclass
-class _DiscoveryContext:
-    """Who is discovering on this thread, and which plugin module it is initialising."""
-
-    registry: "BackendRegistry"
-    source: str = "api"
-    module: str | None = None
-
-
-_discovering = threading.local()
-
-
-def discovering() -> bool:
-    """True while pjrt's discovery is calling plugin modules' ``initialize()``.
-
-    JAX calls every ``jax_plugins`` module's ``initialize()`` too; a pjrt plugin module checks
-    this so that it registers with pjrt only when pjrt asks, and does nothing under JAX.
-    """
-    return getattr(_discovering, "context", None) is not None
-
-
-def _discovery_context() -> _DiscoveryContext | None:
-    return getattr(_discovering, "context", None)
-
-
-@contextlib.contextmanager
-def _discovery_scope(context: _DiscoveryContext):
-    # A plugin module registers through the module-level functions; while this scope is open
-    # they reach the registry that is discovering (a test's or the CLI's, not only the
-    # default one) and label the registration with the module it came from.
-    previous = _discovery_context()
-    _discovering.context = context
-    try:
-        yield
-    finally:
-        _discovering.context = previous
+#: True while pjrt's discovery is calling plugin modules' ``initialize()``.
+discovering = discovery.discovering
 
 
 def expand_platform_alias(platform: str) -> list[str]:
@@ -152,41 +125,64 @@ class BackendRegistry:
     def register_backend_factory(self, name: str, factory: BackendFactory, *, priority: int = 0,
                                  fail_quietly: bool = True, experimental: bool = False,
                                  make_topology: Callable[..., Any] | None = None,
-                                 source: str = "api", module: str | None = None) -> None:
-        """Register ``factory`` as the maker of backend ``name``.
+                                 source: str = "api", module: str | None = None,
+                                 new_client: Callable[..., Client] | None = None) -> None:
+        """Register ``factory`` as the maker of backend ``name`` (replacing any earlier one).
+
+        The keyword arguments are the fields of :class:`BackendRegistration`.
 
         Raises:
           RuntimeError: backend ``name`` is already initialised.
         """
+        self._add(name, BackendRegistration(
+            factory, priority, fail_quietly, experimental, make_topology, source, module=module,
+            new_client=new_client))
+
+    def _add(self, name: str, registration: BackendRegistration) -> None:
         with self._lock:
             if self._backends is not None and name in self._backends:
                 raise RuntimeError(f"backend {name!r} is already initialised; call "
                                    f"clear_backends() before registering it again")
-            previous = self._registrations.get(name)
-            self._registrations[name] = BackendRegistration(
-                factory, priority, fail_quietly, experimental, make_topology, source,
-                module=module)
-            if previous is not None and previous.plugin is not None and previous.module == module:
-                # A plugin module that wraps the factory register_plugin made for it keeps
-                # the plugin it loaded (for `pjrt info` and the API version queries).
-                self._registrations[name].plugin = previous.plugin
+            self._registrations[name] = registration
+
+    def register_unavailable(self, name: str, error: Exception, *, priority: int = 0,
+                             source: str = "api", module: str | None = None) -> None:
+        """Record that backend ``name`` cannot come up, and why (``backend_errors()`` says it).
+
+        Bringing it up, making its topology or a client of it raises ``error``.
+        """
+        self._add(name, BackendRegistration(
+            _failing(error), priority, True, name not in NON_EXPERIMENTAL_PLATFORMS,
+            _failing(error), source, module=module, failure=error))
 
     def register_plugin(self, plugin_name: str, priority: int = 400,
                         library_path: str | os.PathLike | None = None,
-                        options: Mapping[str, Any] | None = None, c_api: Any = None,
-                        *, source: str = "api", module: str | None = None) -> Plugin | None:
+                        options: Options = None, c_api: Any = None, *,
+                        make_client: Callable[[Plugin, dict], Client] | None = None,
+                        make_topology: Callable[[Plugin, str, dict], Any] | None = None,
+                        new_client: Callable[..., Client] | None = None,
+                        source: str = "api", module: str | None = None) -> Plugin | None:
         """Load a PJRT plugin and register a backend factory that makes its client.
 
         Args:
           plugin_name: the platform name to register (e.g. ``"cuda"``).
           priority: default-backend priority (higher wins).
           library_path: the plugin's shared library; exactly one of this and ``c_api``.
-          options: client create options.
+          options: client create options, or a function returning them that is called each
+            time a client is made (so that a bad setting is the backend's reason, not a
+            discovery failure).
           c_api: a ``PJRT_Api*`` already in memory (PyCapsule, int address or cffi pointer).
+          make_client: ``make_client(plugin, options) -> Client``, to run code around client
+            creation (check libraries, time it); :func:`pjrt.client.create_client` when None.
+          make_topology: ``make_topology(plugin, topology_name, options)``, to describe
+            topologies; :func:`pjrt.topology.make_topology` when None.
+          new_client: ``new_client(plugin, **settings) -> Client``, a client of its own from
+            settings the plugin package defines (what :func:`make_cpu_client` calls).
 
         Returns:
           The loaded :class:`Plugin`; None when platform selection excludes this platform
-          (it is then recorded but not loaded; it is loaded if a later selection asks for it).
+          (the registration is kept, and its library is loaded when a later selection asks
+          for the platform, or when a topology or client of it is asked for).
 
         Raises:
           ValueError: neither or both of ``library_path`` and ``c_api`` were given.
@@ -196,42 +192,47 @@ class BackendRegistry:
         if (library_path is None) == (c_api is None):
             raise ValueError(f"register_plugin({plugin_name!r}) needs exactly one of "
                              f"library_path and c_api")
-        options = dict(options or {})
-        experimental = plugin_name not in NON_EXPERIMENTAL_PLATFORMS
+        create = make_client or create_client
+        describe = make_topology or _default_topology
+        registration = BackendRegistration(
+            lambda: None, priority, True, plugin_name not in NON_EXPERIMENTAL_PLATFORMS,
+            source=source, module=module)
+        loaded: list[Plugin] = []
 
         def load() -> Plugin:
-            if library_path is not None:
-                return self._plugins.load(plugin_name, library_path)
-            return self._plugins.add_c_api(plugin_name, c_api)
+            # Loaded once per registration (a c_api table cannot be added twice); the
+            # PluginTable returns the same plugin when the library is asked for again.
+            with self._lock:
+                if not loaded:
+                    if library_path is not None:
+                        loaded.append(self._plugins.load(plugin_name, library_path))
+                    else:
+                        loaded.append(self._plugins.add_c_api(plugin_name, c_api))
+                    registration.plugin = loaded[0]
+                return loaded[0]
 
+        registration.factory = lambda: create(load(), _read_options(options))
+        registration.make_topology = (
+            lambda topology_name="", **topology_options: describe(
+                load(), topology_name, topology_options))
+        if new_client is not None:
+            registration.new_client = lambda **settings: new_client(load(), **settings)
         with self._lock:
             selected = self.selected_platforms()
             if selected is not None and plugin_name not in selected:
-                # Platforms not asked for are never touched, but the registration stays
-                # usable: a later selection that includes it loads the library then.
-                self._registrations[plugin_name] = BackendRegistration(
-                    lambda: _make_plugin_client(load(), options), priority, True,
-                    experimental, None, source, module=module)
+                # Platforms not asked for are not loaded now, but the registration stays
+                # usable: a later selection, a topology or a new client loads the library.
+                self._add(plugin_name, registration)
                 return None
             try:
                 plugin = load()
             except PluginLoadError as error:
-                self._registrations[plugin_name] = BackendRegistration(
-                    _failing(error), priority, True, experimental, None, source, module=module)
+                self.register_unavailable(plugin_name, error, priority=priority, source=source,
+                                          module=module)
                 raise
-
-            def factory() -> Client:
-                return _make_plugin_client(plugin, options)
-
-            def make_topology(topology_name: str = "", **topology_options):
-                from .topology import make_topology as make
-
-                return make(plugin, topology_name, topology_options)
-
-            self.register_backend_factory(plugin_name, factory, priority=priority,
-                                          experimental=experimental, make_topology=make_topology,
-                                          source=source, module=module)
-            self._registrations[plugin_name].plugin = plugin
+            # Registered once loaded: a name already taken by another library (ValueError)
+            # leaves the first registration in place.
+            self._add(plugin_name, registration)
             return plugin
 
     # -- discovery -------------------------------------------------------------------------
@@ -250,33 +251,13 @@ class BackendRegistry:
             if for_jax:
                 jax_only.append((module, directory))
                 continue
-            with _discovery_scope(_DiscoveryContext(self, module.source, module.module)):
-                self._initialize_module(module)
+            context = discovery.DiscoveryContext(self, module.source, module.module)
+            with discovery.discovery_scope(context):
+                self.discovery_records.append(discovery.initialize_module(module))
         for module, directory in jax_only:
             self._register_jax_wheel(module, directory)
         for entry in env_plugins:
             self._register_env_plugin(entry)
-
-    def _initialize_module(self, module: discovery.PluginModule) -> None:
-        record = discovery.DiscoveryRecord(module.module, module.source, "initialized")
-        self.discovery_records.append(record)
-        try:
-            imported = __import__(module.module, fromlist=["initialize"])
-            initialize = getattr(imported, "initialize", None)
-            if initialize is None:
-                record.action, record.detail = "skipped", "the module has no initialize()"
-                return
-            initialize()
-        except PluginLoadError as error:
-            # The registration keeps the reason for backend_errors(); the log says it once.
-            record.action, record.detail = "failed", str(error)
-            logger.warning("plugin module %s could not load its library: %s; skipping it",
-                           module.module, error)
-        except Exception as error:  # noqa: BLE001 - one broken plugin must not stop startup
-            record.action, record.detail = "failed", f"{type(error).__name__}: {error}"
-            logger.warning("plugin module %s could not be %s (%s: %s); skipping it",
-                           module.module, "imported" if isinstance(error, ImportError)
-                           else "initialised", type(error).__name__, error)
 
     def _register_jax_wheel(self, module: discovery.PluginModule, directory: str | None) -> None:
         platform = discovery.platform_of_jax_module(module.module)
@@ -410,14 +391,8 @@ class BackendRegistry:
                 reason = f"{type(error).__name__}: {error}"
                 self._errors[name] = reason
                 if not fail_quietly:
-                    if self._platforms_override is not None:
-                        hint = ("it was asked for with set_platforms(); call "
-                                "set_platforms(None) to use whatever comes up")
-                    else:
-                        hint = (f"it was asked for in {PLATFORMS_ENV}; set {PLATFORMS_ENV}='' to "
-                                f"use whatever comes up, or remove {name!r} from it")
                     raise RuntimeError(f"unable to initialise backend {name!r}: {reason} "
-                                       f"({hint})") from error
+                                       f"({self._why_required(name)})") from error
                 logger.info("backend %r did not start: %s", name, reason)
                 continue
             self._backends[name] = client
@@ -427,13 +402,26 @@ class BackendRegistry:
             raise RuntimeError(self._nothing_came_up())
         self._default = best[0]
 
+    def _why_required(self, name: str) -> str:
+        """Why a failure of backend ``name`` stops initialisation, and what to do about it."""
+        if self._platforms_override is not None:
+            return ("it was asked for with set_platforms(); call set_platforms(None) to use "
+                    "whatever comes up")
+        if self.selected_platforms() is None:
+            return ("its plugin registered it with fail_quietly=False, so its failure stops "
+                    f"start-up; fix the cause, or set {PLATFORMS_ENV} to the platforms to use")
+        # Name what the user wrote: "gpu", not the "cuda" it stands for.
+        written = next((r for r in self._requested() if name in expand_platform_alias(r)), name)
+        asked = f"{written!r}" + (f" (which stands for {name!r})" if written != name else "")
+        return (f"it was asked for in {PLATFORMS_ENV} as {asked}; set {PLATFORMS_ENV}='' to use "
+                f"whatever comes up, or remove {written!r} from it")
+
     def _initialize_one(self, name: str) -> Client:
         registration = self._registrations.get(name)
         if registration is None:
             known = ", ".join(sorted(self._registrations)) or "none"
             raise RuntimeError(f"no backend named {name!r} is registered (registered: {known}); "
-                               f"install its plugin package or list it in "
-                               f"{discovery.ENV_VARIABLE}")
+                               f"{_package_hint(name)}{self._failed_modules()}")
         client = registration.factory()
         if client is None:
             raise RuntimeError(f"the factory of backend {name!r} returned no client")
@@ -449,8 +437,8 @@ class BackendRegistry:
     def _nothing_came_up(self) -> str:
         if not self._registrations:
             return ("no PJRT backend is registered: install a plugin package such as pjrt-cpu "
-                    "(pip install ./plugins/cpu), or name a plugin library in "
-                    f"{discovery.ENV_VARIABLE}")
+                    f"(pip install pjrt-cpu), or name a plugin library in "
+                    f"{discovery.ENV_VARIABLE}{self._failed_modules()}")
         lines = [f"  {name}: {self._errors.get(name, 'not started')}"
                  for name in self._registrations]
         return "no PJRT backend could be started:\n" + "\n".join(lines)
@@ -458,10 +446,13 @@ class BackendRegistry:
     def _suggest_missing(self) -> None:
         if "cuda" in self._backends or not any(os.path.exists(p) for p in _NVIDIA_DEVICE_NODES):
             return
+        selected = self.selected_platforms()
+        if selected is not None and "cuda" not in selected:
+            return  # the user chose the platforms; the GPU was left out on purpose
         if "cuda" in self._errors:
             logger.warning("an NVIDIA GPU seems present but the CUDA backend failed: %s",
                            self._errors["cuda"])
-        else:
+        elif "cuda" not in self._registrations:
             logger.warning("an NVIDIA GPU seems present but no CUDA plugin is installed; "
                            "pip install pjrt-cuda to use it (falling back to %s)", self._default)
 
@@ -559,26 +550,81 @@ class BackendRegistry:
     def make_pjrt_topology(self, platform: str, topology_name: str = "", **options):
         """A topology description of ``platform``, for compiling without its devices.
 
+        Works whether or not PJRT_PLATFORMS selects ``platform``: describing a topology
+        brings up no backend.
+
         Raises:
-          RuntimeError: the platform has no topology factory.
+          RuntimeError: no plugin is registered for the platform, or it cannot describe
+            topologies.
+          PluginLoadError: the platform's plugin cannot be loaded.
         """
+        registration = self._registration_for(platform, "make a topology description")
+        if registration.make_topology is None:
+            raise RuntimeError(f"platform {platform!r} cannot make a topology description "
+                               f"(it was registered as a plain backend factory, from "
+                               f"{registration.source})")
+        return registration.make_topology(topology_name, **options)
+
+    def new_client(self, platform: str, **settings) -> Client:
+        """A client of ``platform``'s plugin of its own (not the backend's), from ``settings``.
+
+        Which settings a platform takes is up to its plugin package (``cpu``:
+        ``num_devices``).
+
+        Raises:
+          RuntimeError: no plugin package is registered for the platform, or it does not
+            make clients of its own, or its plugin cannot be loaded (the reason is kept).
+        """
+        registration = self._registration_for(platform, "make a client")
+        if registration.failure is not None:
+            raise RuntimeError(f"the {platform} plugin cannot be loaded: "
+                               f"{registration.failure}") from registration.failure
+        if registration.new_client is None:
+            raise RuntimeError(f"the {platform!r} backend registered from {registration.source} "
+                               f"cannot make clients of its own; install its plugin package "
+                               f"({_package_hint(platform)})")
+        return registration.new_client(**settings)
+
+    def _registration_for(self, platform: str, purpose: str) -> BackendRegistration:
         with self._lock:
             self._discover()
             registration = self._registrations.get(platform)
-        if registration is None or registration.make_topology is None:
-            raise RuntimeError(f"platform {platform!r} cannot make a topology description")
-        return registration.make_topology(topology_name, **options)
+            if registration is not None:
+                return registration
+            known = ", ".join(sorted(self._registrations)) or "none"
+        raise RuntimeError(f"cannot {purpose} for {platform!r}: no plugin for it is registered "
+                           f"(registered: {known}); {_package_hint(platform)}"
+                           f"{self._failed_modules()}")
+
+    def _failed_modules(self) -> str:
+        failed = [f"{r.name}: {r.detail}" for r in self.discovery_records if r.action == "failed"]
+        return (" (plugin modules that failed during discovery: " + "; ".join(failed) + ")"
+                if failed else "")
+
+
+def _package_hint(platform: str) -> str:
+    if platform in NON_EXPERIMENTAL_PLATFORMS:
+        return f"pip install pjrt-{platform}"
+    return (f"install the plugin package for {platform!r}, or name its library in "
+            f"{discovery.ENV_VARIABLE}")
 
 
 _DEFAULT_PRIORITIES = {"cuda": 500, "rocm": 500, "tpu": 300, "cpu": 0}
 
 
-def _make_plugin_client(plugin: Plugin, options: dict) -> Client:
-    return create_client(plugin, options)
+def _read_options(options: Options) -> dict:
+    return dict((options() if callable(options) else options) or {})
 
 
-def _failing(error: Exception) -> BackendFactory:
-    def factory() -> Client:
+def _default_topology(plugin: Plugin, topology_name: str, options: dict):
+    from .topology import make_topology
+
+    return make_topology(plugin, topology_name, options)
+
+
+def _failing(error: Exception) -> Callable[..., Any]:
+    """A factory (or topology factory) that raises ``error``."""
+    def factory(*args, **kwargs):
         raise error
     return factory
 
@@ -604,7 +650,7 @@ def _target() -> tuple[BackendRegistry, str, str | None]:
 
     Inside discovery that is the discovering registry; otherwise the default one.
     """
-    context = _discovery_context()
+    context = discovery.current_context()
     if context is None:
         return default_registry, "api", None
     return context.registry, context.source, context.module
@@ -612,7 +658,8 @@ def _target() -> tuple[BackendRegistry, str, str | None]:
 
 def register_backend_factory(name: str, factory: BackendFactory, *, priority: int = 0,
                              fail_quietly: bool = True, experimental: bool = False,
-                             make_topology: Callable[..., Any] | None = None) -> None:
+                             make_topology: Callable[..., Any] | None = None,
+                             new_client: Callable[..., Client] | None = None) -> None:
     """Register a backend factory (see BackendRegistry.register_backend_factory).
 
     Called by a plugin module's ``initialize()`` during discovery, it registers with the
@@ -621,7 +668,8 @@ def register_backend_factory(name: str, factory: BackendFactory, *, priority: in
     registry, source, module = _target()
     registry.register_backend_factory(name, factory, priority=priority,
                                       fail_quietly=fail_quietly, experimental=experimental,
-                                      make_topology=make_topology, source=source, module=module)
+                                      make_topology=make_topology, source=source, module=module,
+                                      new_client=new_client)
 
 
 def register_unavailable(name: str, error: Exception, *, priority: int = 0) -> None:
@@ -629,11 +677,13 @@ def register_unavailable(name: str, error: Exception, *, priority: int = 0) -> N
 
     For plugin packages whose ``initialize()`` finds that their library is missing.
     """
-    register_backend_factory(name, _failing(error), priority=priority)
+    registry, source, module = _target()
+    registry.register_unavailable(name, error, priority=priority, source=source, module=module)
 
 
 def register_plugin(plugin_name: str, priority: int = 400, library_path=None, options=None,
-                    c_api=None) -> Plugin | None:
+                    c_api=None, *, make_client=None, make_topology=None,
+                    new_client=None) -> Plugin | None:
     """Load a PJRT plugin and register it as a backend (see BackendRegistry.register_plugin).
 
     Called by a plugin module's ``initialize()`` during discovery, it registers with the
@@ -641,7 +691,8 @@ def register_plugin(plugin_name: str, priority: int = 400, library_path=None, op
     """
     registry, source, module = _target()
     return registry.register_plugin(plugin_name, priority, library_path, options, c_api,
-                                    source=source, module=module)
+                                    make_client=make_client, make_topology=make_topology,
+                                    new_client=new_client, source=source, module=module)
 
 
 def set_platforms(platforms: str | Sequence[str] | None) -> None:
@@ -736,15 +787,12 @@ def make_pjrt_topology(platform: str, topology_name: str = "", **options):
 
 
 def make_cpu_client(num_devices: int | None = None) -> Client:
-    """A new client of the CPU plugin from ``pjrt-cpu``, with ``num_devices`` devices.
+    """A new client of the CPU plugin, with ``num_devices`` devices (its own default if None).
+
+    The client comes from the plugin package registered for ``cpu`` (``pjrt-cpu``), which
+    says how to make one; it is a client of its own, not the ``cpu`` backend's.
 
     Raises:
-      RuntimeError: pjrt-cpu is not installed.
+      RuntimeError: no CPU plugin package is installed, or its plugin cannot be loaded.
     """
-    try:
-        import pjrt_cpu
-    except ImportError as error:
-        raise RuntimeError("make_cpu_client needs the CPU plugin: pip install pjrt-cpu") from error
-    plugin = default_plugins.load("cpu", pjrt_cpu.library_path())
-    options = pjrt_cpu.client_options(num_devices)
-    return _make_plugin_client(plugin, options)
+    return default_registry.new_client("cpu", num_devices=num_devices)

@@ -7,8 +7,9 @@ the ``jax_plugins`` entry point, which calls :func:`initialize`).
 from __future__ import annotations
 
 import os
-import sys
 import warnings
+
+from pjrt import plugin_api
 
 from .lapack import register_lapack_kernels
 
@@ -33,16 +34,14 @@ def library_path() -> str:
     Raises:
       FileNotFoundError: ``xla-cpu-pjrt`` is not installed, or its library is missing.
     """
-    from pjrt.plugin_support import find_module_library
-
-    return find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "xla-cpu-pjrt")
+    return plugin_api.find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "xla-cpu-pjrt")
 
 
 def client_options(num_devices: int | None = None) -> dict:
     """Create options for a CPU client: ``num_devices``, else PJRT_CPU_DEVICE_COUNT, else none.
 
     Raises:
-      ValueError: the environment variable is not a positive integer.
+      ValueError: the environment variable is not a positive integer (the message names it).
     """
     if num_devices is None:
         value = os.environ.get(DEVICE_COUNT_ENV, "").strip()
@@ -51,32 +50,65 @@ def client_options(num_devices: int | None = None) -> dict:
         try:
             num_devices = int(value)
         except ValueError:
-            raise ValueError(f"{DEVICE_COUNT_ENV}={value!r} is not an integer") from None
+            raise ValueError(f"{DEVICE_COUNT_ENV}={value!r} is not an integer; set it to the "
+                             f"number of CPU devices (1 or more), or unset it") from None
+        if num_devices < 1:
+            raise ValueError(f"{DEVICE_COUNT_ENV}={value!r}: the number of CPU devices must be "
+                             f"at least 1; set it to 1 or more, or unset it")
     if num_devices < 1:
         raise ValueError(f"the number of CPU devices must be at least 1, not {num_devices}")
     return {"cpu_device_count": int(num_devices)}
 
 
-def initialize() -> None:
-    """Register the CPU plugin with pjrt's registry, and the LAPACK kernels jax programs need.
-
-    pjrt's discovery calls this through the ``jax_plugins`` entry point. JAX calls every
-    ``jax_plugins`` entry point too; then pjrt is not imported, and this does nothing. With
-    pjrt imported, the LAPACK custom-call handlers are always registered for the ``cpu``
-    platform (see :mod:`pjrt_cpu.lapack`); registering the plugin itself happens only while
-    pjrt is discovering.
-    """
-    if "pjrt" not in sys.modules:
-        return
+def _register_kernels() -> None:
     try:
         register_lapack_kernels(PLATFORM)
     except (ImportError, OSError, RuntimeError) as exc:
         # The plugin is still useful without them; only linear algebra needs the kernels.
         warnings.warn(f"pjrt_cpu: the LAPACK custom-call kernels are unavailable ({exc}); "
                       f"programs using jnp.linalg will fail to compile", RuntimeWarning,
-                      stacklevel=2)
-    registry = sys.modules.get("pjrt.registry")
-    if registry is None or not registry.discovering():
+                      stacklevel=3)
+
+
+def _create(plugin, options: dict):
+    # The kernels are registered with pjrt before the client comes up, which is when pjrt
+    # hands them to the plugin (registering again is a no-op).
+    _register_kernels()
+    return plugin_api.create_client(plugin, options)
+
+
+def _new_client(plugin, num_devices: int | None = None):
+    return _create(plugin, client_options(num_devices))
+
+
+def make_cpu_client(num_devices: int | None = None):
+    """A new client of XLA's CPU plugin with ``num_devices`` devices (else
+    PJRT_CPU_DEVICE_COUNT, else the plugin's own default).
+
+    Raises:
+      FileNotFoundError: ``xla-cpu-pjrt`` is not installed.
+      ValueError: ``num_devices`` (or the variable) is not a positive integer.
+    """
+    return _new_client(plugin_api.load_plugin(PLATFORM, library_path()), num_devices)
+
+
+#: The plugin, as pjrt and JAX discover it. JAX has a CPU backend of its own, so under JAX
+#: this package stays out of the way.
+PLUGIN = plugin_api.PluginDeclaration(
+    PLATFORM, library=library_path, priority=PRIORITY, options=client_options,
+    make_client=_create, new_client=_new_client, version=__version__, serve_jax=False)
+
+
+def initialize() -> None:
+    """Register the CPU plugin with pjrt's registry when pjrt's discovery calls this.
+
+    Both pjrt and JAX call it through the ``jax_plugins`` entry point. Under JAX it does
+    nothing: JAX has its own CPU backend and kernels. Otherwise the LAPACK custom-call kernels
+    are registered with pjrt for the ``cpu`` platform (see :mod:`pjrt_cpu.lapack`), and, while
+    pjrt discovers, the plugin. The device count (PJRT_CPU_DEVICE_COUNT) is read when the
+    client is made, so a bad value is the ``cpu`` backend's reason, not a missing backend.
+    """
+    if plugin_api.jax_is_calling() is not None:
         return
-    registry.register_plugin(PLATFORM, priority=PRIORITY, library_path=library_path(),
-                             options=client_options())
+    _register_kernels()
+    PLUGIN.initialize()

@@ -141,11 +141,11 @@ def register_lapack_kernels(platform: str = "cpu") -> list[str]:
     Returns:
       The registered target names.
     """
-    import pjrt.ffi
+    import pjrt
 
     provide_lapack()
     registered = []
     for name, address in targets().items():
-        pjrt.ffi.register_custom_call_target(name, address, platform=platform)
+        pjrt.register_custom_call_target(name, address, platform=platform)
         registered.append(name)
     return registered

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
+
+from pjrt import plugin_api
 
 from .options import generate_pjrt_gpu_plugin_options, parse_visible_devices
 
@@ -51,9 +52,7 @@ def library_path() -> str:
     Raises:
       FileNotFoundError: jax-cuda12-pjrt is not installed, or its library is missing.
     """
-    from pjrt.plugin_support import find_module_library
-
-    return find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "jax-cuda12-pjrt")
+    return plugin_api.find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "jax-cuda12-pjrt")
 
 
 def client_options() -> dict:
@@ -98,48 +97,25 @@ def make_client(plugin, options: dict | None = None):
       CudaLibraryVersionError: a pip-installed CUDA library is too old.
       XlaRuntimeError: the plugin refused, e.g. FAILED_PRECONDITION without a visible GPU.
     """
-    from pjrt.client import create_client
-
     if options is None:
         options = generate_pjrt_gpu_plugin_options()
     prepare_cuda_libraries()
-    return create_client(plugin, options)
+    return plugin_api.create_client(plugin, options)
+
+
+#: The plugin, as pjrt discovers it: options read from the environment and the NVIDIA
+#: libraries checked when the client is made. JAX gets CUDA from the jax-cuda12-pjrt wheel's
+#: own ``jax_plugins.xla_cuda12`` module, so under JAX this package stays out of the way.
+PLUGIN = plugin_api.PluginDeclaration(
+    PLATFORM, library=library_path, priority=PRIORITY, options=client_options,
+    make_client=make_client, version=__version__, serve_jax=False)
 
 
 def initialize() -> None:
-    """Register the CUDA plugin with pjrt's registry.
+    """Register the CUDA plugin with pjrt's registry when pjrt's discovery calls this.
 
-    pjrt's discovery calls this through the ``jax_plugins`` entry point. JAX calls every
-    ``jax_plugins`` entry point too; then pjrt is not discovering and this does nothing.
-    A missing plugin library is registered as the backend's failure, so that
-    ``pjrt.backend_errors()`` says why cuda is absent.
+    Both pjrt and JAX call it through the ``jax_plugins`` entry point; under JAX it does
+    nothing. Loading the library needs no GPU; a missing library is registered as the
+    backend's failure, so that ``pjrt.backend_errors()`` says why cuda is absent.
     """
-    registry = sys.modules.get("pjrt.registry")
-    if registry is None or not registry.discovering():
-        return
-    from pjrt.errors import PluginLoadError
-
-    try:
-        path = library_path()
-    except FileNotFoundError as error:
-        failure = PluginLoadError(str(error))
-        registry.register_unavailable(PLATFORM, failure, priority=PRIORITY)
-        raise failure from error
-    # register_plugin loads the library (no GPU needed) and records a failure to load as the
-    # backend's reason; it returns None when PJRT_PLATFORMS leaves cuda out.
-    plugin = registry.register_plugin(PLATFORM, priority=PRIORITY, library_path=path)
-    if plugin is None:
-        return
-    # Replace its factory with ours, which reads options and checks libraries only when the
-    # backend is brought up, and keep its topology factory.
-    registry.register_backend_factory(PLATFORM, lambda: make_client(plugin), priority=PRIORITY,
-                                      make_topology=_topology_factory(plugin))
-
-
-def _topology_factory(plugin):
-    def make_topology(topology_name: str = "", **options):
-        from pjrt.topology import make_topology as make
-
-        return make(plugin, topology_name, options)
-    return make_topology
-
+    PLUGIN.initialize()

@@ -11,7 +11,7 @@ imported, and pjrt's discovery skips it once this package has registered ``rocm`
 """
 from __future__ import annotations
 
-import sys
+from pjrt import plugin_api
 
 __version__ = "0.1.0"
 
@@ -37,9 +37,7 @@ def library_path() -> str:
     Raises:
       FileNotFoundError: jax-rocm7-pjrt is not installed, or its library is missing.
     """
-    from pjrt.plugin_support import find_module_library
-
-    return find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "jax-rocm7-pjrt")
+    return plugin_api.find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "jax-rocm7-pjrt")
 
 
 def install_hint(missing_library: str | None) -> str:
@@ -57,42 +55,27 @@ def explain_load_error(error):
     ``path`` and ``missing_library`` are kept; errors with no missing library are returned
     unchanged.
     """
-    from pjrt.errors import PluginLoadError
-
     if getattr(error, "missing_library", None) is None:
         return error
     # Keep the loader's own words, which pjrt puts last.
     loader = str(error).partition("The loader said: ")[2] or str(error)
-    return PluginLoadError(f"the ROCm plugin {error.path} cannot be loaded: "
+    return plugin_api.PluginLoadError(f"the ROCm plugin {error.path} cannot be loaded: "
                            f"{install_hint(error.missing_library)}. The loader said: {loader}",
                            path=error.path, missing_library=error.missing_library)
 
 
+#: The plugin, as pjrt discovers it. JAX gets ROCm from the jax-rocm7-pjrt wheel's own
+#: ``jax_plugins.xla_rocm7`` module, so under JAX this package stays out of the way.
+PLUGIN = plugin_api.PluginDeclaration(
+    PLATFORM, library=library_path, priority=PRIORITY, explain_load_error=explain_load_error,
+    version=__version__, serve_jax=False)
+
+
 def initialize() -> None:
-    """Register the ROCm plugin with pjrt's registry.
+    """Register the ROCm plugin with pjrt's registry when pjrt's discovery calls this.
 
-    pjrt's discovery calls this through the ``jax_plugins`` entry point; under JAX (not
-    discovering) it does nothing. When the library cannot be loaded, the failure, with the
-    ROCm hint, is registered as the backend's reason and raised for discovery to record.
+    Both pjrt and JAX call it through the ``jax_plugins`` entry point; under JAX it does
+    nothing. When the library cannot be loaded, the failure, with the ROCm hint, is
+    registered as the backend's reason and raised for discovery to record.
     """
-    registry = sys.modules.get("pjrt.registry")
-    if registry is None or not registry.discovering():
-        return
-    from pjrt.errors import PluginLoadError
-
-    try:
-        path = library_path()
-    except FileNotFoundError as error:
-        failure = PluginLoadError(str(error))
-        registry.register_unavailable(PLATFORM, failure, priority=PRIORITY)
-        raise failure from error
-    try:
-        registry.register_plugin(PLATFORM, priority=PRIORITY, library_path=path)
-    except PluginLoadError as error:
-        explained = explain_load_error(error)
-        if explained is not error:
-            # register_plugin recorded the bare loader message; record the explained one.
-            registry.register_unavailable(PLATFORM, explained, priority=PRIORITY)
-            raise explained from error
-        raise
-
+    PLUGIN.initialize()

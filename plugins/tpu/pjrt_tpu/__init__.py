@@ -30,8 +30,9 @@ import glob
 import importlib.util
 import logging
 import os
-import sys
 import threading
+
+from pjrt import plugin_api
 
 __version__ = "0.1.0"
 
@@ -154,15 +155,13 @@ def make_client(plugin, options: dict | None = None):
     Raises:
       XlaRuntimeError: libtpu refused, e.g. NOT_FOUND "TPU initialization failed" without a TPU.
     """
-    from pjrt.client import create_client
-
     configure_environment()
     seconds = SLOW_INIT_WARNING_SECONDS
     timer = threading.Timer(seconds, _warn_slow, args=(seconds,))
     timer.daemon = True  # never keep the process alive for a warning
     timer.start()
     try:
-        return create_client(plugin, client_options() if options is None else options)
+        return plugin_api.create_client(plugin, client_options() if options is None else options)
     finally:
         timer.cancel()
         timer.join()  # it wakes at once when cancelled; leave no thread behind
@@ -184,42 +183,30 @@ def make_topology(topology_name: str = "", *, plugin=None, **options):
     Raises:
       XlaRuntimeError: INVALID_ARGUMENT for a name libtpu does not understand.
     """
-    from pjrt.topology import make_topology as make
-
     if plugin is None:
-        from pjrt.plugin import default_plugins
-
-        plugin = default_plugins.load(PLATFORM, library_path())
+        plugin = plugin_api.load_plugin(PLATFORM, library_path())
     configure_environment()
-    return make(plugin, topology_name, options)
+    return plugin_api.make_topology(plugin, topology_name, options)
+
+
+#: The plugin, as pjrt discovers it: the client made with the slow-start warning, topologies
+#: described once the plugin is initialised. JAX loads libtpu itself, so under JAX this
+#: package stays out of the way.
+PLUGIN = plugin_api.PluginDeclaration(
+    PLATFORM, library=library_path, priority=PRIORITY, options=client_options,
+    make_client=make_client,
+    make_topology=lambda plugin, topology_name, options: make_topology(
+        topology_name, plugin=plugin, **options),
+    version=__version__, serve_jax=False)
 
 
 def initialize() -> None:
-    """Register libtpu with pjrt's registry.
+    """Register libtpu with pjrt's registry when pjrt's discovery calls this.
 
-    pjrt's discovery calls this through the ``jax_plugins`` entry point; under JAX (not
-    discovering) it does nothing. The library is loaded now (no TPU needed) and a factory
-    registered that creates the client with the slow-start warning, along with a topology
-    factory. A missing library (a wrong TPU_LIBRARY_PATH) is registered as the backend's
-    failure, so ``pjrt.backend_errors()["tpu"]`` says what is wrong.
+    Both pjrt and JAX call it through the ``jax_plugins`` entry point; under JAX it does
+    nothing. The library is loaded now (no TPU needed); the client is created with the
+    slow-start warning, and topologies can be described whether or not PJRT_PLATFORMS names
+    tpu. A missing library (a wrong TPU_LIBRARY_PATH) is registered as the backend's failure,
+    so ``pjrt.backend_errors()["tpu"]`` says what is wrong.
     """
-    registry = sys.modules.get("pjrt.registry")
-    if registry is None or not registry.discovering():
-        return
-    from pjrt.errors import PluginLoadError
-
-    try:
-        path = library_path()
-    except FileNotFoundError as error:
-        failure = PluginLoadError(str(error), path=os.environ.get(LIBRARY_PATH_ENV) or None)
-        registry.register_unavailable(PLATFORM, failure, priority=PRIORITY)
-        raise failure from error
-    plugin = registry.register_plugin(PLATFORM, priority=PRIORITY, library_path=path)
-    if plugin is None:  # PJRT_PLATFORMS leaves tpu out
-        return
-    # The registry's own factory would create the client without the timer: replace it.
-    registry.register_backend_factory(
-        PLATFORM, lambda: make_client(plugin), priority=PRIORITY,
-        make_topology=lambda topology_name="", **options: make_topology(
-            topology_name, plugin=plugin, **options))
-
+    PLUGIN.initialize()

@@ -1,0 +1,221 @@
+"""What a plugin package uses from pjrt: one declaration that pjrt and JAX both discover.
+
+A plugin package is a pip package that ships (or finds) a PJRT plugin library and advertises a
+module in the ``jax_plugins`` entry-point group. Both pjrt and JAX import that module and call
+its ``initialize()``. The package describes its plugin once, as a :class:`PluginDeclaration`,
+and hands the call to it::
+
+    from pjrt import plugin_api
+
+    PLUGIN = plugin_api.PluginDeclaration(
+        "myaccel", library=library_path, priority=400, options=client_options,
+        version=__version__)
+
+    def initialize():
+        PLUGIN.initialize()
+
+:meth:`PluginDeclaration.initialize` finds out which host is calling. Under pjrt's discovery it
+registers the library with the registry that is discovering (a missing library, a library
+that cannot be loaded or a package that does not match the core is recorded as the backend's
+reason). Under JAX it registers the same library, priority and options with JAX's own
+registry, so one package serves both; a package whose platform JAX already serves another way
+says ``serve_jax=False`` and is left out there. Called by anyone else, it does nothing.
+
+Besides the declaration, this module gathers what plugin packages need from the core, so that
+they depend on one module: loading a library or a PyCapsule, creating a client or a topology
+of a loaded plugin, registering factories directly, the version check and the library finder.
+See docs/vendors.md.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+from typing import Any, Callable, Mapping
+
+from . import __version__ as core_version
+from . import client, discovery, plugin, registry, topology
+from .client import Client
+from .errors import PluginLoadError
+from .plugin import Plugin
+from .plugin_support import check_plugin_version, find_module_library
+from .topology import DeviceTopology
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PluginDeclaration", "Plugin", "PluginLoadError", "Client", "DeviceTopology",
+           "discovering", "register_plugin", "register_backend_factory", "register_unavailable",
+           "check_plugin_version", "find_module_library", "load_plugin",
+           "load_pjrt_plugin_with_c_api", "create_client", "make_topology", "jax_is_calling"]
+
+#: Where JAX keeps its backend registry; JAX's own discovery runs from there.
+JAX_BRIDGE_MODULE = "jax._src.xla_bridge"
+
+#: True while pjrt's discovery is calling plugin modules' ``initialize()``.
+discovering = discovery.discovering
+
+register_plugin = registry.register_plugin
+register_backend_factory = registry.register_backend_factory
+register_unavailable = registry.register_unavailable
+
+
+def load_plugin(platform: str, library_path: str | os.PathLike) -> Plugin:
+    """Load ``library_path`` as plugin ``platform`` in pjrt's process-wide table (once)."""
+    return plugin.load_pjrt_plugin_dynamically(platform, library_path)
+
+
+def load_pjrt_plugin_with_c_api(platform: str, c_api: Any) -> Plugin:
+    """Add a plugin whose ``PJRT_Api*`` is already in memory: a PyCapsule (what a plugin's
+    Python extension hands out), an int address or a cffi pointer."""
+    return plugin.load_pjrt_plugin_with_c_api(platform, c_api)
+
+
+def create_client(loaded: Plugin, options: Mapping[str, Any] | None = None) -> Client:
+    """Initialise a loaded plugin if needed and create a client of it with ``options``."""
+    return client.create_client(loaded, options)
+
+
+def make_topology(loaded: Plugin, topology_name: str = "",
+                  options: Mapping[str, Any] | None = None) -> DeviceTopology:
+    """Ask a loaded plugin to describe ``topology_name`` (compiling without its devices)."""
+    return topology.make_topology(loaded, topology_name, options)
+
+
+def jax_is_calling() -> Any | None:
+    """JAX's backend registry module while JAX's plugin discovery is under way, else None.
+
+    JAX calls every ``jax_plugins`` module's ``initialize()`` from that module, holding its
+    plugin lock, before it marks its plugins registered; that is how a call from JAX is told
+    from anyone else's in a process that merely has JAX loaded (a JAX version without those
+    markers counts as calling whenever it is loaded). The module is looked up, never
+    imported: importing JAX here would cost every pjrt process half a second and start JAX's
+    own discovery.
+    """
+    if discovering():
+        return None
+    bridge = sys.modules.get(JAX_BRIDGE_MODULE)
+    if bridge is None:
+        return None
+    done = getattr(bridge, "_plugins_registered", None)
+    lock = getattr(bridge, "_plugin_lock", None)
+    if done is None or lock is None:
+        return bridge
+    return bridge if not done and lock.locked() else None
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginDeclaration:
+    """A plugin as its package declares it, once, for pjrt and for JAX.
+
+    Only ``platform`` and one of ``library`` and ``c_api`` are required; the rest say how
+    pjrt should treat the plugin (``make_client``, ``make_topology``, ``new_client`` and
+    ``explain_load_error`` are pjrt's alone: JAX makes its clients its own way).
+    """
+
+    #: The platform name the plugin is registered under, in both hosts.
+    platform: str
+    #: The plugin's shared library, or a function that finds it (raising FileNotFoundError
+    #: with what to install when it is missing). Called at each registration, not at import.
+    library: str | os.PathLike | Callable[[], str] | None = None
+    #: Instead of ``library``: a function returning the plugin's ``PJRT_Api*`` as a PyCapsule.
+    c_api: Callable[[], Any] | None = None
+    #: Default-backend priority in both hosts: cpu 0, tpu 300, cuda and rocm 500.
+    priority: int = 400
+    #: Client create options, or a function returning them, called each time a client is
+    #: made (so that a bad environment variable is the backend's reason, not a lost plugin).
+    options: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
+    #: ``make_client(plugin, options) -> Client``: code around client creation (check
+    #: libraries, time it). :func:`create_client` when None.
+    make_client: Callable[[Plugin, dict], Client] | None = None
+    #: ``make_topology(plugin, topology_name, options)``; :func:`make_topology` when None.
+    make_topology: Callable[[Plugin, str, dict], Any] | None = None
+    #: ``new_client(plugin, **settings) -> Client``: a client of its own from settings the
+    #: package defines (``pjrt.make_cpu_client(num_devices)`` calls the ``cpu`` one).
+    new_client: Callable[..., Client] | None = None
+    #: Turns the PluginLoadError of a library that cannot be loaded into a clearer one (what
+    #: to install); returning the error unchanged keeps it.
+    explain_load_error: Callable[[PluginLoadError], PluginLoadError] | None = None
+    #: The package's version; when given, a package that does not match the core's major and
+    #: minor version is not registered with pjrt (and says so).
+    version: str | None = None
+    #: Whether JAX calling ``initialize()`` registers the library with JAX. False for a
+    #: platform JAX already serves another way (its own CPU backend, its own CUDA wheel).
+    serve_jax: bool = True
+
+    def __post_init__(self):
+        if (self.library is None) == (self.c_api is None):
+            raise ValueError(f"the plugin declaration of {self.platform!r} needs exactly one "
+                             f"of library and c_api")
+
+    def initialize(self) -> str | None:
+        """Register the plugin with whichever host is calling; the package's ``initialize()``.
+
+        Returns:
+          ``"pjrt"`` or ``"jax"``: the host it registered with; None when neither asked (or
+          JAX asked and ``serve_jax`` is False).
+
+        Raises:
+          PluginLoadError: under pjrt, the library is missing or cannot be loaded, or the
+            package does not match the core; the reason is also recorded as the backend's.
+        """
+        if discovering():
+            self.register_with_pjrt()
+            return "pjrt"
+        bridge = jax_is_calling()
+        if bridge is None:
+            return None
+        if not self.serve_jax:
+            logger.debug("JAX asked for %r; this package leaves that platform to JAX",
+                         self.platform)
+            return None
+        self.register_with_jax(bridge)
+        return "jax"
+
+    def register_with_pjrt(self) -> Plugin | None:
+        """Register the plugin with pjrt (the discovering registry, else the default one).
+
+        Returns:
+          The loaded plugin; None when PJRT_PLATFORMS leaves the platform out (it is then
+          loaded when first needed).
+
+        Raises:
+          PluginLoadError: see :meth:`initialize`.
+        """
+        if self.version is not None and not check_plugin_version(
+                self.platform, core_version, self.version):
+            self._unavailable(PluginLoadError(
+                f"the {self.platform!r} plugin package {self.version} does not match pjrt "
+                f"{core_version}; install versions whose major.minor agree"))
+        try:
+            library_path = self.library_path() if self.library is not None else None
+            c_api = self.c_api() if self.c_api is not None else None
+        except FileNotFoundError as error:
+            self._unavailable(PluginLoadError(str(error), path=error.filename), error)
+        try:
+            return register_plugin(self.platform, self.priority, library_path, self.options,
+                                   c_api, make_client=self.make_client,
+                                   make_topology=self.make_topology, new_client=self.new_client)
+        except PluginLoadError as error:
+            explained = self.explain_load_error(error) if self.explain_load_error else error
+            if explained is error:
+                raise  # register_plugin has recorded it
+            self._unavailable(explained, error)
+
+    def register_with_jax(self, bridge: Any) -> None:
+        """Register the library, priority and options with JAX's registry (``bridge`` is
+        ``jax._src.xla_bridge``); JAX loads the library and makes its clients itself."""
+        library_path = self.library_path() if self.library is not None else None
+        c_api = self.c_api() if self.c_api is not None else None
+        # JAX reads callable options when it brings the backend up, as pjrt does.
+        bridge.register_plugin(self.platform, priority=self.priority, library_path=library_path,
+                               c_api=c_api, options=self.options)
+
+    def library_path(self) -> str:
+        """The library's absolute path (FileNotFoundError when it cannot be found)."""
+        found = self.library() if callable(self.library) else self.library
+        return os.fspath(found)
+
+    def _unavailable(self, failure: PluginLoadError, cause: Exception | None = None):
+        register_unavailable(self.platform, failure, priority=self.priority)
+        raise failure from cause
