@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     import pjrt_cpu
     from pjrt._pjrt_cffi import lib
     from pjrt.transfers import batched_copy_array_to_devices_with_sharding, device_put
-    from pjrt.executable import _check_device_sets, _global_shape
+    from pjrt.executable import check_device_sets, _global_shape
 
     pjrt.load_pjrt_plugin_dynamically("cpu", pjrt_cpu.library_path())
     client = pjrt.make_c_api_client("cpu", {"cpu_device_count": NUM_DEVICES})
@@ -149,8 +149,8 @@ def main(argv=None) -> int:
     # -- Python pieces of CompiledProgram.__call__ -> _place_global
     record("_place_global([x]) (check devices + device_put, x already placed)",
            loop(lambda _: compiled._place_global((x,))))
-    record("· _check_device_sets([x], devices)",
-           loop(lambda _: _check_device_sets([x], devices)))
+    record("· check_device_sets([x], devices)",
+           loop(lambda _: check_device_sets([x], devices)))
     record("· device_put(x, input sharding) (returns x)",
            loop(lambda _: device_put(x, in_sharding)))
     record("· batched_copy_array_to_devices_with_sharding([xn], [input sharding]) (equivalent)",

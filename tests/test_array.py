@@ -287,16 +287,16 @@ def test_big_endian_input_is_stored_in_native_order(client):
 def test_staging_memory_is_recycled_and_never_the_callers(client):
     """Large transfers reuse staging blocks the plugin let go of; a caller's own memory handed
     over with ZERO_COPY is never reused for anything else."""
-    from pjrt import array as array_module
+    from pjrt import staging
 
-    array_module.release_staging_memory()
-    size = array_module.staging_size(LARGE * 4 * 8)
+    staging.release_staging_memory()
+    size = staging.staging_size(LARGE * 4 * 8)
     first = client.buffer_from_pyval(np.full(LARGE * 8, 1.0, np.float32))
     first.delete()
     gc.collect()
-    assert array_module._staging_pool.available(size) == 1
+    assert staging.staging_pool.available(size) == 1
     second = client.buffer_from_pyval(np.full(LARGE * 8, 2.0, np.float32))
-    assert array_module._staging_pool.available(size) == 0  # the block was taken again
+    assert staging.staging_pool.available(size) == 0  # the block was taken again
     np.testing.assert_array_equal(np.asarray(second)[:3], [2, 2, 2])
 
     mine = np.full(LARGE * 8, 5.0, np.float32)
@@ -306,4 +306,4 @@ def test_staging_memory_is_recycled_and_never_the_callers(client):
     third = client.buffer_from_pyval(np.full(LARGE * 8, 7.0, np.float32))
     np.testing.assert_array_equal(mine[:3], [5, 5, 5])  # untouched by the later transfer
     np.testing.assert_array_equal(np.asarray(third)[:3], [7, 7, 7])
-    array_module.release_staging_memory()
+    staging.release_staging_memory()

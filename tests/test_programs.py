@@ -93,7 +93,7 @@ def test_spmd_program_on_eight_devices(client, name, variant):
 def test_shardy_program_gets_shardy_partitioner_by_default(client):
     """A Shardy program compiles without the caller naming the partitioner."""
     text = programs.get("spmd_elementwise_2d").read_text("shardy")
-    assert pjrt.executable.uses_shardy(text.encode())
-    assert not pjrt.executable.uses_shardy(programs.get("spmd_elementwise_2d").read_text("gspmd").encode())
+    assert pjrt.compiler.uses_shardy(text.encode())
+    assert not pjrt.compiler.uses_shardy(programs.get("spmd_elementwise_2d").read_text("gspmd").encode())
     executable = client.compile_and_load(text, client.local_devices())
     assert executable.num_partitions() == 8

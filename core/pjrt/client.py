@@ -230,7 +230,7 @@ class Client:
         Returns:
           A :class:`~pjrt.executable.LoadedExecutable`.
         """
-        from .executable import compile_program
+        from .compiler import compile_program
 
         return compile_program(self, computation, executable_devices, compile_options,
                                replicated=replicated)
@@ -249,7 +249,7 @@ class Client:
             bytes do not say which did.
           ValueError: the serialized executable is truncated or damaged.
         """
-        from .executable import deserialize_executable
+        from .compiler import deserialize_executable
 
         return deserialize_executable(self, serialized, compile_options,
                                       trust_unverified=trust_unverified)

@@ -1,4 +1,6 @@
-"""Compiling StableHLO and running it: ``PJRT_LoadedExecutable`` and its metadata.
+"""Running compiled programs: ``PJRT_LoadedExecutable`` and its metadata.
+
+Programs are compiled by :mod:`pjrt.compiler`, which makes the executables this module runs.
 
 :class:`LoadedExecutable` owns the loaded executable and the ``PJRT_Executable`` view of it,
 and reads once, at load time, everything a call needs: the devices, the outputs' shapes and
@@ -18,14 +20,11 @@ from . import _hlo, dtypes, handles, serialization
 from ._c import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi, lib
 from .array import Array
-from .compile_options import CompileOptions, DeviceAssignment
 from .errors import (ClosedClientError, DeviceAssignmentMismatchError, UnsupportedFeatureError,
                      XlaRuntimeError, consume)
 from .hlo_sharding import HloSharding
 from .options import named_values_to_dict
 from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
-from .sharding_text import parse_program_result_shapes, parse_program_shardings
-from .waits import run_on_compile_thread
 
 if TYPE_CHECKING:
     from .client import Client
@@ -33,138 +32,6 @@ if TYPE_CHECKING:
 
 _NULL = ffi.NULL
 _execute = lib.pjrt_shim_execute
-
-
-def _program_bytes(computation) -> bytes:
-    if isinstance(computation, str):
-        return computation.encode("utf-8")
-    if isinstance(computation, (bytes, bytearray, memoryview)):
-        return bytes(computation)
-    raise TypeError(f"a program must be StableHLO text (str) or bytecode (bytes), not "
-                    f"{type(computation).__name__}")
-
-
-def uses_shardy(program: bytes) -> bool:
-    """Whether a StableHLO program carries Shardy sharding annotations (``sdy`` dialect)."""
-    return b"sdy.mesh" in program or b"#sdy.sharding" in program or b"sdy.sharding" in program
-
-
-def default_compile_options(devices: Sequence["Device"], program: bytes, *,
-                            replicated: bool = False) -> CompileOptions:
-    """Options for running ``program`` on ``devices``: one device, SPMD over all of them, or
-    (``replicated``) one copy of the program per device, each on its own data."""
-    options = CompileOptions()
-    build = options.executable_build_options
-    ids = [d.id for d in devices]
-    if replicated:
-        build.num_replicas = len(devices)
-        build.num_partitions = 1
-        build.device_assignment = DeviceAssignment.create(np.array(ids, np.int64).reshape(-1, 1))
-        return options
-    build.num_replicas = 1
-    build.num_partitions = len(devices)
-    if len(devices) > 1:
-        build.use_spmd_partitioning = True
-        build.use_shardy_partitioner = uses_shardy(program)
-        # As jax does: let the partitioner choose the layout of arguments and results the
-        # program leaves unannotated (XLA keeps them replicated otherwise, under GSPMD).
-        inputs, outputs = _unannotated(program)
-        if any(inputs):
-            build.allow_spmd_sharding_propagation_to_parameters = inputs
-        if any(outputs):
-            build.allow_spmd_sharding_propagation_to_output = outputs
-    build.device_assignment = DeviceAssignment.create(np.array([ids], dtype=np.int64))
-    return options
-
-
-def _unannotated(program: bytes) -> tuple[list, list]:
-    """Per argument and per result of a text program's main: whether it has no sharding."""
-    try:
-        inputs, outputs = parse_program_shardings(program.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return [], []  # bytecode, or no public main: leave XLA's defaults
-    return [s is None for s in inputs], [s is None for s in outputs]
-
-
-def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
-    devices = list(devices)
-    if not devices:
-        raise ValueError("executable_devices is empty; pass at least one device")
-    seen = set()
-    for device in devices:
-        if getattr(device, "client", None) is not client:
-            raise ValueError(f"{device!r} is not a device of this {client.platform} client")
-        if device in seen:
-            raise ValueError(f"{device} appears twice in executable_devices")
-        seen.add(device)
-    return devices
-
-
-def compile_program(client: "Client", computation, executable_devices=None,
-                    compile_options: CompileOptions | None = None, *,
-                    replicated: bool = False) -> "LoadedExecutable":
-    """See :meth:`pjrt.client.Client.compile_and_load`."""
-    program = _program_bytes(computation)
-    handle = client.handle
-    if compile_options is None:
-        devices = _check_devices(client, executable_devices or client._local_devices[:1])
-        compile_options = default_compile_options(devices, program, replicated=replicated)
-    elif compile_options.device_assignment is None and executable_devices:
-        devices = _check_devices(client, executable_devices)
-        build = compile_options.executable_build_options
-        replicas, partitions = build.num_replicas, build.num_partitions
-        if replicas * partitions != len(devices):
-            raise ValueError(f"compile options ask for {replicas} replicas x {partitions} "
-                             f"partitions but {len(devices)} devices were given")
-        ids = np.array([d.id for d in devices], dtype=np.int64).reshape(replicas, partitions)
-        build.device_assignment = DeviceAssignment.create(ids)
-    serialized_options = compile_options.SerializeAsString()
-
-    api = handle.api
-    program_struct, keepalive = program_argument(program)
-    options_buffer = ffi.new("char[]", serialized_options)
-    args = api.new_args("PJRT_Client_Compile_Args")
-    args.program = program_struct
-    args.compile_options = options_buffer
-    args.compile_options_size = len(serialized_options)
-
-    def compile_on_worker():
-        args.client = handle.pointer
-        api.call("PJRT_Client_Compile", args)
-        return args.executable
-
-    ticket = handle.begin()
-    # On a thread with a large stack, so that deeply nested programs do not overflow it, and
-    # so that Ctrl-C interrupts the wait; an abandoned result is freed on the worker.
-    pointer = run_on_compile_thread(handle, ticket, compile_on_worker,
-                                    lambda loaded: handles.destroy_loaded_executable(api, loaded))
-    try:
-        del keepalive
-        return LoadedExecutable(client, pointer,
-                                declared_output_shapes=_declared_output_shapes(program))
-    finally:
-        handle.end(ticket)
-
-
-def _declared_output_shapes(program: bytes) -> tuple | None:
-    """The result shapes a text program's ``main`` declares; None for bytecode."""
-    try:
-        return parse_program_result_shapes(program.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-
-
-def program_argument(program: bytes) -> tuple:
-    """A ``PJRT_Program*`` for MLIR (text or bytecode), and the memory it points into."""
-    program_struct = ffi.new("PJRT_Program *")
-    program_struct.struct_size = ffi.sizeof("PJRT_Program")
-    code = ffi.new("char[]", program)
-    program_struct.code = code
-    program_struct.code_size = len(program)
-    program_format = ffi.new("char[]", b"mlir")
-    program_struct.format = program_format
-    program_struct.format_size = 4
-    return program_struct, (code, program_format)
 
 
 def serialize_executable(api, executable) -> bytes:
@@ -686,7 +553,7 @@ class LoadedExecutable:
             self._output_global_shapes = self._check_output_layouts()  # before anything runs
         devices = self._devices
         shardings = self.input_shardings
-        _check_device_sets(arguments, devices)
+        check_device_sets(arguments, devices)
         rows = []
         for i, (argument, sharding) in enumerate(zip(arguments, shardings)):
             buffers = argument._live_buffers()
@@ -850,40 +717,7 @@ def _array_from_buffer(client: "Client", buffer, devices: tuple) -> Array:
     return Array(client, [buffer], devices, shape, dtype)
 
 
-def deserialize_executable(client: "Client", serialized: bytes,
-                           compile_options: CompileOptions | None = None, *,
-                           trust_unverified: bool = False) -> LoadedExecutable:
-    """Load an executable serialised by :meth:`LoadedExecutable.serialize`.
-
-    ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin
-    build; bytes without pjrt's envelope are then handed to the plugin as they are.
-
-    Raises:
-      IncompatibleExecutableError: another plugin build made the executable, or the bytes do
-        not say which did (see :func:`pjrt.serialization.unpack`).
-      ValueError: the serialized executable is truncated or damaged.
-    """
-    api = client._handle.api
-    serialized = serialization.unpack(
-        serialized, serialization.plugin_identity(client.plugin, client.platform,
-                                                  client.platform_version),
-        trust_unverified=trust_unverified)
-    data = ffi.new("char[]", serialized)
-    args = api.new_args("PJRT_Executable_DeserializeAndLoad_Args")
-    args.serialized_executable = data
-    args.serialized_executable_size = len(serialized)
-    if compile_options is not None:
-        options = compile_options.SerializeAsString()
-        options_buffer = ffi.new("char[]", options)
-        args.overridden_serialized_compile_options = options_buffer
-        args.overridden_serialized_compile_options_size = len(options)
-    with client._handle.calling() as handle:
-        args.client = handle.pointer
-        api.call("PJRT_Executable_DeserializeAndLoad", args)
-        return LoadedExecutable(client, args.loaded_executable)
-
-
-def _check_device_sets(arguments: Sequence[Array], devices: tuple, *,
+def check_device_sets(arguments: Sequence[Array], devices: tuple, *,
                        host_values_allowed: bool = False) -> None:
     """Raise DeviceAssignmentMismatchError listing arguments that sit on other devices
     (numbered by their position in ``arguments``; host values are skipped when allowed)."""

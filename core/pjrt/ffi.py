@@ -473,11 +473,10 @@ plugin_module.client_created_hooks.append(_on_client_created)
 def _catch_up() -> None:
     """Learn the platforms of clients made before this module was first imported (pjrt
     imports it only when custom calls are first used)."""
-    from .client import _live_clients
+    from .client import live_clients
 
-    for client in list(_live_clients):
-        if not client.is_closed:
-            _on_client_created(client)
+    for client in live_clients():
+        _on_client_created(client)
 
 
 _catch_up()

@@ -14,7 +14,7 @@ from .client import Client
 from .device import Device
 from .errors import DeviceAssignmentMismatchError
 from .transfers import device_put
-from .executable import LoadedExecutable, _check_device_sets
+from .executable import LoadedExecutable, check_device_sets
 
 
 class CompiledProgram:
@@ -67,7 +67,7 @@ class CompiledProgram:
         if len(arguments) != len(shardings):
             raise TypeError(f"the program takes {len(shardings)} arguments, "
                             f"{len(arguments)} were given")
-        _check_device_sets(arguments, tuple(self.devices), host_values_allowed=True)
+        check_device_sets(arguments, tuple(self.devices), host_values_allowed=True)
         return [device_put(a if isinstance(a, Array) else np.asarray(a), s)
                 for a, s in zip(arguments, shardings)]
 

@@ -632,15 +632,6 @@ def _failing(error: Exception) -> Callable[..., Any]:
 default_registry = BackendRegistry(default_plugins)
 
 
-def _warn_on_fork() -> None:
-    if default_registry.backends_are_initialized():
-        warnings.warn("os.fork() was called after PJRT backends were initialised; the plugins "
-                      "run threads of their own, so the child may deadlock. Fork before using "
-                      "pjrt, or use the 'spawn' start method.", RuntimeWarning, stacklevel=2)
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_warn_on_fork)
 
 
 # -- the module-level API, on the default registry ---------------------------------------------

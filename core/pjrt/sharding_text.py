@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from typing import Any, Mapping, Optional, Sequence
+from typing import NamedTuple, Any, Mapping, Optional, Sequence
 
 from ._tokens import TokenStream
 from .hlo_sharding import HloSharding
@@ -604,3 +604,26 @@ def parse_program_result_shapes(program_text: str) -> tuple:
     """
     _, _, results = _main_signature(program_text)
     return tuple(_tensor_shape(r) for r in results)
+
+
+class ProgramSignature(NamedTuple):
+    """What a StableHLO text module's ``main`` declares, read in one pass: the sharding of
+    each argument and result (as :func:`parse_program_shardings` gives them) and the shape of
+    each result (as :func:`parse_program_result_shapes` gives them)."""
+
+    input_shardings: tuple
+    output_shardings: tuple
+    result_shapes: tuple
+
+
+def parse_program_signature(program_text: str) -> ProgramSignature:
+    """Shardings and result shapes of the module's ``main``, parsing its signature once.
+
+    Raises:
+      ValueError, TypeError: as :func:`parse_program_shardings`.
+    """
+    meshes, arguments, results = _main_signature(program_text)
+    return ProgramSignature(
+        tuple(_value_sharding_of("argument", i, a, meshes) for i, a in enumerate(arguments)),
+        tuple(_value_sharding_of("result", i, r, meshes) for i, r in enumerate(results)),
+        tuple(_tensor_shape(r) for r in results))

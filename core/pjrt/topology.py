@@ -87,11 +87,12 @@ class DeviceTopology:
           XlaRuntimeError: compilation failed (the plugin's message is kept).
         """
         from .compile_options import CompileOptions
-        from .executable import _program_bytes, program_argument, serialize_executable
+        from .compiler import program_argument, program_bytes
+        from .executable import serialize_executable
 
         pointer = self._live()
         api = self._plugin.api
-        program_struct, keepalive = program_argument(_program_bytes(program))
+        program_struct, keepalive = program_argument(program_bytes(program))
         options = (compile_options or CompileOptions()).SerializeAsString()
         options_buffer = ffi.new("char[]", options)
         args = api.new_args("PJRT_Compile_Args")

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .array import (_TRANSFER_THREAD_PREFIX, Array, _staging_pool, native_host, put_buffer,
-                    staging_size)
+from .array import Array, native_host, put_buffer
+from .staging import TRANSFER_THREAD_PREFIX, staging_pool, staging_size
 from .device import Device
 from .sharding import GSPMDSharding, PmapSharding, Sharding
 
@@ -63,14 +63,14 @@ def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequenc
 
     try:
         if (len(hosts) > 1 and sum(h.nbytes for h in hosts) >= _PARALLEL_THRESHOLD_BYTES
-                and _staging_pool.available(staging_size(hosts[0].nbytes)) < len(hosts)):
+                and staging_pool.available(staging_size(hosts[0].nbytes)) < len(hosts)):
             # Copies into fresh memory are bound by page faults, which the cores take in
             # parallel (numpy's copy and the plugin's release the GIL); recycled memory
             # copies at memcpy speed on one thread.
             import concurrent.futures  # only large transfers need threads
 
             with concurrent.futures.ThreadPoolExecutor(
-                    _copy_workers(), thread_name_prefix=_TRANSFER_THREAD_PREFIX) as pool:
+                    _copy_workers(), thread_name_prefix=TRANSFER_THREAD_PREFIX) as pool:
                 list(pool.map(put, range(len(hosts))))
         else:
             for i in range(len(hosts)):

@@ -1,0 +1,231 @@
+"""The compile pipeline: a StableHLO program and devices in, a :class:`LoadedExecutable` out.
+
+A text program's ``main`` signature is read once (:func:`~pjrt.sharding_text.parse_program_signature`):
+its sharding annotations choose the compile options of an SPMD program, its declared result
+shapes let the executable tell an unevenly sharded output from an even one, and every static
+tensor type in it is checked against the largest extent a plugin can address before the
+plugin's compiler sees it (XLA aborts the process on an overflowing extent). Bytecode programs
+go to the plugin as they are. Compilation itself runs on a thread with a large stack (deeply
+nested programs recurse deeply in XLA's compiler) while the caller waits where Ctrl-C reaches it.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from . import handles, serialization
+from ._pjrt_cffi import ffi
+from .compile_options import CompileOptions, DeviceAssignment
+from .executable import LoadedExecutable
+from .sharding_text import ProgramSignature, parse_program_signature
+from .waits import run_on_compile_thread
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .device import Device
+
+
+def program_bytes(computation) -> bytes:
+    """A program as bytes: MLIR text (``str``) encoded as UTF-8, or bytecode as it is."""
+    if isinstance(computation, str):
+        return computation.encode("utf-8")
+    if isinstance(computation, (bytes, bytearray, memoryview)):
+        return bytes(computation)
+    raise TypeError(f"a program must be StableHLO text (str) or bytecode (bytes), not "
+                    f"{type(computation).__name__}")
+
+
+def uses_shardy(program: bytes) -> bool:
+    """Whether a StableHLO program carries Shardy sharding annotations (``sdy`` dialect)."""
+    return b"sdy.mesh" in program or b"#sdy.sharding" in program or b"sdy.sharding" in program
+
+
+def default_compile_options(devices: Sequence["Device"], program: bytes, *,
+                            replicated: bool = False,
+                            signature: ProgramSignature | None = None) -> CompileOptions:
+    """Options for running ``program`` on ``devices``: one device, SPMD over all of them, or
+    (``replicated``) one copy of the program per device, each on its own data."""
+    options = CompileOptions()
+    build = options.executable_build_options
+    ids = [d.id for d in devices]
+    if replicated:
+        build.num_replicas = len(devices)
+        build.num_partitions = 1
+        build.device_assignment = DeviceAssignment.create(np.array(ids, np.int64).reshape(-1, 1))
+        return options
+    build.num_replicas = 1
+    build.num_partitions = len(devices)
+    if len(devices) > 1:
+        build.use_spmd_partitioning = True
+        build.use_shardy_partitioner = uses_shardy(program)
+        # As jax does: let the partitioner choose the layout of arguments and results the
+        # program leaves unannotated (XLA keeps them replicated otherwise, under GSPMD).
+        if signature is None:
+            signature = read_signature(program)
+        inputs, outputs = _unannotated(signature)
+        if any(inputs):
+            build.allow_spmd_sharding_propagation_to_parameters = inputs
+        if any(outputs):
+            build.allow_spmd_sharding_propagation_to_output = outputs
+    build.device_assignment = DeviceAssignment.create(np.array([ids], dtype=np.int64))
+    return options
+
+
+def read_signature(program: bytes) -> ProgramSignature | None:
+    """The signature of a text program's ``main``; None for bytecode or no public main."""
+    try:
+        return parse_program_signature(program.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None
+
+
+def _unannotated(signature: ProgramSignature | None) -> tuple[list, list]:
+    """Per argument and per result of ``main``: whether it has no sharding."""
+    if signature is None:
+        return [], []  # bytecode, or no public main: leave XLA's defaults
+    return ([s is None for s in signature.input_shardings],
+            [s is None for s in signature.output_shardings])
+
+
+#: A static tensor type in program text: its dimensions and its element type.
+_STATIC_TENSOR = re.compile(rb"tensor<((?:\d+x)+)(complex<\w+>|\w+)")
+_ELEMENT_BITS = {b"i1": 8, b"i2": 8, b"i4": 8, b"ui2": 8, b"ui4": 8, b"i8": 8, b"ui8": 8,
+                 b"i16": 16, b"ui16": 16, b"f16": 16, b"bf16": 16, b"i32": 32, b"ui32": 32,
+                 b"f32": 32, b"i64": 64, b"ui64": 64, b"f64": 64, b"complex<f32>": 64,
+                 b"complex<f64>": 128}
+#: The largest array a plugin can address: its size in bytes must fit an int64.
+MAX_ARRAY_BYTES = (1 << 63) - 1
+
+
+def check_static_extents(program: bytes) -> None:
+    """Refuse a text program with a tensor type too large for any plugin to address.
+
+    XLA computes each static shape's size in an int64 and aborts the process when it
+    overflows, so the check is made here, where it can be an exception.
+
+    Raises:
+      ValueError: naming the tensor type and its size.
+    """
+    for match in _STATIC_TENSOR.finditer(program):
+        dims = [int(d) for d in match.group(1)[:-1].split(b"x")]
+        element = match.group(2)
+        bits = _ELEMENT_BITS.get(element, 128)  # unknown types: assume the widest
+        size = math.prod(dims) * bits // 8
+        if size > MAX_ARRAY_BYTES:
+            text = match.group(0).decode("ascii", "replace")
+            raise ValueError(
+                f"the program uses {text}...>: {size} bytes, more than any plugin can address "
+                f"(at most 2**63 - 1 bytes per array); check the shapes in the program")
+
+
+def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
+    devices = list(devices)
+    if not devices:
+        raise ValueError("executable_devices is empty; pass at least one device")
+    seen = set()
+    for device in devices:
+        if getattr(device, "client", None) is not client:
+            raise ValueError(f"{device!r} is not a device of this {client.platform} client")
+        if device in seen:
+            raise ValueError(f"{device} appears twice in executable_devices")
+        seen.add(device)
+    return devices
+
+
+def compile_program(client: "Client", computation, executable_devices=None,
+                    compile_options: CompileOptions | None = None, *,
+                    replicated: bool = False) -> "LoadedExecutable":
+    """See :meth:`pjrt.client.Client.compile_and_load`."""
+    program = program_bytes(computation)
+    check_static_extents(program)
+    signature = read_signature(program)
+    handle = client.handle
+    if compile_options is None:
+        devices = _check_devices(client, executable_devices or client._local_devices[:1])
+        compile_options = default_compile_options(devices, program, replicated=replicated,
+                                                  signature=signature)
+    elif compile_options.device_assignment is None and executable_devices:
+        devices = _check_devices(client, executable_devices)
+        build = compile_options.executable_build_options
+        replicas, partitions = build.num_replicas, build.num_partitions
+        if replicas * partitions != len(devices):
+            raise ValueError(f"compile options ask for {replicas} replicas x {partitions} "
+                             f"partitions but {len(devices)} devices were given")
+        ids = np.array([d.id for d in devices], dtype=np.int64).reshape(replicas, partitions)
+        build.device_assignment = DeviceAssignment.create(ids)
+    serialized_options = compile_options.SerializeAsString()
+
+    api = handle.api
+    program_struct, keepalive = program_argument(program)
+    options_buffer = ffi.new("char[]", serialized_options)
+    args = api.new_args("PJRT_Client_Compile_Args")
+    args.program = program_struct
+    args.compile_options = options_buffer
+    args.compile_options_size = len(serialized_options)
+
+    def compile_on_worker():
+        args.client = handle.pointer
+        api.call("PJRT_Client_Compile", args)
+        return args.executable
+
+    ticket = handle.begin()
+    # On a thread with a large stack, so that deeply nested programs do not overflow it, and
+    # so that Ctrl-C interrupts the wait; an abandoned result is freed on the worker.
+    pointer = run_on_compile_thread(handle, ticket, compile_on_worker,
+                                    lambda loaded: handles.destroy_loaded_executable(api, loaded))
+    try:
+        del keepalive
+        return LoadedExecutable(
+            client, pointer,
+            declared_output_shapes=signature.result_shapes if signature is not None else None)
+    finally:
+        handle.end(ticket)
+
+
+def program_argument(program: bytes) -> tuple:
+    """A ``PJRT_Program*`` for MLIR (text or bytecode), and the memory it points into."""
+    program_struct = ffi.new("PJRT_Program *")
+    program_struct.struct_size = ffi.sizeof("PJRT_Program")
+    code = ffi.new("char[]", program)
+    program_struct.code = code
+    program_struct.code_size = len(program)
+    program_format = ffi.new("char[]", b"mlir")
+    program_struct.format = program_format
+    program_struct.format_size = 4
+    return program_struct, (code, program_format)
+
+
+def deserialize_executable(client: "Client", serialized: bytes,
+                           compile_options: CompileOptions | None = None, *,
+                           trust_unverified: bool = False) -> LoadedExecutable:
+    """Load an executable serialised by :meth:`LoadedExecutable.serialize`.
+
+    ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin
+    build; bytes without pjrt's envelope are then handed to the plugin as they are.
+
+    Raises:
+      IncompatibleExecutableError: another plugin build made the executable, or the bytes do
+        not say which did (see :func:`pjrt.serialization.unpack`).
+      ValueError: the serialized executable is truncated or damaged.
+    """
+    api = client._handle.api
+    serialized = serialization.unpack(
+        serialized, serialization.plugin_identity(client.plugin, client.platform,
+                                                  client.platform_version),
+        trust_unverified=trust_unverified)
+    data = ffi.new("char[]", serialized)
+    args = api.new_args("PJRT_Executable_DeserializeAndLoad_Args")
+    args.serialized_executable = data
+    args.serialized_executable_size = len(serialized)
+    if compile_options is not None:
+        options = compile_options.SerializeAsString()
+        options_buffer = ffi.new("char[]", options)
+        args.overridden_serialized_compile_options = options_buffer
+        args.overridden_serialized_compile_options_size = len(options)
+    with client._handle.calling() as handle:
+        args.client = handle.pointer
+        api.call("PJRT_Executable_DeserializeAndLoad", args)
+        return LoadedExecutable(client, args.loaded_executable)
