@@ -225,8 +225,7 @@ class _ElfFile:
             kind = _STT_NAMES.get(defined[0][0] & 0xF, f"type {defined[0][0] & 0xF}")
             raise _Defect(f"it exports {name} as a symbol of type {kind}, not as a function, "
                           f"so calling it would run data as code",
-                          f"the file is not a working PJRT plugin; rebuild it with {name} as a "
-                          f"function, or reinstall it")
+                          f"rebuild the plugin with {name} as a function, or reinstall it")
         value = functions[0][3]
         for vaddr, _offset, _filesz, memsz, flags in self.loads:
             if flags & _PF_X and vaddr <= value < vaddr + memsz:

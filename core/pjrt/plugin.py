@@ -114,10 +114,10 @@ def _load_error(name: str, path: str, status: int, reason: str) -> PluginLoadErr
     if undefined:
         symbol = undefined.group("symbol")
         return PluginLoadError(
-            f"plugin {name!r} at {path} calls {symbol}, which neither it nor the libraries it "
-            f"depends on define, so it cannot run: it was built against other versions of its "
-            f"libraries. Reinstall the plugin, or install the library version it was built "
-            f"for. The loader said: {reason}", path=path)
+            f"plugin {name!r} at {path} needs the symbol {symbol}, which neither it nor the "
+            f"libraries it depends on define, so it cannot run: it was built against other "
+            f"versions of its libraries. Reinstall the plugin, or install the library version "
+            f"it was built for. The loader said: {reason}", path=path)
     missing = _MISSING_DEPENDENCY.match(reason)
     if missing and os.path.basename(missing.group("lib")) != os.path.basename(path):
         dependency = missing.group("lib")
