@@ -140,6 +140,9 @@ CASES = {
     "huge_struct_size": (
         lambda built, tmp, trunc: _fault_copy(built, tmp, "huge"), _fault_setup(claim=1 << 40),
         [f"struct_size of {1 << 40} bytes", "readable memory", "reinstall it"]),
+    "tiny_struct_size": (
+        lambda built, tmp, trunc: _fault_copy(built, tmp, "tiny"), _fault_setup(claim=16),
+        ["struct_size of 16 bytes, too short to hold even the API version"]),
     "table_past_its_memory": (
         lambda built, tmp, trunc: str(built.table_past_its_memory), None,
         ["struct_size of", "bytes from its start", "readable memory"]),

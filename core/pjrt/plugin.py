@@ -189,21 +189,19 @@ def _readable_end(address: int) -> int | None:
     except OSError:
         return None
     run_start = run_end = None
-    for line in text.splitlines():
+    for line in text.splitlines():  # in address order
         span, _, rest = line.partition(b" ")
         low, _, high = span.partition(b"-")
         start, end = int(low, 16), int(high, 16)
-        if rest[:1] != b"r":
-            if run_start is not None and run_start <= address < run_end:
-                return run_end
-            run_start = run_end = None
-            continue
-        if run_end == start:
+        readable = rest[:1] == b"r"
+        if readable and run_end == start:
             run_end = end
-        else:
-            if run_start is not None and run_start <= address < run_end:
-                return run_end
-            run_start, run_end = start, end
+            continue
+        if run_start is not None and run_start <= address < run_end:
+            return run_end
+        if start > address:
+            return 0
+        run_start, run_end = (start, end) if readable else (None, None)
     if run_start is not None and run_start <= address < run_end:
         return run_end
     return 0
@@ -222,23 +220,26 @@ def _check_table_memory(name: str, table, where: str, path: str | None) -> None:
     if end is not None and end < address + header:
         raise PluginLoadError(
             f"plugin {name!r} ({where}): its PJRT_Api table at {address:#x} is not in readable "
-            f"memory, so it is not a PJRT_Api; {_REMEDY[path is None]}", path=path)
+            f"memory, so it is not a PJRT_Api; {_remedy(path)}", path=path)
     size = int(table.struct_size)
     minimum = _c.struct_size("PJRT_Api_Version") + ffi.offsetof("PJRT_Api", "pjrt_api_version")
     if size < minimum:
         raise PluginLoadError(
             f"plugin {name!r} ({where}): its PJRT_Api table claims a struct_size of {size} "
             f"bytes, too short to hold even the API version ({minimum} bytes); "
-            f"{_REMEDY[path is None]}", path=path)
+            f"{_remedy(path)}", path=path)
     if end is not None and address + size > end:
         raise PluginLoadError(
             f"plugin {name!r} ({where}): its PJRT_Api table claims a struct_size of {size} "
             f"bytes, but only {end - address} bytes from its start at {address:#x} are mapped "
-            f"readable memory, so the table is corrupt; {_REMEDY[path is None]}", path=path)
+            f"readable memory, so the table is corrupt; {_remedy(path)}", path=path)
 
 
-_REMEDY = {False: "the plugin library is broken: reinstall it or use another build",
-           True: "check that the pointer handed over is the one GetPjrtApi() returned"}
+def _remedy(path: str | None) -> str:
+    """What to do about a corrupt table: from a library file, or handed over in memory."""
+    if path is None:
+        return "check that the pointer handed over is the one GetPjrtApi() returned"
+    return "the plugin library is broken: reinstall it or use another build"
 
 
 def _checked_plugin(name: str, table, path: str | None) -> Plugin:
@@ -252,7 +253,7 @@ def _checked_plugin(name: str, table, path: str | None) -> Plugin:
     if major < 0 or not 0 <= minor < _MAX_SANE_MINOR:
         raise PluginLoadError(
             f"plugin {name!r} ({where}) reports PJRT API version {major}.{minor}, which no "
-            f"plugin has: its table is corrupt; {_REMEDY[path is None]}", path=path)
+            f"plugin has: its table is corrupt; {_remedy(path)}", path=path)
     if major != header_major:
         raise PluginLoadError(
             f"plugin {name!r} ({where}) reports PJRT API {major}.{minor}; this pjrt speaks major "
