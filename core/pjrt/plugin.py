@@ -155,11 +155,21 @@ def load_library(name: str, library_path: str | os.PathLike) -> Plugin:
     status = lib.pjrt_shim_load(os.fsencode(path), api_out, message, len(message))
     if status != lib.PJRT_SHIM_LOAD_OK:
         raise _load_error(name, path, status, ffi.string(message).decode("utf-8", "replace"))
-    return _checked_plugin(name, api_out[0], path)
+    return _require_load_functions(_checked_plugin(name, api_out[0], path))
 
 
 def plugin_from_c_api(name: str, c_api) -> Plugin:
-    """Wrap a ``PJRT_Api*`` handed over in memory (a PyCapsule, an int address, or cdata)."""
+    """Wrap a ``PJRT_Api*`` handed over in memory (a PyCapsule, an int address, or cdata).
+
+    The table is checked as :func:`load_library` checks a library's (readable memory behind
+    its struct_size, a version pjrt drives), except for LOAD_REQUIRED_FUNCTIONS, which
+    registering it (:func:`load_pjrt_plugin_with_c_api`) checks: a bare table is enough
+    for reading its extensions.
+
+    Raises:
+      TypeError: ``c_api`` is of another type.
+      PluginLoadError: the pointer is NULL, or the table fails a check.
+    """
     if isinstance(c_api, int):
         table = lib.pjrt_shim_api_from_address(c_api)
     elif isinstance(c_api, ffi.CData):
@@ -243,8 +253,8 @@ def _remedy(path: str | None) -> str:
 
 
 def _checked_plugin(name: str, table, path: str | None) -> Plugin:
-    """Wrap ``table`` as a :class:`Plugin` once it has passed every load-time check: readable
-    memory behind its struct_size, a version this pjrt drives, and the required functions."""
+    """Wrap ``table`` as a :class:`Plugin` once it has readable memory behind its struct_size
+    and reports a version this pjrt drives."""
     where = path or "the given table"
     _check_table_memory(name, table, where, path)
     api = _c.Api(table, name)
@@ -268,13 +278,23 @@ def _checked_plugin(name: str, table, path: str | None) -> Plugin:
         logger.debug("plugin %r reports PJRT API %d.%d, newer than our header %d.%d; "
                      "functions added since are not used", name, major, minor, header_major,
                      header_minor)
+    return Plugin(name, api, path)
+
+
+def _require_load_functions(plugin: Plugin) -> Plugin:
+    """``plugin`` if it has every entry of LOAD_REQUIRED_FUNCTIONS; else a PluginLoadError
+    naming each missing one."""
+    api = plugin.api
     missing = [function for function in LOAD_REQUIRED_FUNCTIONS if not api.has(function)]
     if missing:
+        major, minor = api.version
+        where = plugin.library_path or "the given table"
         raise PluginLoadError(
-            f"plugin {name!r} ({where}, PJRT API {major}.{minor}) does not provide "
+            f"plugin {plugin.name!r} ({where}, PJRT API {major}.{minor}) does not provide "
             f"{', '.join(missing)}, which pjrt needs to report its errors and to run any "
-            f"client; the plugin is incomplete: use a complete build of it", path=path)
-    return Plugin(name, api, path)
+            f"client; the plugin is incomplete: use a complete build of it",
+            path=plugin.library_path)
+    return plugin
 
 
 #: Callables run with each :class:`Plugin` just loaded into a :class:`PluginTable` (and with
@@ -333,7 +353,7 @@ class PluginTable:
         with self._lock:
             if name in self._plugins:
                 raise ValueError(f"plugin {name!r} is already loaded")
-            plugin = plugin_from_c_api(name, c_api)
+            plugin = _require_load_functions(plugin_from_c_api(name, c_api))
             self._plugins[name] = plugin
         _run_hooks(plugin_load_hooks, plugin)
         return plugin
