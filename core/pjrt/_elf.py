@@ -117,6 +117,7 @@ class _ElfFile:
         self.size = size
         self.order = "<"
         self.loads: list[tuple[int, int, int, int, int]] = []  # (vaddr, offset, filesz, memsz, flags)
+        self.symtab = self.strtab = self.strsz = 0  # file offsets (and size) of the dynamic tables
 
     def read(self, offset: int, count: int, what: str) -> bytes:
         """``count`` bytes at ``offset``; a _Defect naming ``what`` if the file is shorter."""
