@@ -295,17 +295,26 @@ def test_entry_past_a_short_table_is_unsupported(make_fault, layout):
     fault.assert_clean()
 
 
-def test_table_too_short_for_buffers_is_refused_before_creating_a_client(make_fault, layout):
+def test_table_too_short_for_buffers_is_refused_at_load(make_fault, layout):
     # A table that stops before PJRT_Client_Compile lacks the buffer and event functions
-    # pjrt's C helpers call; that is found before the plugin is asked for a client.
+    # pjrt's C helpers call; that is found when the plugin is loaded, and every missing
+    # one is named.
     fault = make_fault(minor=60, table_size=layout.offset("PJRT_Client_Compile"))
-    fault.load()
-    with pytest.raises(pjrt.UnsupportedFeatureError) as excinfo:
-        pjrt.make_c_api_client(fault.name)
-    assert excinfo.value.function == "PJRT_Buffer_Destroy"
-    assert "0.60" in str(excinfo.value)
-    assert fault.count("clients_created") == 0
-    fault.assert_clean()
+    with pytest.raises(pjrt.PluginLoadError) as excinfo:
+        fault.load()
+    message = str(excinfo.value)
+    for function in ("PJRT_Buffer_Destroy", "PJRT_Buffer_ToHostBuffer", "PJRT_Buffer_ReadyEvent"):
+        assert function in message
+    assert "PJRT_Event_Await" not in message  # present: only the missing ones are named
+    assert "0.60" in message and str(fault.path) in message
+    assert not pjrt.pjrt_plugin_loaded(fault.name)
+    assert fault.count("initialize_calls") == fault.count("clients_created") == 0
+
+
+def test_load_time_list_covers_what_every_client_requires():
+    from pjrt import client, plugin
+
+    assert set(client.REQUIRED_FUNCTIONS) <= set(plugin.LOAD_REQUIRED_FUNCTIONS)
 
 
 def test_compile_without_the_entry_is_unsupported(fault_client):

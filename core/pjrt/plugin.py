@@ -13,7 +13,7 @@ import os
 import re
 import threading
 
-from . import _c
+from . import _c, _elf
 from ._pjrt_cffi import ffi, lib
 from .errors import PluginLoadError
 from .options import named_values_to_dict
@@ -21,6 +21,27 @@ from .options import named_values_to_dict
 logger = logging.getLogger(__name__)
 
 _MISSING_DEPENDENCY = re.compile(r"^(?P<lib>[^:\s]+): cannot open shared object file")
+_UNDEFINED_SYMBOL = re.compile(r"undefined symbol: (?P<symbol>\S+)")
+
+#: Entries a plugin must have at load. The first three are what the error boundary
+#: (pjrt.errors.consume) calls on every returned PJRT_Error: without them the first error
+#: cannot even be reported. The rest are what every client calls, whatever it is used for:
+#: creating and destroying it, the queries its constructor makes, and the buffer and event
+#: functions the C helpers call without looking them up (client.REQUIRED_FUNCTIONS, which
+#: make_c_api_client checks again). Finding them missing at load names them all at once,
+#: instead of one at a time, later, or never (a NULL entry called is a crash).
+LOAD_REQUIRED_FUNCTIONS = (
+    "PJRT_Error_Destroy", "PJRT_Error_Message", "PJRT_Error_GetCode",
+    "PJRT_Client_Create", "PJRT_Client_Destroy", "PJRT_Client_PlatformName",
+    "PJRT_Client_PlatformVersion", "PJRT_Client_ProcessIndex", "PJRT_Client_Devices",
+    "PJRT_Client_AddressableDevices",
+    "PJRT_Buffer_Destroy", "PJRT_Buffer_ToHostBuffer", "PJRT_Buffer_ReadyEvent",
+    "PJRT_Event_Await", "PJRT_Event_Destroy", "PJRT_Event_IsReady",
+)
+
+#: Minor versions grow by one per change to the C API (0.117 in 2026); a value this large,
+#: or a negative one, means the table is not a PJRT_Api at all.
+_MAX_SANE_MINOR = 100_000
 
 
 class Plugin:
@@ -89,6 +110,14 @@ def _load_error(name: str, path: str, status: int, reason: str) -> PluginLoadErr
     if status == lib.PJRT_SHIM_LOAD_NULL_API:
         return PluginLoadError(
             f"GetPjrtApi() in {path} returned NULL: plugin {name!r} refused to start", path=path)
+    undefined = _UNDEFINED_SYMBOL.search(reason)
+    if undefined:
+        symbol = undefined.group("symbol")
+        return PluginLoadError(
+            f"plugin {name!r} at {path} needs the symbol {symbol}, which neither it nor the "
+            f"libraries it depends on define, so it cannot run: it was built against other "
+            f"versions of its libraries. Reinstall the plugin, or install the library version "
+            f"it was built for. The loader said: {reason}", path=path)
     missing = _MISSING_DEPENDENCY.match(reason)
     if missing and os.path.basename(missing.group("lib")) != os.path.basename(path):
         dependency = missing.group("lib")
@@ -104,9 +133,15 @@ def _load_error(name: str, path: str, status: int, reason: str) -> PluginLoadErr
 def load_library(name: str, library_path: str | os.PathLike) -> Plugin:
     """Open a plugin library and read its API table, without recording it anywhere.
 
+    The file is checked before it is opened (see :mod:`pjrt._elf`), it is opened with every
+    symbol bound at once, and the table ``GetPjrtApi`` returns is checked before it is used
+    (see :func:`_checked_plugin`): a broken plugin is an exception, not a crashed process.
+
     Raises:
-      PluginLoadError: the file is missing, not a shared library, lacks ``GetPjrtApi``, needs a
-        library that is not installed, or reports a PJRT API version this pjrt cannot drive.
+      PluginLoadError: the file is missing, not a shared library for this machine, truncated,
+        lacks ``GetPjrtApi`` (or has it as data), needs a library or a symbol that is not
+        installed, returns a table that is not mapped or lacks required functions, or
+        reports a PJRT API version this pjrt cannot drive.
     """
     path = os.fspath(library_path)
     if not os.path.exists(path):
@@ -114,16 +149,27 @@ def load_library(name: str, library_path: str | os.PathLike) -> Plugin:
     if os.path.isdir(path):
         raise PluginLoadError(f"plugin {name!r}: {path} is a directory, not a shared library",
                               path=path)
+    _elf.check_plugin_library(path, name)
     api_out = ffi.new("const PJRT_Api **")
     message = ffi.new("char[]", 4096)
     status = lib.pjrt_shim_load(os.fsencode(path), api_out, message, len(message))
     if status != lib.PJRT_SHIM_LOAD_OK:
         raise _load_error(name, path, status, ffi.string(message).decode("utf-8", "replace"))
-    return _checked_plugin(name, api_out[0], path)
+    return _require_load_functions(_checked_plugin(name, api_out[0], path))
 
 
 def plugin_from_c_api(name: str, c_api) -> Plugin:
-    """Wrap a ``PJRT_Api*`` handed over in memory (a PyCapsule, an int address, or cdata)."""
+    """Wrap a ``PJRT_Api*`` handed over in memory (a PyCapsule, an int address, or cdata).
+
+    The table is checked as :func:`load_library` checks a library's (readable memory behind
+    its struct_size, a version pjrt drives), except for LOAD_REQUIRED_FUNCTIONS, which
+    registering it (:func:`load_pjrt_plugin_with_c_api`) checks: a bare table is enough
+    for reading its extensions.
+
+    Raises:
+      TypeError: ``c_api`` is of another type.
+      PluginLoadError: the pointer is NULL, or the table fails a check.
+    """
     if isinstance(c_api, int):
         table = lib.pjrt_shim_api_from_address(c_api)
     elif isinstance(c_api, ffi.CData):
@@ -143,11 +189,81 @@ def plugin_from_c_api(name: str, c_api) -> Plugin:
     return _checked_plugin(name, table, None)
 
 
+def _readable_end(address: int) -> int | None:
+    """The end of the readable memory that ``address`` lies in, merging adjacent readable
+    mappings (a table may straddle a library's read-only and writable data); 0 when
+    ``address`` is not readable; None where ``/proc/self/maps`` cannot tell."""
+    try:
+        with open("/proc/self/maps", "rb") as maps:
+            text = maps.read()
+    except OSError:
+        return None
+    run_start = run_end = None
+    for line in text.splitlines():  # in address order
+        span, _, rest = line.partition(b" ")
+        low, _, high = span.partition(b"-")
+        start, end = int(low, 16), int(high, 16)
+        readable = rest[:1] == b"r"
+        if readable and run_end == start:
+            run_end = end
+            continue
+        if run_start is not None and run_start <= address < run_end:
+            return run_end
+        if start > address:
+            return 0
+        run_start, run_end = (start, end) if readable else (None, None)
+    if run_start is not None and run_start <= address < run_end:
+        return run_end
+    return 0
+
+
+def _check_table_memory(name: str, table, where: str, path: str | None) -> None:
+    """Check that the ``PJRT_Api`` at ``table`` lies in readable memory, all ``struct_size``
+    bytes of it, and is at least as long as the fields always read.
+
+    pjrt reads any entry the table's struct_size claims; a struct_size larger than the memory
+    behind it sends those reads into unmapped memory (a crash), so it is checked once here.
+    """
+    address = int(ffi.cast("uintptr_t", table))
+    header = ffi.sizeof("size_t")
+    end = _readable_end(address)
+    if end is not None and end < address + header:
+        raise PluginLoadError(
+            f"plugin {name!r} ({where}): its PJRT_Api table at {address:#x} is not in readable "
+            f"memory, so it is not a PJRT_Api; {_remedy(path)}", path=path)
+    size = int(table.struct_size)
+    minimum = _c.struct_size("PJRT_Api_Version") + ffi.offsetof("PJRT_Api", "pjrt_api_version")
+    if size < minimum:
+        raise PluginLoadError(
+            f"plugin {name!r} ({where}): its PJRT_Api table claims a struct_size of {size} "
+            f"bytes, too short to hold even the API version ({minimum} bytes); "
+            f"{_remedy(path)}", path=path)
+    if end is not None and address + size > end:
+        raise PluginLoadError(
+            f"plugin {name!r} ({where}): its PJRT_Api table claims a struct_size of {size} "
+            f"bytes, but only {end - address} bytes from its start at {address:#x} are mapped "
+            f"readable memory, so the table is corrupt; {_remedy(path)}", path=path)
+
+
+def _remedy(path: str | None) -> str:
+    """What to do about a corrupt table: from a library file, or handed over in memory."""
+    if path is None:
+        return "check that the pointer handed over is the one GetPjrtApi() returned"
+    return "the plugin library is broken: reinstall it or use another build"
+
+
 def _checked_plugin(name: str, table, path: str | None) -> Plugin:
+    """Wrap ``table`` as a :class:`Plugin` once it has readable memory behind its struct_size
+    and reports a version this pjrt drives."""
+    where = path or "the given table"
+    _check_table_memory(name, table, where, path)
     api = _c.Api(table, name)
     major, minor = api.version
     header_major, header_minor = _c.HEADER_VERSION
-    where = path or "the given table"
+    if major < 0 or not 0 <= minor < _MAX_SANE_MINOR:
+        raise PluginLoadError(
+            f"plugin {name!r} ({where}) reports PJRT API version {major}.{minor}, which no "
+            f"plugin has: its table is corrupt; {_remedy(path)}", path=path)
     if major != header_major:
         raise PluginLoadError(
             f"plugin {name!r} ({where}) reports PJRT API {major}.{minor}; this pjrt speaks major "
@@ -163,6 +279,22 @@ def _checked_plugin(name: str, table, path: str | None) -> Plugin:
                      "functions added since are not used", name, major, minor, header_major,
                      header_minor)
     return Plugin(name, api, path)
+
+
+def _require_load_functions(plugin: Plugin) -> Plugin:
+    """``plugin`` if it has every entry of LOAD_REQUIRED_FUNCTIONS; else a PluginLoadError
+    naming each missing one."""
+    api = plugin.api
+    missing = [function for function in LOAD_REQUIRED_FUNCTIONS if not api.has(function)]
+    if missing:
+        major, minor = api.version
+        where = plugin.library_path or "the given table"
+        raise PluginLoadError(
+            f"plugin {plugin.name!r} ({where}, PJRT API {major}.{minor}) does not provide "
+            f"{', '.join(missing)}, which pjrt needs to report its errors and to run any "
+            f"client; the plugin is incomplete: use a complete build of it",
+            path=plugin.library_path)
+    return plugin
 
 
 #: Callables run with each :class:`Plugin` just loaded into a :class:`PluginTable` (and with
@@ -221,7 +353,7 @@ class PluginTable:
         with self._lock:
             if name in self._plugins:
                 raise ValueError(f"plugin {name!r} is already loaded")
-            plugin = plugin_from_c_api(name, c_api)
+            plugin = _require_load_functions(plugin_from_c_api(name, c_api))
             self._plugins[name] = plugin
         _run_hooks(plugin_load_hooks, plugin)
         return plugin

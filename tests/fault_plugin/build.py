@@ -43,6 +43,45 @@ const void* GetPjrtApi(void) {
 """
 
 
+_UNRESOLVED_C = """\
+/* A would-be plugin whose GetPjrtApi calls a function no library defines. Linked lazily,
+ * it loads, and the process dies with "symbol lookup error" (exit code 127) at the call. */
+extern const void* pjrt_fault_nowhere_defined(void);
+const void* GetPjrtApi(void) { return pjrt_fault_nowhere_defined(); }
+"""
+
+_DATA_ENTRY_C = """\
+/* GetPjrtApi exported as data, not code: calling it jumps into these bytes. */
+const unsigned char GetPjrtApi[64] = {0xff, 0xff, 0xff, 0xff};
+"""
+
+_TABLE_PAST_ITS_MEMORY_C = """\
+/* A plugin whose PJRT_Api claims the full size of our header's table, while only its
+ * version header lies in readable memory: the page after it is made unreadable. A host
+ * that trusted struct_size would crash reading the first function entry. */
+#include <stddef.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include "pjrt_c_api.h"
+
+const PJRT_Api* GetPjrtApi(void) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  char* region = mmap(NULL, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                      -1, 0);
+  if (region == MAP_FAILED || mprotect(region + page, page, PROT_NONE) != 0) return NULL;
+  size_t head = offsetof(PJRT_Api, PJRT_Error_Destroy);
+  PJRT_Api* api = (PJRT_Api*)(region + page - head);
+  api->struct_size = sizeof(PJRT_Api);
+  api->extension_start = NULL;
+  api->pjrt_api_version.struct_size = sizeof(PJRT_Api_Version);
+  api->pjrt_api_version.extension_start = NULL;
+  api->pjrt_api_version.major_version = PJRT_API_MAJOR;
+  api->pjrt_api_version.minor_version = PJRT_API_MINOR;
+  return api;
+}
+"""
+
+
 @dataclasses.dataclass(frozen=True)
 class Built:
     """Paths of the libraries :func:`build_all` made.
@@ -52,12 +91,22 @@ class Built:
       not_a_plugin: a shared library without ``GetPjrtApi``.
       needs_missing_dep: a library whose dependency ``libpjrt_missing_dep.so`` was deleted.
       missing_dep_name: the file name of that deleted dependency.
+      fault_plugin_sysv_hash: the fault plugin linked with only the old SysV symbol hash
+        table (no GNU hash), as some toolchains still produce.
+      unresolved_symbol: a library whose ``GetPjrtApi`` calls ``pjrt_fault_nowhere_defined``,
+        which no library defines, linked for lazy binding.
+      data_entry_point: a library exporting ``GetPjrtApi`` as a data object.
+      table_past_its_memory: a library whose ``PJRT_Api`` claims more bytes than are mapped.
     """
 
     fault_plugin: Path
     not_a_plugin: Path
     needs_missing_dep: Path
     missing_dep_name: str
+    fault_plugin_sysv_hash: Path
+    unresolved_symbol: Path
+    data_entry_point: Path
+    table_past_its_memory: Path
 
 
 def _compile(sources: list[Path], output: Path, extra: list[str] = ()) -> None:
@@ -102,8 +151,24 @@ def build_all(directory: str | os.PathLike) -> Built:
               f"-Wl,-rpath,{dep_dir}"])
     dep.unlink()
 
+    fault_plugin_sysv_hash = out / "libfault_plugin_sysv_hash.so"
+    _compile([HERE / "fault_plugin.c"], fault_plugin_sysv_hash, ["-Wl,--hash-style=sysv"])
+
+    hostile = {}
+    for stem, source, extra in (
+            # -z lazy: some toolchains bind everything at load by default, which would hide
+            # what a lazily bound plugin does.
+            ("unresolved_symbol", _UNRESOLVED_C, ["-Wl,-z,lazy"]),
+            ("data_entry_point", _DATA_ENTRY_C, []),
+            ("table_past_its_memory", _TABLE_PAST_ITS_MEMORY_C, [])):
+        source_file = out / f"{stem}.c"
+        source_file.write_text(source)
+        hostile[stem] = out / f"lib{stem}.so"
+        _compile([source_file], hostile[stem], extra)
+
     return Built(fault_plugin=fault_plugin, not_a_plugin=not_a_plugin,
-                 needs_missing_dep=needs_missing_dep, missing_dep_name=dep.name)
+                 needs_missing_dep=needs_missing_dep, missing_dep_name=dep.name,
+                 fault_plugin_sysv_hash=fault_plugin_sysv_hash, **hostile)
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ enum {
 static int g_major = PJRT_API_MAJOR;
 static int g_minor = PJRT_API_MINOR;
 static size_t g_table_size = 0; /* 0: the whole table as our header knows it */
+static size_t g_claimed_size = 0; /* nonzero: struct_size published, true or not */
 static int g_mode = FAULT_MODE_NORMAL;
 static int g_failure_code = PJRT_Error_Code_FAILED_PRECONDITION;
 static char g_failure_message[256] = "no fault devices";
@@ -659,7 +660,8 @@ static int g_num_unset;
 
 static void fill_table(void) {
   memset(&g_table, 0, sizeof(g_table));
-  g_table.api.struct_size = g_table_size ? g_table_size : sizeof(PJRT_Api);
+  g_table.api.struct_size = g_claimed_size ? g_claimed_size
+                            : g_table_size ? g_table_size : sizeof(PJRT_Api);
   g_table.api.pjrt_api_version.struct_size = sizeof(PJRT_Api_Version);
   g_table.api.pjrt_api_version.major_version = g_major;
   g_table.api.pjrt_api_version.minor_version = g_minor;
@@ -694,6 +696,11 @@ FAULT_EXPORT void fault_configure(int major, int minor, size_t table_size_bytes,
   g_table_size = table_size_bytes > sizeof(g_table) ? sizeof(g_table) : table_size_bytes;
   g_mode = mode;
 }
+
+/* Publishes `bytes` as the table's struct_size, however much memory is really
+ * behind it (fault_configure keeps the size within the table): a corrupt table
+ * that the host must refuse before reading entries past its end. */
+FAULT_EXPORT void fault_claim_struct_size(size_t bytes) { g_claimed_size = bytes; }
 
 /* The error code and message a failing Initialize or Client_Create returns. */
 FAULT_EXPORT void fault_set_failure(int code, const char* message) {

@@ -28,7 +28,15 @@ int pjrt_shim_load(const char* path, const PJRT_Api** api_out, char* message,
   typedef const PJRT_Api* (*get_api_fn)(void);
   *api_out = NULL;
   dlerror();
-  void* handle = dlopen(path, RTLD_LAZY | RTLD_LOCAL);
+  /* RTLD_NOW binds every function the library calls before dlopen returns, so
+   * one that no loaded library defines fails here, with dlerror() naming it.
+   * With lazy binding the same plugin loads, and the process exits with code
+   * 127 ("symbol lookup error") the first time the plugin calls it: a failure
+   * that cannot be caught or reported. Every real plugin we know of (the two
+   * CPU ones, CUDA's and libtpu) resolves fully at load, and dlopen takes the
+   * same time for them either way (10 to 25 ms with the file cached): they
+   * import little beyond libc. So there is no lazy fallback. */
+  void* handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (handle == NULL) {
     const char* reason = dlerror();
     snprintf(message, message_size, "%s", reason ? reason : "unknown reason");

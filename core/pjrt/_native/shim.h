@@ -18,9 +18,12 @@ typedef enum {
   PJRT_SHIM_LOAD_NULL_API = 3        /* GetPjrtApi returned NULL */
 } pjrt_shim_load_status;
 
-/* Opens `path` with RTLD_LAZY | RTLD_LOCAL (so several plugins, each with its
- * own copy of XLA, can live in one process), and calls its GetPjrtApi.
- * The library is never closed: a plugin's threads may outlive any handle. */
+/* Opens `path` with RTLD_NOW | RTLD_LOCAL (RTLD_LOCAL so that several
+ * plugins, each with its own copy of XLA, can live in one process; RTLD_NOW so
+ * that a function no library defines is a load error naming it, not an exit
+ * when it is first called), and calls its GetPjrtApi. The library is never
+ * closed: a plugin's threads may outlive any handle. The caller checks the
+ * file beforehand (pjrt._elf): dlopen trusts the file's headers. */
 int pjrt_shim_load(const char* path, const PJRT_Api** api_out,
                    char* message, size_t message_size);
 
