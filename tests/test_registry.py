@@ -400,8 +400,7 @@ def test_fork_after_initialisation_warns():
             os._exit(0)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    ours = [w for w in caught if "was called after PJRT backends were initialised"
-            in str(w.message)]
+    ours = [w for w in caught if "was called while pjrt clients are open" in str(w.message)]
     assert len(ours) == 1 and ours[0].category is RuntimeWarning
     assert "'spawn' start method" in str(ours[0].message)
 
