@@ -158,6 +158,9 @@ class Array:
             self._handle.release_buffers(id(self))
 
     def __del__(self):
+        # A __del__ on this slotted class rather than weakref.finalize: a finaliser object per
+        # Array would cost more than a whole execute. It only hands the buffers to the handle,
+        # which frees them under its own rules.
         self._handle.release_buffers(id(self))
 
     def _live_buffers(self) -> list:

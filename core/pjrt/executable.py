@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import weakref
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -127,6 +128,8 @@ class LoadedExecutable:
         except BaseException:
             self._release()
             raise
+        # Freed when this object goes, by a finaliser that holds only the handle and the id.
+        weakref.finalize(self, self._handle.release_executable, id(self)).atexit = False
         client._live_executables.add(self)
 
     # -- metadata read once ----------------------------------------------------------------
@@ -192,12 +195,6 @@ class LoadedExecutable:
         # Cleared before the handle is released: a call that starts after this sees it.
         self._pointer = self._executable = _NULL
         self._handle.release_executable(id(self))
-
-    def __del__(self):
-        try:
-            self._handle.release_executable(id(self))
-        except Exception:  # noqa: BLE001 - nothing can be raised from a finaliser
-            pass
 
     def delete(self) -> None:
         """Unload the executable; later calls raise RuntimeError. Calls running in other

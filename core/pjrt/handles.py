@@ -240,12 +240,15 @@ class ClientHandle:
         _live_handles.discard(self)
         # Every buffer is gone, so each event fires once the programs reading it are done.
         self._let_go_of_host_memory((), wait=True)
-        args = self.api.new_args("PJRT_Client_Destroy_Args")
-        args.client = pointer
         try:
-            check(self.api, self.api.table.PJRT_Client_Destroy(args))
+            self._destroy_pointer(pointer)
         except Exception:  # noqa: BLE001 - nothing to report a failed destroy to
             pass
+
+    def _destroy_pointer(self, pointer) -> None:
+        args = self.api.new_args("PJRT_Client_Destroy_Args")
+        args.client = pointer
+        check(self.api, self.api.table.PJRT_Client_Destroy(args))
 
     # -- host memory the plugin reads ------------------------------------------------------
 
@@ -315,6 +318,18 @@ def native_method(method):
     call.__doc__ = method.__doc__
     call.__wrapped__ = method
     return call
+
+
+class TopologyHandle(ClientHandle):
+    """Owns a ``PJRT_TopologyDescription*`` under the same rules: calls take tickets, and
+    ``close()`` frees it once no call is running (never after a fork)."""
+
+    __slots__ = ()
+
+    def _destroy_pointer(self, pointer) -> None:
+        args = self.api.new_args("PJRT_TopologyDescription_Destroy_Args")
+        args.topology = pointer
+        check(self.api, self.api.table.PJRT_TopologyDescription_Destroy(args))
 
 
 class _Call:

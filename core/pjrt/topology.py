@@ -12,6 +12,7 @@ from . import serialization
 from ._c import to_str
 from ._pjrt_cffi import ffi
 from .errors import check
+from .handles import TopologyHandle, native_method
 from .options import NamedValues, named_values_to_dict
 from .plugin import Plugin
 
@@ -31,7 +32,7 @@ class DeviceTopology:
 
     def __init__(self, plugin: Plugin, pointer):
         self._plugin = plugin
-        self._pointer = pointer
+        self._handle = TopologyHandle(plugin.api, pointer)
         api = plugin.api
         name = api.call_new("PJRT_TopologyDescription_PlatformName", topology=pointer)
         self.platform = to_str(name.platform_name, name.platform_name_size)
@@ -39,10 +40,10 @@ class DeviceTopology:
         self.platform_version = to_str(version.platform_version, version.platform_version_size)
 
     def _live(self):
-        if self._pointer == ffi.NULL:
-            raise RuntimeError("this topology description has been closed")
-        return self._pointer
+        """The topology's pointer, inside a native call (see :mod:`pjrt.handles`)."""
+        return self._handle.pointer
 
+    @native_method
     def device_descriptions(self) -> list[DeviceDescription]:
         api = self._plugin.api
         args = api.call_new("PJRT_TopologyDescription_GetDeviceDescriptions", topology=self._live())
@@ -57,10 +58,12 @@ class DeviceTopology:
                 to_str(kind.device_kind, kind.device_kind_size)))
         return result
 
+    @native_method
     def attributes(self) -> dict:
         args = self._plugin.api.call_new("PJRT_TopologyDescription_Attributes", topology=self._live())
         return named_values_to_dict(args.attributes, args.num_attributes)
 
+    @native_method
     def serialize(self) -> bytes:
         args = self._plugin.api.call_new("PJRT_TopologyDescription_Serialize", topology=self._live())
         try:
@@ -69,6 +72,7 @@ class DeviceTopology:
             if args.serialized_topology_deleter != ffi.NULL:
                 args.serialized_topology_deleter(args.serialized_topology)
 
+    @native_method
     def compile(self, program: str | bytes, compile_options=None) -> bytes:
         """Compile a StableHLO program for this topology, ahead of time, without its devices.
 
@@ -112,18 +116,8 @@ class DeviceTopology:
             self._plugin, self.platform, self.platform_version))
 
     def close(self) -> None:
-        pointer, self._pointer = self._pointer, ffi.NULL
-        if pointer != ffi.NULL:
-            api = self._plugin.api
-            args = api.new_args("PJRT_TopologyDescription_Destroy_Args")
-            args.topology = pointer
-            check(api, api.table.PJRT_TopologyDescription_Destroy(args))
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - nothing can be raised from a finaliser
-            pass
+        """Free the topology description (once no call on it is running). Idempotent."""
+        self._handle.close("this topology description has been closed")
 
     def __repr__(self) -> str:
         return f"DeviceTopology(platform={self.platform!r}, version={self.platform_version!r})"

@@ -37,6 +37,11 @@ def library_path() -> str:
     return plugin_api.find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "xla-cpu-pjrt")
 
 
+#: The most CPU devices a client is made with: client creation in XLA's CPU plugin is
+#: quadratic in the device count.
+MAX_DEVICES = 8192
+
+
 def client_options(num_devices: int | None = None) -> dict:
     """Create options for a CPU client: ``num_devices``, else PJRT_CPU_DEVICE_COUNT, else none.
 
@@ -57,6 +62,12 @@ def client_options(num_devices: int | None = None) -> dict:
                              f"at least 1; set it to 1 or more, or unset it")
     if num_devices < 1:
         raise ValueError(f"the number of CPU devices must be at least 1, not {num_devices}")
+    if num_devices > MAX_DEVICES:
+        raise ValueError(
+            f"{num_devices} CPU devices asked for (through {DEVICE_COUNT_ENV} or num_devices); "
+            f"XLA's CPU plugin takes time growing with the square of the device count to make "
+            f"a client (about 4.5 s for 4000 devices on a 2-core machine), so more than "
+            f"{MAX_DEVICES} would look like a hang. Ask for {MAX_DEVICES} or fewer")
     return {"cpu_device_count": int(num_devices)}
 
 
