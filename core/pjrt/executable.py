@@ -550,12 +550,15 @@ class LoadedExecutable:
             self._output_global_shapes = self._check_output_layouts()  # before anything runs
         devices = self._devices
         shardings = self.input_shardings
-        check_device_sets(arguments, devices)
+        # Arguments placed by pjrt.compile carry these very sharding objects, which fixes their
+        # devices: the set comparison is needed only for the others.
+        if any(type(a) is not Array or a._sharding is not s for a, s in zip(arguments, shardings)):
+            check_device_sets(arguments, devices)
         rows = []
         for i, (argument, sharding) in enumerate(zip(arguments, shardings)):
             buffers = argument._live_buffers()
-            if not argument.sharding.is_equivalent_to(sharding, argument.ndim) and not (
-                    argument.sharding == sharding):
+            if argument._sharding is not sharding and not argument.sharding.is_equivalent_to(
+                    sharding, argument.ndim) and not (argument.sharding == sharding):
                 raise ValueError(f"argument {i} is laid out as {argument.sharding!r} but the "
                                  f"program expects {sharding!r}; place it with "
                                  f"pjrt.device_put(x, sharding)")
