@@ -195,12 +195,11 @@ class ClientHandle:
             return  # the parent's client, or already freed: nothing may be called
         oldest = next(iter(self.active), None)
         if self.parked:
-            ready = [entry for entry in self.parked if oldest is None or entry[0] < oldest]
-            if ready:
-                self.parked = [entry for entry in self.parked
-                               if not (oldest is None or entry[0] < oldest)]
-                for _, kind, payload in ready:
-                    self._free(kind, payload)
+            # Removed one by one from the same list: other threads append to it without the
+            # lock, and an append to a list replaced meanwhile would be lost.
+            for entry in [e for e in self.parked if oldest is None or e[0] < oldest]:
+                self.parked.remove(entry)
+                self._free(entry[1], entry[2])
         if self.closed and oldest is None:
             self._tear_down()
 

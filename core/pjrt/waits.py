@@ -12,6 +12,7 @@ for the plugin's recursive compiler on deeply nested programs, while the caller 
 """
 from __future__ import annotations
 
+import os
 import queue
 import threading
 from typing import Callable, TypeVar
@@ -119,6 +120,18 @@ def _take_worker() -> _Worker:
 def _return_worker(worker: _Worker) -> None:
     with _workers_lock:
         _idle_workers.append(worker)
+
+
+def _forget_workers_after_fork() -> None:
+    # Threads do not survive fork(): the child's copies of the workers would never run a job.
+    global _workers_lock
+    _workers.clear()
+    _idle_workers.clear()
+    _workers_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_workers_after_fork)
 
 
 def run_on_compile_thread(handle, ticket: int, work: Callable[[], T],
