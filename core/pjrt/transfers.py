@@ -56,32 +56,34 @@ def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequenc
                              f"gives shards of shape {expected} for an array of {shape}")
         if host.dtype != hosts[0].dtype:
             raise ValueError(f"shards disagree on dtype: {hosts[0].dtype} and {host.dtype}")
-    placed: list = [None] * len(hosts)
+    # One native call on the client for all the shards (the worker threads run inside it).
+    with client._handle.calling():
+        placed: list = [None] * len(hosts)
 
-    def put(i: int) -> None:
-        placed[i] = put_buffer(client, hosts[i], devices[i], 0)
+        def put(i: int) -> None:
+            placed[i] = put_buffer(client, hosts[i], devices[i], 0)
 
-    try:
-        if (len(hosts) > 1 and sum(h.nbytes for h in hosts) >= _PARALLEL_THRESHOLD_BYTES
-                and staging_pool.available(staging_size(hosts[0].nbytes)) < len(hosts)):
-            # Copies into fresh memory are bound by page faults, which the cores take in
-            # parallel (numpy's copy and the plugin's release the GIL); recycled memory
-            # copies at memcpy speed on one thread.
-            import concurrent.futures  # only large transfers need threads
+        try:
+            if (len(hosts) > 1 and sum(h.nbytes for h in hosts) >= _PARALLEL_THRESHOLD_BYTES
+                    and staging_pool.available(staging_size(hosts[0].nbytes)) < len(hosts)):
+                # Copies into fresh memory are bound by page faults, which the cores take in
+                # parallel (numpy's copy and the plugin's release the GIL); recycled memory
+                # copies at memcpy speed on one thread.
+                import concurrent.futures  # only large transfers need threads
 
-            with concurrent.futures.ThreadPoolExecutor(
-                    _copy_workers(), thread_name_prefix=TRANSFER_THREAD_PREFIX) as pool:
-                list(pool.map(put, range(len(hosts))))
-        else:
-            for i in range(len(hosts)):
-                put(i)
-    except BaseException:
-        made = [p for p in placed if p is not None]
-        _free(client, [p[0] for p in made], [p[1] for p in made])
-        raise
-    buffers = [p[0] for p in placed]
-    holds = [p[1] for p in placed]
-    return Array(client, buffers, tuple(devices), shape, hosts[0].dtype, holds, sharding)
+                with concurrent.futures.ThreadPoolExecutor(
+                        _copy_workers(), thread_name_prefix=TRANSFER_THREAD_PREFIX) as pool:
+                    list(pool.map(put, range(len(hosts))))
+            else:
+                for i in range(len(hosts)):
+                    put(i)
+        except BaseException:
+            made = [p for p in placed if p is not None]
+            _free(client, [p[0] for p in made], [p[1] for p in made])
+            raise
+        buffers = [p[0] for p in placed]
+        holds = [p[1] for p in placed]
+        return Array(client, buffers, tuple(devices), shape, hosts[0].dtype, holds, sharding)
 
 
 #: Shards of at least this many bytes in all are copied to their devices in parallel.
@@ -168,29 +170,30 @@ def _reshard(array: Array, sharding: Sharding) -> Array:
     if same_client:
         for shard in array.addressable_shards:
             sources.setdefault(_index_key(shard.index), {})[shard.device] = shard
-    host = None
-    buffers, holds = [], []
-    api = client._api
-    try:
-        for device, index in target.items():
-            candidates = sources.get(_index_key(index), {})
-            shard = candidates.get(device) or next(iter(candidates.values()), None)
-            if shard is not None:
-                copied = api.call_new("PJRT_Buffer_CopyToDevice", buffer=shard.data._live_buffers()[0],
-                                      dst_device=device._handle)
-                buffers.append(copied.dst_buffer)
-                holds.append(None)
-                continue
-            if host is None:
-                host = np.asarray(array)
-            buffer, hold = put_buffer(client, np.ascontiguousarray(host[index]) if host.ndim
-                                      else host, device, 0)
-            buffers.append(buffer)
-            holds.append(hold)
-    except BaseException:
-        _free(client, buffers, holds)
-        raise
-    return Array(client, buffers, tuple(target), array.shape, array.dtype, holds, sharding)
+    with client._handle.calling():  # one native call for every copy and transfer
+        host = None
+        buffers, holds = [], []
+        api = client._api
+        try:
+            for device, index in target.items():
+                candidates = sources.get(_index_key(index), {})
+                shard = candidates.get(device) or next(iter(candidates.values()), None)
+                if shard is not None:
+                    copied = api.call_new("PJRT_Buffer_CopyToDevice", buffer=shard.data._live_buffers()[0],
+                                          dst_device=device._handle)
+                    buffers.append(copied.dst_buffer)
+                    holds.append(None)
+                    continue
+                if host is None:
+                    host = np.asarray(array)
+                buffer, hold = put_buffer(client, np.ascontiguousarray(host[index]) if host.ndim
+                                          else host, device, 0)
+                buffers.append(buffer)
+                holds.append(hold)
+        except BaseException:
+            _free(client, buffers, holds)
+            raise
+        return Array(client, buffers, tuple(target), array.shape, array.dtype, holds, sharding)
 
 
 def reorder_shards(x: Array, dst_sharding: Sharding) -> Array:
