@@ -46,9 +46,14 @@ def _declarations() -> dict[str, tuple[str, object]]:
             loaded = importlib.import_module(module.module)
         except Exception:  # noqa: BLE001 - a broken package is not the plugin asked for
             continue
-        for value in vars(loaded).values():
-            if isinstance(value, PluginDeclaration) and value.library is not None:
-                found.setdefault(value.platform, (value.library, value.options))
+        declared = [value for value in vars(loaded).values()
+                    if isinstance(value, PluginDeclaration) and value.library is not None]
+        for value in declared:
+            found.setdefault(value.platform, (value.library, value.options))
+        platform, finder = getattr(loaded, "PLATFORM", None), getattr(loaded, "library_path", None)
+        if not declared and isinstance(platform, str) and callable(finder):
+            # A package written before declarations: its platform and library finder.
+            found.setdefault(platform, (finder, None))
     return found
 
 
