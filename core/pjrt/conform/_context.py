@@ -30,10 +30,12 @@ class Context:
       library: the plugin's shared library.
       name: the name the plugin is loaded under in the worker.
       options: the create options of the shared client.
+      topology: the topology the compile-only check asks for ("" for the plugin's own).
     """
 
-    def __init__(self, library: str, name: str, options: dict):
+    def __init__(self, library: str, name: str, options: dict, topology: str = ""):
         self.library = library
+        self.topology = topology
         self.name = name
         self.options = options
         self._plugin = None

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         report.flush()
 
     checks = load_checks()
-    context = Context(job["library"], job["name"], job["options"])
+    context = Context(job["library"], job["name"], job["options"], job["topology"])
     failed = set(job["failed"])
     for name in job["checks"]:
         send({"start": name})

@@ -107,7 +107,8 @@ def donation(ctx):
 @check("executable.metadata", needs=(COMPILED,))
 def metadata(ctx):
     """A compiled executable reports its name, outputs and their types and shapes."""
-    compiled, _ = _run(ctx, programs.MULTI_OUTPUT, np.zeros(3, np.float32),
+    text = programs.renamed(programs.MULTI_OUTPUT, "conform_executable_metadata")
+    compiled, _ = _run(ctx, text, np.zeros(3, np.float32),
                        np.zeros(3, np.int32))
     executable = compiled.executable
     if executable.num_outputs != 4:
@@ -131,7 +132,8 @@ def serialize_roundtrip(ctx):
     if not ctx.api.has("PJRT_Executable_DeserializeAndLoad"):
         raise Skip("the plugin has no PJRT_Executable_DeserializeAndLoad")
     x = np.array([5, -1, 3, 0.5], np.float32)
-    compiled, (first,) = _run(ctx, programs.WHILE_LOOP, x)
+    text = programs.renamed(programs.WHILE_LOOP, "conform_serialize_roundtrip")
+    compiled, (first,) = _run(ctx, text, x)
     blob = compiled.executable.serialize()
     loaded = ctx.client.deserialize_executable(blob)
     again = np.asarray(loaded.execute([ctx.client.buffer_from_pyval(x)])[0])

@@ -43,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",
                         help="a client create option (repeat for more), e.g. "
                              "cpu_device_count=8")
+    parser.add_argument("--topology", default="", metavar="NAME",
+                        help="the topology to compile for without a client (e.g. v5e:2x2); "
+                             "the plugin's own by default")
     parser.add_argument("--check", action="append", default=[], metavar="NAME",
                         help="run only this check (repeat for more)")
     parser.add_argument("-k", action="append", default=[], metavar="PATTERN", dest="patterns",
@@ -83,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
     progress = _progress_line(sys.stderr)
     try:
         report = run(args.plugin, checks=args.check or None, patterns=args.patterns or None,
-                     options=options, timeout=args.timeout, progress=progress)
+                     options=options, topology=args.topology, timeout=args.timeout, progress=progress)
     finally:
         if progress is not None:
             sys.stderr.write("\r\033[K")

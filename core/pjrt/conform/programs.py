@@ -93,6 +93,14 @@ module @conform_donation {
 }
 """
 
+
+def renamed(program: str, name: str) -> str:
+    """``program`` as module ``@name``: each check compiles a module of its own name, so
+    that the executable it makes (and a fault a plugin has in it) names the check."""
+    head, _, rest = program.partition("module @")
+    return f"{head}module @{name}{rest[rest.index(' '):]}"
+
+
 #: Not StableHLO at all.
 NOT_A_PROGRAM = "this is not a StableHLO program {"
 

@@ -104,7 +104,7 @@ def _death(worker: _Worker) -> tuple[str, str | None]:
 
 
 def run(plugin: str, *, checks: list[str] | None = None, patterns: list[str] | None = None,
-        options: dict | None = None, timeout: float = DEFAULT_TIMEOUT,
+        options: dict | None = None, topology: str = "", timeout: float = DEFAULT_TIMEOUT,
         progress: Progress | None = None, python: str | None = None) -> Report:
     """Run the conformance checks against ``plugin`` and report on each.
 
@@ -115,6 +115,8 @@ def run(plugin: str, *, checks: list[str] | None = None, patterns: list[str] | N
       patterns: substrings or shell patterns of check names to run.
       options: client create options (a platform name brings its package's own, which these
         update).
+      topology: the topology ``topology.compile_only`` describes and compiles for (e.g.
+        ``"v5e:2x2"``); the plugin's own when empty.
       timeout: seconds each check may run before it fails as hung.
       progress: called as ``progress(index, total, name)`` when each check starts.
       python: the interpreter that runs the workers (this one by default).
@@ -137,7 +139,7 @@ def run(plugin: str, *, checks: list[str] | None = None, patterns: list[str] | N
     pending = list(names)
     while pending:
         job = {"library": target.library, "name": target.name, "options": job_options,
-               "checks": pending, "failed": sorted(failed)}
+               "topology": topology, "checks": pending, "failed": sorted(failed)}
         worker = _start_worker(job, python or sys.executable)
         current, current_start = None, time.perf_counter()
         try:
