@@ -11,32 +11,34 @@ from ..topology import make_topology
 from . import programs
 from ._context import refused
 from ._registry import CheckFailed, Skip, check
-from .checks_programs import COMPILED, _expect
+from .checks_programs import COMPILED, can_compile, expect
 
 
 @check("collectives.all_reduce", needs=(COMPILED,))
 def all_reduce(ctx):
     """An all-reduce across every device, one replica each, sums the replicas' values."""
+    can_compile(ctx)
     devices = ctx.devices(2)
     count = len(devices)
     compiled = compile_program(programs.all_reduce(count), devices, client=ctx.client,
                                replicated=True)
     x = np.arange(4 * count, dtype=np.float32).reshape(count, 4)
     out = np.asarray(compiled(x))
-    _expect("result", out, np.broadcast_to(x.sum(axis=0), (count, 4)).astype(np.float32),
+    expect("result", out, np.broadcast_to(x.sum(axis=0), (count, 4)).astype(np.float32),
             exact=True)
     return f"{count} replicas"
 
 
 def _spmd(ctx, text_for) -> str:
+    can_compile(ctx)
     devices = ctx.devices(2)
     count = len(devices)
     mesh = Mesh(np.array(devices), ("x",))
     compiled = compile_program(text_for(count), mesh, client=ctx.client)
     x = np.arange(2 * count * 4, dtype=np.float32).reshape(2 * count, 4)
     scaled, total = compiled(x)
-    _expect("2x+1 (row-sharded)", np.asarray(scaled), x * 2 + 1, exact=True)
-    _expect("x.sum(0) (replicated)", np.asarray(total), x.sum(axis=0), exact=True)
+    expect("2x+1 (row-sharded)", np.asarray(scaled), x * 2 + 1, exact=True)
+    expect("x.sum(0) (replicated)", np.asarray(total), x.sum(axis=0), exact=True)
     shards = scaled.addressable_shards
     if len(shards) != count:
         raise CheckFailed(f"the sharded output has {len(shards)} shards on {count} devices")

@@ -80,16 +80,24 @@ def device_list(ctx):
 @check("devices.descriptions", needs=("devices.list",))
 def device_descriptions(ctx):
     """Each device describes itself: kind, process index, attributes and strings."""
-    kinds = set()
+    api = ctx.api
+    kinds, read = set(), ["kind"]
     for device in ctx.client.devices():
         if not device.device_kind:
             raise CheckFailed(f"device {device.id} has an empty kind")
         kinds.add(device.device_kind)
-        if not isinstance(device.attributes(), dict):
-            raise CheckFailed(f"device {device.id} attributes are not named values")
-        if not device.to_string() or not device.debug_string():
-            raise CheckFailed(f"device {device.id} has an empty ToString or DebugString")
-    return f"kinds {sorted(kinds)}"
+        if api.has("PJRT_DeviceDescription_Attributes"):
+            if not isinstance(device.attributes(), dict):
+                raise CheckFailed(f"device {device.id} attributes are not named values")
+        if api.has("PJRT_DeviceDescription_ToString") and not device.to_string():
+            raise CheckFailed(f"device {device.id} has an empty ToString")
+        if api.has("PJRT_DeviceDescription_DebugString") and not device.debug_string():
+            raise CheckFailed(f"device {device.id} has an empty DebugString")
+    for function, what in (("PJRT_DeviceDescription_Attributes", "attributes"),
+                           ("PJRT_DeviceDescription_ToString", "strings")):
+        if api.has(function):
+            read.append(what)
+    return f"read {', '.join(read)}; kinds {sorted(kinds)}"
 
 
 @check("memories.kinds", needs=("devices.list",))

@@ -69,7 +69,7 @@ def resolve_plugin(plugin: str) -> Target:
         if not os.path.isfile(path):
             raise ValueError(f"{plugin}: no such file; give the path of a PJRT plugin's shared "
                              f"library or the platform name of an installed plugin")
-        return Target(path, "conform", {})
+        return Target(path, os.path.basename(path), {})
     for entry in discovery.plugins_from_env(os.environ.get(discovery.ENV_VARIABLE)):
         if entry.name == plugin:
             return Target(os.path.abspath(entry.library_path), plugin, dict(entry.options or {}))
