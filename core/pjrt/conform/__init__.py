@@ -13,11 +13,13 @@ aborts or hangs fails the check it was running and the others still run::
 The command line is ``pjrt conform PLUGIN`` (``pjrt conform --help``); ``docs/vendors.md``
 shows how to run it in a plugin's CI.
 """
-from ._registry import CHECKS, Check, load_checks, select
+from ._registry import Check
+from .catalog import load_checks, select
 from .report import FAIL, PASS, SKIP, CheckResult, Report
 from .runner import DEFAULT_TIMEOUT, run
 
-__all__ = ["run", "Report", "CheckResult", "Check", "check_names", "PASS", "FAIL", "SKIP",
+__all__ = ["run", "Report", "CheckResult", "Check", "check_names", "describe", "select", "PASS",
+           "FAIL", "SKIP",
            "DEFAULT_TIMEOUT"]
 
 

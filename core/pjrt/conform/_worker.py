@@ -16,7 +16,8 @@ import traceback
 
 from ..errors import XlaRuntimeError
 from ._context import Context, refused
-from ._registry import Skip, blocked_by, load_checks
+from ._registry import Skip, blocked_by
+from .catalog import load_checks
 from .report import FAIL, PASS, SKIP
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._registry import load_checks
+from .catalog import load_checks
 from .report import FAIL, PASS
 from .runner import DEFAULT_TIMEOUT, run
 

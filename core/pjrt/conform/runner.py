@@ -19,7 +19,8 @@ import tempfile
 import time
 from typing import Callable
 
-from ._registry import blocked_by, load_checks, select as select_checks
+from ._registry import blocked_by
+from .catalog import load_checks, select as select_checks
 from .report import FAIL, SKIP, CheckResult, Report
 from .resolve import resolve_plugin
 
