@@ -19,8 +19,7 @@ from .report import FAIL, PASS, SKIP, CheckResult, Report
 from .runner import DEFAULT_TIMEOUT, run
 
 __all__ = ["run", "Report", "CheckResult", "Check", "check_names", "describe", "select", "PASS",
-           "FAIL", "SKIP",
-           "DEFAULT_TIMEOUT"]
+           "FAIL", "SKIP", "DEFAULT_TIMEOUT"]
 
 
 def check_names() -> list[str]:
