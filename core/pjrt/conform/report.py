@@ -31,6 +31,7 @@ class CheckResult:
     timed_out: bool = False
 
     def to_json(self) -> dict:
+        """The result as plain JSON data."""
         return dataclasses.asdict(self)
 
 
