@@ -452,6 +452,17 @@ def _cmd_demo(args, reg) -> int:
     return OK
 
 
+# -- pjrt conform ---------------------------------------------------------------------------
+
+def _cmd_conform(args, reg) -> int:
+    from .conform import command
+
+    try:
+        return command.main(args)
+    except ValueError as error:
+        raise CommandError(str(error), USAGE) from error
+
+
 # -- the command line -----------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -490,6 +501,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", parents=[common], help="the tour of the CPU plugin")
     demo.set_defaults(handler=_cmd_demo)
+
+    from .conform.command import add_arguments as add_conform_arguments
+
+    conform = commands.add_parser("conform", parents=[common],
+                                  help="check, one by one, what a PJRT plugin does right")
+    add_conform_arguments(conform)
+    conform.set_defaults(handler=_cmd_conform)
     return parser
 
 

@@ -127,7 +127,8 @@ def build_all(directory: str | os.PathLike) -> Built:
     out.mkdir(parents=True, exist_ok=True)
 
     fault_plugin = out / "libfault_plugin.so"
-    _compile([HERE / "fault_plugin.c"], fault_plugin)
+    # -ldl: the plugin loads the real plugin it forwards to (PJRT_FAULT_DELEGATE).
+    _compile([HERE / "fault_plugin.c"], fault_plugin, ["-ldl"])
 
     not_a_plugin_c = out / "not_a_plugin.c"
     not_a_plugin_c.write_text(_NOT_A_PLUGIN_C)
@@ -152,7 +153,7 @@ def build_all(directory: str | os.PathLike) -> Built:
     dep.unlink()
 
     fault_plugin_sysv_hash = out / "libfault_plugin_sysv_hash.so"
-    _compile([HERE / "fault_plugin.c"], fault_plugin_sysv_hash, ["-Wl,--hash-style=sysv"])
+    _compile([HERE / "fault_plugin.c"], fault_plugin_sysv_hash, ["-Wl,--hash-style=sysv", "-ldl"])
 
     hostile = {}
     for stem, source, extra in (

@@ -19,11 +19,32 @@
  * Each implemented function also checks that its own entry lies inside the
  * table size it published: a host that calls past struct_size is misusing an
  * old plugin's table, and is told so with an error and a misuse count.
+ *
+ * A process that cannot call the control functions (one a host starts to run
+ * a plugin in, such as `pjrt conform`'s workers) steers it through the
+ * environment instead, read when GetPjrtApi is called:
+ *
+ *   PJRT_FAULT_DELEGATE=/path/to/plugin.so  forward every call to that real
+ *       plugin, whose table (version, size, extensions) this one then reports,
+ *       replacing only the entries the fault below needs.
+ *   PJRT_FAULT=FAULT[:ARGUMENT], FAULT one of
+ *       null_api               GetPjrtApi returns NULL;
+ *       abort_compile[:TEXT]   PJRT_Client_Compile aborts the process (only
+ *                              for programs whose code contains TEXT);
+ *       corrupt_to_host[:TYPE] PJRT_Buffer_ToHostBuffer flips the bits of the
+ *                              first byte it writes (only for buffers whose
+ *                              PJRT_Buffer_Type number is TYPE);
+ *       hang_execute[:NAME]    PJRT_LoadedExecutable_Execute never returns
+ *                              (only for executables whose name contains NAME).
+ *   The last three need PJRT_FAULT_DELEGATE: this plugin compiles nothing.
  */
+#define _GNU_SOURCE /* memmem */
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "pjrt_c_api.h"
 
@@ -677,10 +698,136 @@ static void fill_table(void) {
   }
 }
 
+/* ---- faults selected by the environment (see the top) ------------------- */
+
+static const PJRT_Api* g_delegate; /* the real plugin's table, when delegating */
+static char g_fault[64];
+static char g_fault_argument[256];
+
+static void read_fault_environment(void) {
+  const char* spec = getenv("PJRT_FAULT");
+  g_fault[0] = g_fault_argument[0] = '\0';
+  if (spec == NULL) return;
+  const char* colon = strchr(spec, ':');
+  size_t length = colon ? (size_t)(colon - spec) : strlen(spec);
+  if (length >= sizeof(g_fault)) length = sizeof(g_fault) - 1;
+  memcpy(g_fault, spec, length);
+  g_fault[length] = '\0';
+  if (colon) snprintf(g_fault_argument, sizeof(g_fault_argument), "%s", colon + 1);
+}
+
+static int fault_is(const char* name) { return strcmp(g_fault, name) == 0; }
+
+/* Whether `text` (not NUL-terminated) contains the fault's argument; an empty
+ * argument matches everything. */
+static int argument_in(const void* text, size_t size) {
+  size_t wanted = strlen(g_fault_argument);
+  if (wanted == 0) return 1;
+  return text != NULL && memmem(text, size, g_fault_argument, wanted) != NULL;
+}
+
+static void drop_error(PJRT_Error* error) {
+  if (error == NULL) return;
+  PJRT_Error_Destroy_Args args = {sizeof(args), NULL, error};
+  g_delegate->PJRT_Error_Destroy(&args);
+}
+
+static PJRT_Error* fault_Client_Compile(PJRT_Client_Compile_Args* args) {
+  const PJRT_Program* program = args->program;
+  if (fault_is("abort_compile") &&
+      argument_in(program ? program->code : NULL, program ? program->code_size : 0)) {
+    fprintf(stderr, "fault plugin: aborting in PJRT_Client_Compile (PJRT_FAULT=%s)\n",
+            getenv("PJRT_FAULT"));
+    abort();
+  }
+  return g_delegate->PJRT_Client_Compile(args);
+}
+
+/* Whether the loaded executable's name contains the fault's argument. */
+static int executable_matches(PJRT_LoadedExecutable* loaded) {
+  if (g_fault_argument[0] == '\0') return 1;
+  PJRT_LoadedExecutable_GetExecutable_Args get = {sizeof(get), NULL, loaded, NULL};
+  PJRT_Error* error = g_delegate->PJRT_LoadedExecutable_GetExecutable(&get);
+  if (error != NULL) {
+    drop_error(error);
+    return 0;
+  }
+  PJRT_Executable_Name_Args name = {sizeof(name), NULL, get.executable, NULL, 0};
+  error = g_delegate->PJRT_Executable_Name(&name);
+  int matches = error == NULL && argument_in(name.executable_name, name.executable_name_size);
+  drop_error(error);
+  PJRT_Executable_Destroy_Args destroy = {sizeof(destroy), NULL, get.executable};
+  drop_error(g_delegate->PJRT_Executable_Destroy(&destroy));
+  return matches;
+}
+
+static PJRT_Error* fault_LoadedExecutable_Execute(PJRT_LoadedExecutable_Execute_Args* args) {
+  if (fault_is("hang_execute") && executable_matches(args->executable)) {
+    fprintf(stderr, "fault plugin: hanging in PJRT_LoadedExecutable_Execute (PJRT_FAULT=%s)\n",
+            getenv("PJRT_FAULT"));
+    for (;;) sleep(1000);
+  }
+  return g_delegate->PJRT_LoadedExecutable_Execute(args);
+}
+
+static PJRT_Error* fault_Buffer_ToHostBuffer(PJRT_Buffer_ToHostBuffer_Args* args) {
+  PJRT_Error* error = g_delegate->PJRT_Buffer_ToHostBuffer(args);
+  if (error != NULL || !fault_is("corrupt_to_host") || args->dst == NULL || args->dst_size == 0) {
+    return error;
+  }
+  if (g_fault_argument[0] != '\0') {
+    PJRT_Buffer_ElementType_Args type = {sizeof(type), NULL, args->src, 0};
+    error = g_delegate->PJRT_Buffer_ElementType(&type);
+    if (error != NULL) {
+      drop_error(error);
+      return NULL;
+    }
+    if ((int)type.type != atoi(g_fault_argument)) return NULL;
+  }
+  if (args->event != NULL) { /* the copy must be done before its bytes are spoilt */
+    PJRT_Event_Await_Args await = {sizeof(await), NULL, args->event};
+    error = g_delegate->PJRT_Event_Await(&await);
+    if (error != NULL) return error;
+  }
+  ((unsigned char*)args->dst)[0] ^= 0xFF;
+  return NULL;
+}
+
+/* The real plugin's table, with the entries a fault needs replaced; NULL (and
+ * a line on stderr) when the real plugin cannot be loaded. */
+static const PJRT_Api* delegating_table(const char* path) {
+  void* library = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (library == NULL) {
+    fprintf(stderr, "fault plugin: PJRT_FAULT_DELEGATE: %s\n", dlerror());
+    return NULL;
+  }
+  const PJRT_Api* (*get_api)(void) = (const PJRT_Api* (*)(void))dlsym(library, "GetPjrtApi");
+  const PJRT_Api* real = get_api ? get_api() : NULL;
+  if (real == NULL) {
+    fprintf(stderr, "fault plugin: PJRT_FAULT_DELEGATE %s gave no PJRT_Api\n", path);
+    return NULL;
+  }
+  g_delegate = real;
+  size_t size = real->struct_size < sizeof(g_table) ? real->struct_size : sizeof(g_table);
+  memset(&g_table, 0, sizeof(g_table));
+  memcpy(&g_table, real, size);
+#define REPLACE(entry, function)                                             \
+  if (offsetof(PJRT_Api, entry) + sizeof(void*) <= size && g_table.api.entry) \
+    g_table.api.entry = function;
+  REPLACE(PJRT_Client_Compile, fault_Client_Compile)
+  REPLACE(PJRT_LoadedExecutable_Execute, fault_LoadedExecutable_Execute)
+  REPLACE(PJRT_Buffer_ToHostBuffer, fault_Buffer_ToHostBuffer)
+#undef REPLACE
+  return &g_table.api;
+}
+
 /* ---- exported interface -------------------------------------------------- */
 
 FAULT_EXPORT const PJRT_Api* GetPjrtApi(void) {
-  if (g_mode == FAULT_MODE_NULL_API) return NULL;
+  read_fault_environment();
+  if (g_mode == FAULT_MODE_NULL_API || fault_is("null_api")) return NULL;
+  const char* delegate = getenv("PJRT_FAULT_DELEGATE");
+  if (delegate != NULL && delegate[0] != '\0') return delegating_table(delegate);
   fill_attributes();
   fill_table();
   return &g_table.api;

@@ -1,0 +1,255 @@
+"""``pjrt conform`` against real plugins and against the fault plugin's injected faults.
+
+Both XLA CPU plugin builds must pass every check that applies. The fault plugin, forwarding to
+a real CPU plugin (PJRT_FAULT_DELEGATE), misbehaves in one entry point at a time (PJRT_FAULT):
+each fault must fail exactly the check that meets it, with the signal or timeout recorded, and
+the run must go on to the end. The vendors' plugins, on a machine without their hardware, must
+fail client creation with their own message and skip what depends on it.
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import ml_dtypes
+import pytest
+
+import pjrt
+import pjrt.conform
+from pjrt import cli, dtypes
+
+from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT, cpu_plugin_path
+
+HERE = Path(__file__).resolve().parent
+
+_spec = importlib.util.spec_from_file_location("fault_plugin_build", HERE / "fault_plugin" / "build.py")
+if _spec.name in sys.modules:
+    fault_build = sys.modules[_spec.name]
+else:
+    fault_build = importlib.util.module_from_spec(_spec)
+    sys.modules[_spec.name] = fault_build  # dataclasses look their module up there
+    _spec.loader.exec_module(fault_build)
+
+#: The one check a CPU plugin may skip: it describes no topology to compile for.
+CPU_SKIPS = {"topology.compile_only"}
+#: What a CPU run may take, on two shared cores (measured runs take a few seconds).
+TIME_BUDGET_S = 300
+OPTIONS = {"cpu_device_count": TEST_DEVICE_COUNT}
+
+
+@pytest.fixture(scope="module")
+def fault_plugin(tmp_path_factory) -> str:
+    return str(fault_build.build_all(tmp_path_factory.mktemp("conform_fault")).fault_plugin)
+
+
+# -- the real CPU plugins ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(CPU_PLUGINS))
+def test_cpu_plugins_pass_every_check_that_applies(name):
+    started = time.monotonic()
+    report = pjrt.conform.run(cpu_plugin_path(name), options=OPTIONS, timeout=TIME_BUDGET_S)
+    elapsed = time.monotonic() - started
+    print(f"\n{name}: {len(report.results)} checks {report.counts()} in {elapsed:.1f}s")
+    assert report.failed() == [], report.format_table()
+    assert report.passed
+    skipped = {r.name for r in report.results if r.status == pjrt.conform.SKIP}
+    assert skipped <= CPU_SKIPS, report.format_table()
+    assert report.counts()["pass"] >= 30
+    assert elapsed < TIME_BUDGET_S
+    assert report.info["api_version"] == f"0.{CPU_PLUGINS[name][2]}"
+    # The checks the product promises are all there and passed.
+    for check in ("library.elf", "api.function_table", "transfer.roundtrip.int4",
+                  "transfer.roundtrip.float8_e4m3fn", "transfer.roundtrip.bfloat16",
+                  "transfer.zero_size", "transfer.scalar", "transfer.strided",
+                  "compile.sort", "execute.donation", "ffi.custom_call",
+                  "collectives.all_reduce", "spmd.shardy", "spmd.gspmd", "errors.bad_program",
+                  "errors.codes", "events.async", "executable.serialize_roundtrip"):
+        assert report.result(check).status == pjrt.conform.PASS, check
+    assert "FFI" in report.info["extensions"]
+
+
+def test_check_names_are_stable_and_unique():
+    names = pjrt.conform.check_names()
+    assert len(names) == len(set(names)) >= 30
+    assert names[0] == "library.elf" and names[-1] == "client.destroy"
+    for dtype in dtypes.SUPPORTED_DTYPES:
+        assert f"transfer.roundtrip.{dtype.name}" in names
+
+
+def test_command_line_selects_checks_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    status = cli.main(["conform", cpu_plugin_path("xla_cpu_0_106"), "-o",
+                       f"cpu_device_count={TEST_DEVICE_COUNT}", "-k", "spmd",
+                       "--check", "transfer.roundtrip.uint4", "--json", str(out)])
+    table = capsys.readouterr().out
+    assert status == 0, table
+    assert "PASS  spmd.shardy" in table and "conforms: 3 passed" in table
+    report = json.loads(out.read_text())
+    assert report["passed"] is True
+    assert [c["name"] for c in report["checks"]] == ["transfer.roundtrip.uint4", "spmd.shardy",
+                                                      "spmd.gspmd"]
+    assert all(c["status"] == "pass" and c["seconds"] >= 0 for c in report["checks"])
+
+
+def test_command_line_refuses_unknown_checks_and_plugins(capsys):
+    assert cli.main(["conform", cpu_plugin_path("xla_cpu_0_81"), "--check", "no.such"]) == 2
+    assert "no conformance check named 'no.such'" in capsys.readouterr().err
+    assert cli.main(["conform", "/nonexistent/libplugin.so"]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert cli.main(["conform", "no_such_platform"]) == 2
+    assert "no installed plugin serves platform 'no_such_platform'" in capsys.readouterr().err
+
+
+# -- injected faults --------------------------------------------------------------------------
+
+def _run_fault(monkeypatch, fault_plugin, fault: str | None, timeout: float = 60):
+    monkeypatch.setenv("PJRT_FAULT_DELEGATE", cpu_plugin_path("xla_cpu_0_106"))
+    if fault is None:
+        monkeypatch.delenv("PJRT_FAULT", raising=False)
+    else:
+        monkeypatch.setenv("PJRT_FAULT", fault)
+    started = time.monotonic()
+    report = pjrt.conform.run(fault_plugin, options=OPTIONS, timeout=timeout)
+    return report, time.monotonic() - started
+
+
+def test_forwarding_fault_plugin_without_a_fault_conforms(monkeypatch, fault_plugin):
+    """The baseline of the fault tests: forwarding alone changes nothing."""
+    report, _ = _run_fault(monkeypatch, fault_plugin, None)
+    assert report.failed() == [], report.format_table()
+    assert report.counts()["pass"] >= 30
+
+
+def test_abort_in_compile_fails_that_compile_only(monkeypatch, fault_plugin):
+    report, elapsed = _run_fault(monkeypatch, fault_plugin, "abort_compile:@conform_sort")
+    assert report.failed() == ["compile.sort"], report.format_table()
+    sort = report.result("compile.sort")
+    assert sort.signal == "SIGABRT"
+    assert "killed by SIGABRT during this check" in sort.detail
+    assert "aborting in PJRT_Client_Compile" in sort.detail  # the plugin's last words
+    # The checks after it ran in a new worker.
+    assert report.result("compile.multi_output").status == pjrt.conform.PASS
+    assert report.result("client.destroy").status == pjrt.conform.PASS
+    assert elapsed < 120
+
+
+def test_abort_in_every_compile_fails_every_compiling_check(monkeypatch, fault_plugin):
+    report, _ = _run_fault(monkeypatch, fault_plugin, "abort_compile")
+    failed = set(report.failed())
+    assert failed == {"compile.elementwise", "compile.reduce", "compile.while_loop",
+                      "compile.sort", "compile.multi_output", "errors.bad_program"}, \
+        report.format_table()
+    # Checks resting on a program compiling are skipped for it, not failed again.
+    for name in ("execute.donation", "ffi.custom_call", "spmd.shardy", "collectives.all_reduce"):
+        assert report.result(name).detail == "needs compile.elementwise, which failed"
+    assert all(report.result(name).signal == "SIGABRT" for name in failed)
+
+
+def test_wrong_bytes_from_to_host_buffer_fail_that_transfer(monkeypatch, fault_plugin):
+    bf16 = dtypes.to_pjrt_type(ml_dtypes.bfloat16)
+    report, _ = _run_fault(monkeypatch, fault_plugin, f"corrupt_to_host:{bf16}")
+    assert report.failed() == ["transfer.roundtrip.bfloat16"], report.format_table()
+    result = report.result("transfer.roundtrip.bfloat16")
+    assert "PJRT_Buffer_ToHostBuffer returned other bytes: element 0" in result.detail
+    assert result.signal is None and not result.timed_out
+
+
+def test_hang_in_execute_times_out_that_check(monkeypatch, fault_plugin):
+    timeout = 10
+    report, elapsed = _run_fault(monkeypatch, fault_plugin, "hang_execute:conform_while_loop",
+                                 timeout=timeout)
+    assert report.failed() == ["compile.while_loop"], report.format_table()
+    result = report.result("compile.while_loop")
+    assert result.timed_out and f"did not finish within {timeout}s" in result.detail
+    assert timeout <= result.seconds < timeout + 5
+    assert report.result("compile.sort").status == pjrt.conform.PASS
+    assert elapsed < 120
+
+
+def test_null_api_fails_get_pjrt_api_and_skips_the_rest(monkeypatch, fault_plugin):
+    report, _ = _run_fault(monkeypatch, fault_plugin, "null_api")
+    assert report.failed() == ["library.get_pjrt_api"], report.format_table()
+    assert "returned NULL" in report.result("library.get_pjrt_api").detail
+    assert report.result("library.elf").status == pjrt.conform.PASS
+    rest = report.results[2:]
+    assert rest and all(r.status == pjrt.conform.SKIP for r in rest)
+    assert all("library.get_pjrt_api" in r.detail for r in rest)
+
+
+def test_command_exits_nonzero_on_a_fault_and_survives_it(monkeypatch, fault_plugin, tmp_path,
+                                                          capsys):
+    monkeypatch.setenv("PJRT_FAULT_DELEGATE", cpu_plugin_path("xla_cpu_0_81"))
+    monkeypatch.setenv("PJRT_FAULT", "abort_compile:@conform_reduce")
+    out = tmp_path / "report.json"
+    status = cli.main(["conform", fault_plugin, "-k", "compile.", "--json", str(out)])
+    table = capsys.readouterr().out
+    assert status == 1
+    assert "FAIL  compile.reduce" in table and "DOES NOT CONFORM" in table
+    report = json.loads(out.read_text())
+    assert report["passed"] is False and report["counts"]["fail"] == 1
+    assert {c["name"]: c["signal"] for c in report["checks"]}["compile.reduce"] == "SIGABRT"
+
+
+def test_plugin_without_compile_is_told_so_once(monkeypatch, fault_plugin):
+    """The fault plugin on its own holds buffers but compiles nothing: the function table
+    check names what is missing, and the compile checks are skipped for it."""
+    monkeypatch.delenv("PJRT_FAULT_DELEGATE", raising=False)
+    monkeypatch.delenv("PJRT_FAULT", raising=False)
+    report = pjrt.conform.run(fault_plugin, timeout=60)
+    assert report.failed() == ["api.function_table"], report.format_table()
+    assert "PJRT_Client_Compile" in report.result("api.function_table").detail
+    assert report.result("compile.sort").detail == "the plugin has no PJRT_Client_Compile"
+    assert report.result("transfer.roundtrip.float32").status == pjrt.conform.PASS
+    int4 = report.result("transfer.roundtrip.int4")
+    assert int4.status == pjrt.conform.SKIP and "does not take int4" in int4.detail
+
+
+# -- the vendors' plugins, without their hardware --------------------------------------------
+
+def _vendor_library(distribution: str, filename: str) -> str:
+    files = importlib.metadata.distribution(distribution).files or []
+    for file in files:
+        if file.name == filename:
+            return str(file.locate())
+    raise AssertionError(f"{filename} not found in the {distribution} distribution")
+
+
+@pytest.mark.vendor
+@pytest.mark.parametrize("distribution, filename, code, message", [
+    ("jax-cuda12-pjrt", "xla_cuda_plugin.so", "FAILED_PRECONDITION", "No visible GPU devices"),
+    ("libtpu", "libtpu.so", "NOT_FOUND", "TPU initialization failed"),
+])
+def test_vendor_plugin_without_hardware_reports_client_creation(monkeypatch, distribution,
+                                                                 filename, code, message):
+    import glob
+
+    if glob.glob("/dev/nvidia[0-9]*") or glob.glob("/dev/accel*"):
+        pytest.skip("this machine has accelerator hardware")
+    # Off Google Cloud, libtpu retries the metadata server for minutes; skip the lookup.
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    report = pjrt.conform.run(_vendor_library(distribution, filename), timeout=120)
+    created = report.result("client.create")
+    assert created.status == pjrt.conform.FAIL
+    assert f"{code}: {message}" in created.detail
+    assert report.result("api.function_table").status == pjrt.conform.PASS
+    client_checks = [r for r in report.results if r.name.startswith(("transfer.", "compile.",
+                                                                       "spmd.", "devices."))]
+    assert client_checks and all(r.status == pjrt.conform.SKIP for r in client_checks)
+    assert set(report.failed()) == {"client.create"}, report.format_table()
+
+
+@pytest.mark.vendor
+def test_rocm_plugin_without_its_libraries_reports_the_missing_one():
+    if os.path.exists("/dev/kfd"):
+        pytest.skip("this machine has an AMD GPU")
+    report = pjrt.conform.run(_vendor_library("jax-rocm7-pjrt", "xla_rocm_plugin.so"),
+                              timeout=120)
+    assert report.result("library.elf").status == pjrt.conform.PASS
+    loaded = report.result("library.get_pjrt_api")
+    assert loaded.status == pjrt.conform.FAIL and ".so" in loaded.detail
+    assert report.failed() == ["library.get_pjrt_api"]
