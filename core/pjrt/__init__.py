@@ -32,6 +32,8 @@ _LAZY = {
                    "replicate", "shard_along_axis"],
     "executable": ["CompiledMemoryStats", "ExecuteResults", "LoadedExecutable"],
     "ffi": ["custom_call_targets", "register_custom_call_target"],
+    "global_arrays": ["make_array_from_callback", "make_array_from_process_local_data",
+                      "make_array_from_single_device_arrays"],
     "hlo_sharding": ["HloSharding", "OpShardingType"],
     "plugin_support": ["check_plugin_version", "import_from_plugin"],
     "program": ["CompiledProgram", "compile"],
@@ -60,7 +62,8 @@ __all__ = sorted(
 
 
 #: Submodules reachable as attributes (``pjrt.ffi``, ``pjrt.sharding``...) before any import.
-_SUBMODULES = frozenset(_LAZY) | {"dtypes", "demo", "cli", "discovery", "options"}
+_SUBMODULES = frozenset(_LAZY) | {"dtypes", "demo", "cli", "discovery", "options",
+                                   "distributed", "kv_store"}
 
 
 def __getattr__(name: str):

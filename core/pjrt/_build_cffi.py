@@ -45,19 +45,26 @@ _header_text = (HEADER_DIR / "pjrt_c_api.h").read_text()
 #: PJRT FFI extension that registers them (see pjrt/ffi.py).
 _EXTRA_HEADERS = ("xla_ffi_c_api.h", "pjrt_c_api_ffi_extension.h")
 _shim_declarations = (NATIVE_DIR / "shim.h").read_text()
+#: The key-value callbacks of multi-process clients: C helpers (kv.h, kv.c) and the Python
+#: callbacks cffi makes C entry points for (kv_python.cdef; see pjrt/kv_callbacks.py).
+_kv_declarations = (NATIVE_DIR / "kv.h").read_text()
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(declarations_from_header(_header_text))
 for _extra in _EXTRA_HEADERS:
     ffibuilder.cdef(declarations_from_header((HEADER_DIR / _extra).read_text()))
 ffibuilder.cdef(_shim_declarations)
+ffibuilder.cdef(_kv_declarations)
+ffibuilder.cdef((NATIVE_DIR / "kv_python.cdef").read_text())
 ffibuilder.set_source(
     "pjrt._pjrt_cffi",
     '#include "pjrt_c_api.h"\n'
     + "".join(f'#include "{_extra}"\n' for _extra in _EXTRA_HEADERS)
     + _shim_declarations
     + "\n"
-    + (NATIVE_DIR / "shim.c").read_text(),
+    + (NATIVE_DIR / "shim.c").read_text()
+    + "\n" + _kv_declarations + "\n"
+    + (NATIVE_DIR / "kv.c").read_text(),
     include_dirs=[str(HEADER_DIR)],
     libraries=["dl"],
     extra_compile_args=["-O2", "-Wall"],

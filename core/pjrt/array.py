@@ -213,8 +213,15 @@ class Array:
         return self._devices[0]
 
     def devices(self) -> set:
-        """The set of devices holding a part of the array."""
+        """The set of devices holding a part of the array (other processes' included)."""
+        if self._sharding is not None:
+            return set(self._sharding.device_set)
         return set(self._devices)
+
+    @property
+    def is_fully_addressable(self) -> bool:
+        """Whether every shard is on a device of this process."""
+        return self._sharding is None or self._sharding.is_fully_addressable
 
     @property
     def sharding(self):
@@ -320,6 +327,10 @@ class Array:
         view = self._host_view() if self._host_view is not None else None
         if view is not None:
             return view
+        if self._sharding is not None and not self._sharding.is_fully_addressable:
+            raise ValueError(
+                "this array has shards on devices of other processes, so its value cannot be "
+                "read here; read its addressable_shards, or gather it into one process first")
         if len(buffers) != 1:
             value = self._host_copy = self._assemble()
             return value

@@ -14,6 +14,10 @@
 ``pjrt demo``
     The tour of :mod:`pjrt.demo`.
 
+``pjrt launch -n N SCRIPT.py [ARGS...]``
+    Runs a script as N processes of one job on this machine (see :mod:`pjrt.launch`); each
+    calls ``pjrt.distributed.initialize()`` with no arguments.
+
 Exit status: 0 on success; 1 when pjrt or a plugin failed (a program that does not compile,
 a backend that did not come up); 2 when the command line or its files are wrong (a missing
 file, the wrong number of inputs, an input of the wrong shape or dtype). Errors are one line
@@ -463,6 +467,17 @@ def _cmd_conform(args, reg) -> int:
         raise CommandError(str(error), USAGE) from error
 
 
+def _cmd_launch(args, reg) -> int:
+    from .launch import launch
+
+    try:
+        return launch(args.script, args.arguments, num_processes=args.num_processes,
+                      coordinator=args.coordinator, devices_per_process=args.devices_per_process,
+                      timeout=args.timeout)
+    except (ValueError, FileNotFoundError) as error:
+        raise CommandError(str(error), USAGE) from error
+
+
 # -- the command line -----------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -508,6 +523,19 @@ def build_parser() -> argparse.ArgumentParser:
                                   help="check, one by one, what a PJRT plugin does right")
     add_conform_arguments(conform)
     conform.set_defaults(handler=_cmd_conform)
+
+    launch = commands.add_parser("launch", parents=[common],
+                                 help="run a script as N processes of one job on this machine")
+    launch.add_argument("-n", "--num-processes", type=int, required=True, metavar="N")
+    launch.add_argument("--coordinator", metavar="URL", help="the job's key-value store "
+                        "(default: a SQLite file in a new temporary directory)")
+    launch.add_argument("--devices-per-process", type=int, metavar="K", help="give process i "
+                        "the local devices i*K .. i*K+K-1 (PJRT_LOCAL_DEVICE_IDS)")
+    launch.add_argument("--timeout", type=float, metavar="S",
+                        help="seconds each process waits for the others")
+    launch.add_argument("script", metavar="SCRIPT")
+    launch.add_argument("arguments", nargs=argparse.REMAINDER, metavar="ARGS")
+    launch.set_defaults(handler=_cmd_launch)
     return parser
 
 

@@ -15,6 +15,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 
+from . import distributed, multiprocess
 from . import plugin as plugin_module
 from ._c import Api, to_str
 from ._pjrt_cffi import ffi
@@ -288,8 +289,11 @@ def make_c_api_client(plugin_name: str, options: Mapping[str, OptionValue] | Non
       plugin_name: a name given to ``load_pjrt_plugin_dynamically``.
       options: create options for the plugin, e.g. ``{"cpu_device_count": 8}``; values are
         str, int, float, bool or a list of ints.
-      distributed_client, transfer_server_factory: multi-process set-ups are not supported
-        yet; passing one raises NotImplementedError.
+      distributed_client: a :class:`~pjrt.kv_store.KeyValueStore` or jax's
+        ``DistributedRuntimeClient``: makes a multi-process client whose plugin exchanges
+        its topology through it (see :func:`create_client`). None: the store of
+        :func:`pjrt.distributed.initialize` when it was called, else a single-process client.
+      transfer_server_factory: not supported; passing one raises NotImplementedError.
 
     Raises:
       KeyError: no plugin of that name is loaded.
@@ -297,10 +301,14 @@ def make_c_api_client(plugin_name: str, options: Mapping[str, OptionValue] | Non
         (XLA's own, or one the plugin declares in ``Plugin.option_types``) has a value of the
         wrong type; the message names the key.
       XlaRuntimeError: the plugin refused to create a client (its message is kept).
+      UnsupportedFeatureError: a client spanning processes, of a plugin that cannot span
+        processes (one that does not declare ``node_id`` and ``num_nodes``).
     """
-    if distributed_client is not None or transfer_server_factory is not None:
-        raise NotImplementedError("multi-process clients are not supported by this pjrt yet")
-    return create_client(plugin_module.get_plugin(plugin_name), options)
+    if transfer_server_factory is not None:
+        raise NotImplementedError("transfer servers (cross-host device-to-device transfers) are "
+                                  "not supported by pjrt")
+    return create_client(plugin_module.get_plugin(plugin_name), options,
+                         distributed_client=distributed_client)
 
 
 #: plugin -> the fork generation in which it made its first client.
@@ -320,8 +328,17 @@ def _check_not_inherited(plugin: plugin_module.Plugin) -> None:
 
 
 def create_client(plugin: plugin_module.Plugin,
-                  options: Mapping[str, OptionValue] | None = None) -> Client:
-    """Initialise ``plugin`` if needed and create a client of it (see make_c_api_client)."""
+                  options: Mapping[str, OptionValue] | None = None, *,
+                  distributed_client=None) -> Client:
+    """Initialise ``plugin`` if needed and create a client of it (see make_c_api_client).
+
+    With a ``distributed_client``, or after :func:`pjrt.distributed.initialize`, the plugin
+    gets the key-value callbacks and, when it declares them, the options ``node_id``,
+    ``num_nodes`` and ``visible_devices`` (see :func:`pjrt.multiprocess.multiprocess_options`).
+    """
+    callbacks = None
+    if distributed_client is not None or distributed.is_initialized():
+        options, callbacks = multiprocess.prepare(plugin, options, distributed_client)
     named = NamedValues(check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types}))
     _check_not_inherited(plugin)
     plugin.initialize()
@@ -331,8 +348,12 @@ def create_client(plugin: plugin_module.Plugin,
     args = api.new_args("PJRT_Client_Create_Args")
     args.create_options = named.array
     args.num_options = named.count
+    if callbacks is not None:
+        callbacks.fill(args)
     api.call("PJRT_Client_Create", args)
     handle = ClientHandle(api, args.client)
+    # The plugin may call the callbacks for as long as its client lives.
+    handle.keep_alive = callbacks
     client = Client(plugin, handle)
     plugin_module.notify_client_created(client)
     return client

@@ -143,6 +143,7 @@ def compile_program(client: "Client", computation, executable_devices=None,
     check_static_extents(program)
     signature = read_signature(program)
     handle = client.handle
+    devices = None
     if compile_options is None:
         devices = _check_devices(client, executable_devices or client._local_devices[:1])
         compile_options = default_compile_options(devices, program, replicated=replicated,
@@ -180,7 +181,8 @@ def compile_program(client: "Client", computation, executable_devices=None,
         del keepalive
         return LoadedExecutable(
             client, pointer,
-            declared_output_shapes=signature.result_shapes if signature is not None else None)
+            declared_output_shapes=signature.result_shapes if signature is not None else None,
+            global_devices=devices)
     finally:
         handle.end(ticket)
 

@@ -95,7 +95,8 @@ class ExecuteResults:
 class LoadedExecutable:
     """A compiled program loaded on its devices (``PJRT_LoadedExecutable``)."""
 
-    def __init__(self, client: "Client", pointer, *, declared_output_shapes: tuple | None = None):
+    def __init__(self, client: "Client", pointer, *, declared_output_shapes: tuple | None = None,
+                 global_devices: Sequence["Device"] | None = None):
         self._client = client
         self._declared_output_shapes = declared_output_shapes
         self._handle = client._handle
@@ -111,6 +112,10 @@ class LoadedExecutable:
             devices = api.call_new("PJRT_LoadedExecutable_AddressableDevices", executable=pointer)
             self._devices = tuple(client._device(devices.addressable_devices[i])
                                   for i in range(devices.num_addressable_devices))
+            # A program spanning processes: its shardings name every process's devices (in
+            # device-assignment order), while it runs here on the addressable ones.
+            self._global_devices = (tuple(global_devices) if global_devices is not None and any(
+                not d.is_addressable for d in global_devices) else None)
             self._num_outputs = int(api.call_new("PJRT_Executable_NumOutputs",
                                                  executable=self._executable).num_outputs)
             self._output_shapes, self._output_dtypes = self._read_output_types()
@@ -225,6 +230,11 @@ class LoadedExecutable:
 
     addressable_devices = local_devices
 
+    def global_devices(self) -> list["Device"]:
+        """Every device the program runs on, other processes' included (the local devices
+        for a program of this process alone)."""
+        return list(self._global_devices or self._devices)
+
     @property
     def num_outputs(self) -> int:
         return self._num_outputs
@@ -278,7 +288,7 @@ class LoadedExecutable:
         return self._output_shardings
 
     def _shardings(self, raw: Sequence | None, count: int) -> tuple:
-        devices = self._devices
+        devices = self._global_devices or self._devices
         if len(devices) == 1:
             return tuple(SingleDeviceSharding(devices[0]) for _ in range(count))
         if self._replicas > 1:

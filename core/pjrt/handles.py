@@ -69,7 +69,7 @@ class ClientHandle:
 
     __slots__ = ("api", "pointer", "closed", "closed_reason", "buffers", "executables",
                  "viewed", "holds", "pending_holds", "active", "tickets", "parked",
-                 "generation", "_lock", "__weakref__")
+                 "generation", "keep_alive", "_lock", "__weakref__")
 
     def __init__(self, api: Api, pointer):
         self.api = api
@@ -91,6 +91,8 @@ class ClientHandle:
         #: (ticket, kind, payload): released handles waiting for older calls to end
         self.parked: list = []
         self.generation = _fork_generation
+        #: What the plugin may call back into while the client lives (key-value callbacks).
+        self.keep_alive = None
         self._lock = threading.Lock()
         _live_handles.add(self)
 

@@ -25,7 +25,7 @@ class CompiledProgram:
 
     def __init__(self, executable: LoadedExecutable):
         self.executable = executable
-        devices = executable.local_devices()
+        devices = executable.global_devices()
         self._device = devices[0] if len(devices) == 1 else None
 
     @property

@@ -97,6 +97,8 @@ class Built:
         which no library defines, linked for lazy binding.
       data_entry_point: a library exporting ``GetPjrtApi`` as a data object.
       table_past_its_memory: a library whose ``PJRT_Api`` claims more bytes than are mapped.
+      multinode_plugin: a plugin spanning processes, which exchanges its topology through the
+        host's key-value callbacks (``multinode_plugin.c``).
     """
 
     fault_plugin: Path
@@ -107,6 +109,7 @@ class Built:
     unresolved_symbol: Path
     data_entry_point: Path
     table_past_its_memory: Path
+    multinode_plugin: Path | None = None
 
 
 def _compile(sources: list[Path], output: Path, extra: list[str] = ()) -> None:
@@ -167,9 +170,20 @@ def build_all(directory: str | os.PathLike) -> Built:
         hostile[stem] = out / f"lib{stem}.so"
         _compile([source_file], hostile[stem], extra)
 
-    return Built(fault_plugin=fault_plugin, not_a_plugin=not_a_plugin,
+    multinode_plugin = build_multinode_plugin(out)
+
+    return Built(fault_plugin=fault_plugin, multinode_plugin=multinode_plugin, not_a_plugin=not_a_plugin,
                  needs_missing_dep=needs_missing_dep, missing_dep_name=dep.name,
                  fault_plugin_sysv_hash=fault_plugin_sysv_hash, **hostile)
+
+
+def build_multinode_plugin(directory: str | os.PathLike) -> Path:
+    """Build only the multi-process plugin into ``directory``; returns its path."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    multinode_plugin = out / "libmultinode_plugin.so"
+    _compile([HERE / "multinode_plugin.c"], multinode_plugin, ["-pthread"])
+    return multinode_plugin
 
 
 if __name__ == "__main__":

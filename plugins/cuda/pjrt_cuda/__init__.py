@@ -20,7 +20,7 @@ import os
 
 from pjrt import plugin_api
 
-from .options import generate_pjrt_gpu_plugin_options, parse_visible_devices
+from .options import OPTION_TYPES, generate_pjrt_gpu_plugin_options, parse_visible_devices
 
 __version__ = "0.1.0"
 
@@ -99,6 +99,7 @@ def make_client(plugin, options: dict | None = None):
     """
     if options is None:
         options = generate_pjrt_gpu_plugin_options()
+    plugin.option_types.update(OPTION_TYPES)
     prepare_cuda_libraries()
     return plugin_api.create_client(plugin, options)
 

@@ -20,6 +20,14 @@ COLLECTIVE_MEMORY_ENV = "XLA_PYTHON_CLIENT_COLLECTIVE_MEM_SIZE_MB"
 #: ones CUDA reports after CUDA_VISIBLE_DEVICES has been applied.
 VISIBLE_DEVICES_ENV = "PJRT_CUDA_VISIBLE_DEVICES"
 
+#: Create options the CUDA plugin reads, declared to pjrt (``Plugin.option_types``): with
+#: ``node_id`` and ``num_nodes`` declared, pjrt lets the plugin join a job of several
+#: processes (see ``pjrt.distributed``) and passes it ``visible_devices`` from
+#: ``PJRT_LOCAL_DEVICE_IDS``.
+OPTION_TYPES = {"node_id": int, "num_nodes": int, "visible_devices": list,
+                "allowed_devices": list, "platform_name": str, "allocator": str,
+                "memory_fraction": float, "preallocate": bool, "collective_memory_size": int}
+
 #: The allocators jax-cuda12-pjrt 0.10.2 accepts (its own error message lists them).
 ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")
 

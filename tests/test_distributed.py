@@ -1,0 +1,465 @@
+"""Multi-process clients: the key-value stores, the callbacks a plugin calls, jobs of several
+processes on one machine, and the refusal of plugins that cannot span processes.
+
+The stores are driven the way a plugin drives them: from C threads of the multi-process test
+plugin (``fault_plugin/multinode_plugin.c``), through the callbacks pjrt hands to
+``PJRT_Client_Create``. Jobs of two and four processes run that plugin under ``pjrt launch``;
+the real XLA CPU plugins must refuse to span processes.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pjrt
+from pjrt import distributed
+from pjrt._pjrt_cffi import ffi, lib
+from pjrt.errors import ErrorCode
+from pjrt.kv_callbacks import KeyValueCallbacks
+from pjrt.kv_store import JaxDistributedStore, RedisStore, SQLiteStore, as_store
+
+HERE = Path(__file__).resolve().parent
+WORKER = HERE / "distributed_worker.py"
+
+def _load_fault_build():
+    # Loaded by path rather than imported, so it works whatever pytest's import mode is.
+    import importlib.util
+
+    existing = sys.modules.get("fault_plugin_build")
+    if existing is not None:
+        return existing
+    spec = importlib.util.spec_from_file_location("fault_plugin_build",
+                                                  HERE / "fault_plugin" / "build.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+fault_build = _load_fault_build()
+
+REPORT_SIZE = 512
+
+
+# -- engines -------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    """A real redis-server on 127.0.0.1 and a free port, for this module."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not on PATH (apt-get install redis-server)")
+    pytest.importorskip("redis", reason="the redis package is not installed (pip install redis)")
+    import redis
+
+    port = _free_port()
+    directory = tmp_path_factory.mktemp("redis")
+    process = subprocess.Popen([server, "--port", str(port), "--bind", "127.0.0.1",
+                                "--save", "", "--appendonly", "no", "--dir", str(directory)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                redis.Redis.from_url(url).ping()
+                break
+            except redis.exceptions.ConnectionError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    pytest.fail("redis-server did not start")
+                time.sleep(0.05)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.fixture(scope="module")
+def jax_coordinator():
+    """jax's coordination service and one client of it, in this process."""
+    from jax._src.lib import _jax
+
+    address = f"127.0.0.1:{_free_port()}"
+    service = _jax.get_distributed_runtime_service(address, 1)
+    client = _jax.get_distributed_runtime_client(address, 0, init_timeout=30)
+    client.connect()
+    yield client
+    client.shutdown()
+    service.shutdown()
+
+
+@pytest.fixture(params=["sqlite", "redis", "jax"])
+def store(request, tmp_path):
+    """Each kind of store, fresh."""
+    if request.param == "sqlite":
+        made = SQLiteStore(tmp_path / "job.db")
+        yield made
+        made.close()
+    elif request.param == "redis":
+        url = request.getfixturevalue("redis_url")
+        made = RedisStore(url, namespace=f"test-{tmp_path.name}")
+        yield made
+        made.close()
+    else:
+        yield JaxDistributedStore(request.getfixturevalue("jax_coordinator"))
+
+
+@pytest.fixture(scope="module")
+def multinode_library(tmp_path_factory) -> Path:
+    return fault_build.build_multinode_plugin(tmp_path_factory.mktemp("multinode"))
+
+
+@pytest.fixture(scope="module")
+def driver(multinode_library):
+    """The test plugin's functions that call a host's key-value callbacks from C threads."""
+    driver = ctypes.CDLL(str(multinode_library))
+    pointer = ctypes.c_void_p
+    driver.multinode_kv_stress.argtypes = [pointer] * 6 + [
+        ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_char_p,
+        ctypes.c_size_t]
+    driver.multinode_kv_get.argtypes = [pointer, pointer, ctypes.c_char_p, ctypes.c_int,
+                                        ctypes.c_char_p, ctypes.c_size_t]
+    driver.multinode_kv_put.argtypes = [pointer, pointer, ctypes.c_char_p, ctypes.c_char_p]
+    return driver
+
+
+def _address(cdata) -> int:
+    return int(ffi.cast("uintptr_t", cdata))
+
+
+class _Callbacks:
+    """The three callbacks pjrt gives a plugin, as addresses ctypes can pass."""
+
+    def __init__(self, store, prefix="test/"):
+        self.bound = KeyValueCallbacks(store, prefix)
+        arg = _address(self.bound.user_arg)
+        self.get = (_address(lib.pjrt_kv_python_get), arg)
+        self.put = (_address(lib.pjrt_kv_python_put), arg)
+        self.try_get = (_address(lib.pjrt_kv_python_try_get), arg)
+
+
+def _c_get(driver, callbacks, key: str, timeout_ms: int) -> tuple[int, str]:
+    out = ctypes.create_string_buffer(REPORT_SIZE)
+    code = driver.multinode_kv_get(*callbacks.get, key.encode(), timeout_ms, out, REPORT_SIZE)
+    return code, out.value.decode()
+
+
+# -- the store contract, from Python ---------------------------------------------------------
+
+def test_store_set_get_try_get(store):
+    store.set("a/b", b"\x00value\xff")
+    assert store.try_get("a/b") == b"\x00value\xff"
+    assert store.get("a/b", 1.0) == b"\x00value\xff"
+    store.set("a/b", b"newer")
+    assert store.try_get("a/b") == b"newer"
+    assert store.try_get("a/missing") is None
+
+
+def test_store_blocking_get_times_out(store):
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="missing"):
+        store.get("missing", 0.3)
+    assert 0.25 < time.monotonic() - started < 5
+
+
+def test_store_blocking_get_waits_for_a_later_set(store):
+    threading.Timer(0.3, store.set, ("later", b"here")).start()
+    assert store.get("later", 10.0) == b"here"
+
+
+# -- the store contract, from C threads through the callbacks --------------------------------
+
+def test_callbacks_from_many_c_threads(store, driver):
+    callbacks = _Callbacks(store)
+    report = ctypes.create_string_buffer(REPORT_SIZE)
+    failures = driver.multinode_kv_stress(*callbacks.get, *callbacks.put, *callbacks.try_get,
+                                          b"stress", 8, 25, 5000, report, REPORT_SIZE)
+    assert failures == 0, report.value.decode()
+    # The values landed under the client's prefix, where another process would read them.
+    assert store.try_get("test/stress/thread7/key24") == b"value 7.24"
+
+
+def test_callback_try_get_of_a_missing_key_is_not_found(store, driver):
+    # The stress run checks NOT_FOUND from each thread; here the blocking get's timeout.
+    callbacks = _Callbacks(store)
+    started = time.monotonic()
+    code, message = _c_get(driver, callbacks, "never/set", 200)
+    assert code == ErrorCode.DEADLINE_EXCEEDED, message
+    assert "never/set" in message
+    assert time.monotonic() - started < 5
+
+
+def test_callback_put_then_blocking_get_in_c(store, driver):
+    callbacks = _Callbacks(store)
+    assert driver.multinode_kv_put(*callbacks.put, b"k", b"v1") == 0
+    assert _c_get(driver, callbacks, "k", 1000) == (0, "v1")
+
+
+class _BrokenStore:
+    def set(self, key, value):
+        raise OSError("disk on fire")
+
+    def get(self, key, timeout):
+        raise RuntimeError("store exploded")
+
+    def try_get(self, key):
+        raise KeyError(key)
+
+    def barrier(self, *args):
+        pass
+
+
+def test_a_python_exception_never_crosses_into_the_plugin(driver):
+    callbacks = _Callbacks(_BrokenStore())
+    code, message = _c_get(driver, callbacks, "k", 100)
+    assert code == ErrorCode.INTERNAL
+    assert "RuntimeError: store exploded" in message
+    assert driver.multinode_kv_put(*callbacks.put, b"k", b"v") == ErrorCode.INTERNAL
+    report = ctypes.create_string_buffer(REPORT_SIZE)
+    failures = driver.multinode_kv_stress(*callbacks.get, *callbacks.put, *callbacks.try_get,
+                                          b"broken", 2, 1, 100, report, REPORT_SIZE)
+    assert failures == 2 and "disk on fire" in report.value.decode()
+
+
+_SETTER = textwrap.dedent("""
+    import sys, time
+    from pjrt.kv_store import RedisStore, SQLiteStore
+    kind, where, key = sys.argv[1:4]
+    store = SQLiteStore(where) if kind == "sqlite" else RedisStore(where, namespace=sys.argv[4])
+    time.sleep(0.5)
+    store.set(key, b"from another process")
+""")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_blocking_get_across_processes(kind, tmp_path, driver, request):
+    if kind == "sqlite":
+        where, namespace = str(tmp_path / "job.db"), ""
+        store = SQLiteStore(where)
+    else:
+        where, namespace = request.getfixturevalue("redis_url"), f"across-{tmp_path.name}"
+        store = RedisStore(where, namespace=namespace)
+    callbacks = _Callbacks(store, prefix="job/")
+    setter = subprocess.Popen([sys.executable, "-c", _SETTER, kind, where, "job/topology",
+                               namespace])
+    try:
+        assert _c_get(driver, callbacks, "topology", 30000) == (0, "from another process")
+    finally:
+        assert setter.wait(30) == 0
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_barrier_across_processes(kind, tmp_path, request):
+    if kind == "sqlite":
+        where = str(tmp_path / "job.db")
+    else:
+        where = request.getfixturevalue("redis_url").replace("/0", "/1")
+    code = ("import sys; from pjrt import distributed; s, _ = distributed.open_store(sys.argv[1]);"
+            " s.barrier('b', int(sys.argv[2]), 3, 30); print('passed')")
+    others = [subprocess.Popen([sys.executable, "-c", code, where, str(i)],
+                               stdout=subprocess.PIPE, text=True) for i in (1, 2)]
+    store, _ = distributed.open_store(where)
+    store.barrier("b", 0, 3, 30)
+    assert [p.communicate(timeout=30)[0].strip() for p in others] == ["passed", "passed"]
+    with pytest.raises(TimeoutError, match="process 1 of 2 did not arrive"):
+        store.barrier("lonely", 0, 2, 0.2)
+
+
+# -- initialize / shutdown -----------------------------------------------------------------
+
+@pytest.fixture
+def clean_distributed(monkeypatch):
+    for name in (distributed.COORDINATOR_ENV, distributed.NUM_PROCESSES_ENV,
+                 distributed.PROCESS_ID_ENV, distributed.LOCAL_DEVICE_IDS_ENV):
+        monkeypatch.delenv(name, raising=False)
+    distributed.shutdown(wait=False)
+    yield
+    distributed.shutdown(wait=False)
+
+
+def test_initialize_needs_its_arguments_or_the_environment(clean_distributed):
+    with pytest.raises(ValueError, match="PJRT_COORDINATOR.*PJRT_NUM_PROCESSES.*"
+                                         "PJRT_PROCESS_ID"):
+        distributed.initialize()
+    with pytest.raises(ValueError, match="process_id 2 is outside 0..1"):
+        distributed.initialize("x.db", 2, 2)
+    with pytest.raises(ValueError, match="names no store"):
+        distributed.initialize("ftp://nowhere", 1, 0)
+    assert not distributed.is_initialized()
+
+
+def test_initialize_from_the_environment(clean_distributed, monkeypatch, tmp_path):
+    monkeypatch.setenv(distributed.COORDINATOR_ENV, f"sqlite://{tmp_path}/job.db")
+    monkeypatch.setenv(distributed.NUM_PROCESSES_ENV, "1")
+    monkeypatch.setenv(distributed.PROCESS_ID_ENV, "0")
+    monkeypatch.setenv(distributed.LOCAL_DEVICE_IDS_ENV, "3,4")
+    distributed.initialize()
+    assert distributed.is_initialized()
+    state = distributed.global_state
+    assert (state.num_processes, state.process_id, state.local_device_ids) == (1, 0, (3, 4))
+    with pytest.raises(RuntimeError, match="already called"):
+        distributed.initialize()
+    distributed.shutdown()
+    assert not distributed.is_initialized()
+
+
+def test_initialize_times_out_without_the_other_processes(clean_distributed, tmp_path):
+    with pytest.raises(TimeoutError, match="process 1 of 2"):
+        distributed.initialize(tmp_path / "job.db", 2, 0, timeout=0.3)
+    assert not distributed.is_initialized()
+
+
+# -- clients --------------------------------------------------------------------------------
+
+def test_cpu_plugins_refuse_to_span_processes(cpu_plugin, tmp_path):
+    store = SQLiteStore(tmp_path / "job.db")
+    with pytest.raises(pjrt.UnsupportedFeatureError,
+                       match="node_id and num_nodes.*cannot join a job of 2 processes"):
+        pjrt.make_c_api_client(cpu_plugin.name, {"node_id": 0, "num_nodes": 2},
+                               distributed_client=store)
+
+
+def test_cpu_plugin_in_a_job_of_one_process(cpu_plugin, clean_distributed, tmp_path):
+    # One process needs no collectives: the client is made, with the callbacks kept alive.
+    distributed.initialize(tmp_path / "job.db", 1, 0)
+    with pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2}) as client:
+        assert client.process_index() == 0
+        assert [d.is_addressable for d in client.devices()] == [True, True]
+        callbacks = client.handle.keep_alive
+        assert isinstance(callbacks, KeyValueCallbacks)
+        assert callbacks.prefix == f"pjrt/{cpu_plugin.name}/0/"
+    with pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2}) as second:
+        assert second.handle.keep_alive.prefix == f"pjrt/{cpu_plugin.name}/1/"
+
+
+def test_jax_distributed_client_is_a_store(cpu_plugin, jax_coordinator):
+    assert isinstance(as_store(jax_coordinator), JaxDistributedStore)
+    with pjrt.make_c_api_client(cpu_plugin.name, {"node_id": 0, "num_nodes": 1},
+                                distributed_client=jax_coordinator) as client:
+        assert client.device_count() >= 1
+    with pytest.raises(TypeError, match="KeyValueStore"):
+        as_store(object())
+
+
+def test_a_store_without_a_place_in_the_job_is_refused(cpu_plugin, clean_distributed, tmp_path):
+    with pytest.raises(ValueError, match="node_id and num_nodes"):
+        pjrt.make_c_api_client(cpu_plugin.name, distributed_client=SQLiteStore(tmp_path / "d"))
+
+
+def test_transfer_servers_are_not_supported(cpu_plugin):
+    with pytest.raises(NotImplementedError, match="transfer servers"):
+        pjrt.make_c_api_client(cpu_plugin.name, transfer_server_factory=object())
+
+
+# -- jobs of several processes ----------------------------------------------------------------
+
+def _run_job(num_processes: int, library: Path, output: Path, coordinator=None,
+             mode="multinode") -> list[dict]:
+    command = [sys.executable, "-m", "pjrt", "launch", "-n", str(num_processes),
+               "--timeout", "60"]
+    if coordinator:
+        command += ["--coordinator", coordinator]
+    command += [str(WORKER), mode, str(library), str(output)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads((output / f"{i}.json").read_text()) for i in range(num_processes)]
+
+
+def _check_job(results: list[dict], num_processes: int) -> None:
+    local = 2
+    rows = num_processes * 2
+    global_value = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
+    for process_id, result in enumerate(results):
+        assert result["process_id"] == result["client_process_index"] == process_id
+        assert result["registry_process_count"] == num_processes
+        # One global device list, the same in every process; addressable only at home.
+        assert result["devices"] == [[i, i // local, i // local == process_id]
+                                     for i in range(num_processes * local)]
+        assert result["local_devices"] == [process_id * local + i for i in range(local)]
+        assert result["global_shape"] == [rows, 4]
+        assert result["array_devices"] == list(range(num_processes * local))
+        assert result["fully_addressable"] is (num_processes == 1)
+        assert "other processes" in result["read_error"]
+        for name in ("from_local", "from_callback", "from_singles"):
+            shards = result[name]
+            assert [s["device"] for s in shards] == result["local_devices"]
+            for column, shard in enumerate(shards):
+                (r0, r1), (c0, c1) = shard["index"]
+                assert (r0, r1) == (2 * process_id, 2 * process_id + 2)
+                assert (c0, c1) == (2 * column, 2 * column + 2)
+                np.testing.assert_array_equal(shard["value"], global_value[r0:r1, c0:c1])
+        for shard in result["replicated"]:
+            np.testing.assert_array_equal(shard["value"], global_value)
+        assert len(result["singles_still_usable"]) == local
+
+
+@pytest.mark.parametrize("num_processes", [2, 4])
+def test_job_on_one_machine(num_processes, multinode_library, tmp_path):
+    results = _run_job(num_processes, multinode_library, tmp_path)
+    _check_job(results, num_processes)
+
+
+def test_job_over_redis(multinode_library, tmp_path, redis_url):
+    results = _run_job(2, multinode_library, tmp_path, coordinator=redis_url.replace("/0", "/2"))
+    _check_job(results, 2)
+
+
+def test_launch_stops_the_job_when_a_process_fails(tmp_path):
+    script = tmp_path / "fails.py"
+    script.write_text(textwrap.dedent("""
+        import os, sys, time
+        from pjrt import distributed
+        if os.environ["PJRT_PROCESS_ID"] == "1":
+            sys.exit(3)
+        distributed.initialize()  # waits for process 1, which never comes
+    """))
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "pjrt", "launch", "-n", "2", str(script)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3
+    assert "process 1 exited with status 3" in done.stderr
+    assert time.monotonic() - started < 60
+
+
+# -- GPUs -----------------------------------------------------------------------------------
+
+def _gpu_count() -> int:
+    try:
+        done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return done.stdout.count("GPU ") if done.returncode == 0 else 0
+
+
+@pytest.mark.gpu
+def test_two_process_all_reduce_on_nvidia_gpus(tmp_path):
+    if _gpu_count() < 2:
+        pytest.skip("needs two NVIDIA GPUs (one per process) and nvidia-smi")
+    pytest.importorskip("pjrt_cuda", reason="the pjrt-cuda package is not installed")
+    command = [sys.executable, "-m", "pjrt", "launch", "-n", "2", "--devices-per-process", "1",
+               "--timeout", "120", str(WORKER), "cuda-allreduce", "-", str(tmp_path)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PJRT_PLATFORMS": "cuda"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    for process_id in range(2):
+        result = json.loads((tmp_path / f"{process_id}.json").read_text())
+        (shard,) = result["sum"]
+        np.testing.assert_array_equal(shard["value"], [[3.0, 3.0, 3.0, 3.0]])
