@@ -8,7 +8,6 @@ is running (see :mod:`pjrt.handles` for the rules).
 """
 from __future__ import annotations
 
-import enum
 import gc
 import threading
 import weakref
@@ -20,22 +19,11 @@ from ._c import Api, to_str
 from ._pjrt_cffi import ffi
 from .device import Device, Memory, handle_key
 from .errors import ClosedClientError
-from .handles import ClientHandle, fork_generation
+from .handles import ClientHandle, HostBufferSemantics, fork_generation
 from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
 
 if TYPE_CHECKING:
     import numpy
-
-
-class HostBufferSemantics(enum.IntEnum):
-    """How long the plugin may read the host memory handed to ``buffer_from_pyval``."""
-
-    #: The plugin copies the data before the call returns.
-    IMMUTABLE_ONLY_DURING_CALL = 0
-    #: The call returns once the plugin has finished reading the host data.
-    IMMUTABLE_UNTIL_TRANSFER_COMPLETES = 1
-    #: The device buffer may alias the host memory; the array keeps it alive.
-    ZERO_COPY = 2
 
 
 #: Entries the C helpers call without looking them up; a client needs all of them.
@@ -188,7 +176,7 @@ class Client:
 
     def buffer_from_pyval(self, argument: Any, device: Device | None = None,
                           force_copy: bool = False,
-                          host_buffer_semantics: HostBufferSemantics =
+                          host_buffer_semantics: HostBufferSemantics | int =
                           HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
                           memory: Memory | None = None):
         """Copy a numpy array (or anything ``np.asarray`` takes) to ``device``.
