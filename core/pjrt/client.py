@@ -223,6 +223,8 @@ class Client:
         return compile_program(self, computation, executable_devices, compile_options,
                                replicated=replicated)
 
+    #: Another name for :meth:`compile_and_load`. (jaxlib's ``Client.compile`` returns an
+    #: executable that is not yet loaded; pjrt has no such type, so prefer the explicit name.)
     compile = compile_and_load
 
     def deserialize_executable(self, serialized: bytes, compile_options=None, *,
