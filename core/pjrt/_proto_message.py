@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numbers
 import struct
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Self, Tuple, overload
 
 import numpy as np
 
@@ -264,7 +264,13 @@ class Field:
             return None
         return self.kind.zero()
 
-    def __get__(self, obj, objtype=None):
+    @overload
+    def __get__(self, obj: None, objtype: Any = None) -> "Field": ...
+
+    @overload
+    def __get__(self, obj: object, objtype: Any = None) -> Any: ...
+
+    def __get__(self, obj: object, objtype: Any = None) -> Any:
         if obj is None:
             return self
         return getattr(obj, self.slot)
@@ -412,7 +418,7 @@ class Message:
         return values
 
     @classmethod
-    def _from_wire(cls, data: bytes, unmodelled: Optional[List[str]] = None) -> "Message":
+    def _from_wire(cls, data: bytes, unmodelled: Optional[List[str]] = None) -> Self:
         """A new message holding what ``data`` says, every value validated on the way in.
 
         Raises:
