@@ -69,12 +69,32 @@ _MOVED = {
         "canonicalize_platform", "expand_platform_alias", "is_gpu", "is_known_platform"]},
 }
 
-__all__ = sorted(
-    ["PJRT_C_API_VERSION", "Client", "HostBufferSemantics", "make_c_api_client", "Device",
-     "Memory", "DeviceList", "ClosedClientError", "DeletedArrayError",
-     "DeviceAssignmentMismatchError", "ErrorCode", "IncompatibleExecutableError",
-     "PluginLoadError", "UnsupportedFeatureError", "XlaRuntimeError", "Plugin", "get_plugin",
-     "load_pjrt_plugin_dynamically", *_LAZY_NAMES])
+#: What programs call, by topic. (A literal list, so that type checkers read it.)
+__all__ = [
+    # plugins and clients
+    "Plugin", "get_plugin", "load_pjrt_plugin_dynamically", "make_c_api_client", "Client",
+    "PJRT_C_API_VERSION",
+    # devices, memories and topologies
+    "Device", "Memory", "DeviceList", "DeviceTopology",
+    # the backend registry (plugins discovered from installed packages)
+    "backends", "backend_errors", "backend_pjrt_c_api_version", "backends_are_initialized",
+    "clear_backends", "default_backend", "get_backend", "set_platforms", "devices",
+    "local_devices", "device_count", "local_device_count", "process_count", "process_index",
+    "make_cpu_client", "make_pjrt_topology",
+    # arrays and transfers
+    "Array", "Shard", "HostBufferSemantics", "device_put", "replicate", "shard_along_axis",
+    "block_until_ready",
+    # compiling and running
+    "compile", "CompiledProgram", "CompileOptions", "LoadedExecutable",
+    "register_custom_call_target", "custom_call_targets",
+    # shardings
+    "Mesh", "P", "PartitionSpec", "Sharding", "NamedSharding", "SingleDeviceSharding",
+    "GSPMDSharding", "PmapSharding", "IndivisibleError",
+    # errors
+    "XlaRuntimeError", "ErrorCode", "PluginLoadError", "UnsupportedFeatureError",
+    "ClosedClientError", "DeletedArrayError", "DeviceAssignmentMismatchError",
+    "IncompatibleExecutableError",
+]
 
 
 #: Submodules reachable as attributes (``pjrt.ffi``, ``pjrt.sharding``...) before any import.

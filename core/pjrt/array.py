@@ -76,9 +76,9 @@ def _read_only(value: np.ndarray) -> np.ndarray:
     """``value`` (an array nobody else holds) as a view that can never be made writeable: its
     base is a read-only memoryview, which numpy will not write through."""
     try:
-        return np.asarray(memoryview(value).toreadonly())
+        return np.asarray(memoryview(value).toreadonly())  # pyright: ignore[reportArgumentType]
     except (ValueError, TypeError):  # dtypes the buffer protocol cannot describe (ml_dtypes)
-        raw = memoryview(value.reshape(-1).view(np.uint8)).toreadonly()
+        raw = memoryview(value.reshape(-1).view(np.uint8)).toreadonly()  # pyright: ignore[reportArgumentType]
         return np.frombuffer(raw, dtype=value.dtype).reshape(value.shape)
 
 

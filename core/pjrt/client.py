@@ -25,6 +25,10 @@ from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_ty
 if TYPE_CHECKING:
     import numpy
 
+    from .array import Array
+    from .compile_options import CompileOptions
+    from .executable import LoadedExecutable
+
 
 #: Entries the C helpers call without looking them up; a client needs all of them.
 REQUIRED_FUNCTIONS = (
@@ -178,7 +182,7 @@ class Client:
                           force_copy: bool = False,
                           host_buffer_semantics: HostBufferSemantics | int =
                           HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
-                          memory: Memory | None = None):
+                          memory: Memory | None = None) -> Array:
         """Copy a numpy array (or anything ``np.asarray`` takes) to ``device``.
 
         Args:
@@ -202,7 +206,8 @@ class Client:
         return array_from_host(self, argument, device, host_buffer_semantics, memory)
 
     def compile_and_load(self, computation: str | bytes, executable_devices: Sequence[Device]
-                         | None = None, compile_options=None, *, replicated: bool = False):
+                         | None = None, compile_options: CompileOptions | None = None, *,
+                         replicated: bool = False) -> LoadedExecutable:
         """Compile a StableHLO program (MLIR text ``str`` or bytecode ``bytes``) and load it.
 
         Args:
@@ -227,8 +232,9 @@ class Client:
     #: executable that is not yet loaded; pjrt has no such type, so prefer the explicit name.)
     compile = compile_and_load
 
-    def deserialize_executable(self, serialized: bytes, compile_options=None, *,
-                               trust_unverified: bool = False):
+    def deserialize_executable(self, serialized: bytes,
+                               compile_options: CompileOptions | None = None, *,
+                               trust_unverified: bool = False) -> LoadedExecutable:
         """Load an executable produced by ``LoadedExecutable.serialize()`` with this plugin.
 
         ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin

@@ -330,7 +330,7 @@ def native_method(method):
     call.__name__ = method.__name__
     call.__qualname__ = method.__qualname__
     call.__doc__ = method.__doc__
-    call.__wrapped__ = method
+    call.__wrapped__ = method  # pyright: ignore[reportFunctionMemberAccess]
     return call
 
 
