@@ -6,86 +6,158 @@ Load a PJRT plugin, list its devices, move numpy arrays to them, compile StableH
     add_one = pjrt.compile(open("add_one.mlir").read())
     print(np.asarray(add_one(np.arange(4, dtype=np.float32))))
 
+``pjrt`` itself holds what programs call. The names jaxlib users know from
+``jaxlib.xla_client`` are in :mod:`pjrt.xla_client`, and what a plugin package needs is in
+:mod:`pjrt.plugin_api`.
+
 Loading a plugin and creating a client import only the modules they need (not numpy); the
 rest of the API is imported on first use of its name.
 """
 import importlib
-from typing import TYPE_CHECKING
+import warnings
+from typing import TYPE_CHECKING, Any
 
 from ._c import HEADER_VERSION as PJRT_C_API_VERSION
-from .client import Client, HostBufferSemantics, make_c_api_client
+from .client import Client, make_c_api_client
 from .device import Device, Memory
 from .device_list import DeviceList
 from .errors import (ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError,
-                     ErrorCode, PluginLoadError, UnsupportedFeatureError, XlaRuntimeError)
-from .plugin import (Plugin, get_plugin, initialize_pjrt_plugin, load_pjrt_plugin_dynamically,
-                     load_pjrt_plugin_with_c_api, pjrt_plugin_initialized, pjrt_plugin_loaded)
+                     ErrorCode, IncompatibleExecutableError, PluginLoadError,
+                     UnsupportedFeatureError, XlaRuntimeError)
+from .handles import HostBufferSemantics
+from .plugin import Plugin, get_plugin, load_pjrt_plugin_dynamically
 
 __version__ = "0.1.0"
 
 #: Public names imported on first use, by the module that defines them.
 _LAZY = {
     "array": ["Array", "Shard"],
-    "compile_options": ["CompileOptions", "DeviceAssignment", "ExecutableBuildOptions"],
-    "transfers": ["batched_block_until_ready", "batched_copy_array_to_devices_with_sharding",
-                   "batched_device_put", "block_until_ready", "device_put", "reorder_shards",
-                   "replicate", "shard_along_axis"],
-    "executable": ["CompiledMemoryStats", "ExecuteResults", "LoadedExecutable"],
+    "compile_options": ["CompileOptions"],
+    "transfers": ["block_until_ready", "device_put", "replicate", "shard_along_axis"],
+    "executable": ["LoadedExecutable"],
     "ffi": ["custom_call_targets", "register_custom_call_target"],
     "global_arrays": ["make_array_from_callback", "make_array_from_process_local_data",
                       "make_array_from_single_device_arrays"],
-    "hlo_sharding": ["HloSharding", "OpShardingType"],
-    "plugin_support": ["check_plugin_version", "import_from_plugin"],
     "program": ["CompiledProgram", "compile"],
     "registry": ["backend_errors", "backend_pjrt_c_api_version", "backends",
-                 "backends_are_initialized", "canonicalize_platform", "clear_backends",
-                 "default_backend", "device_count", "devices", "expand_platform_alias",
-                 "get_backend", "is_gpu", "is_known_platform", "local_device_count",
+                 "backends_are_initialized", "clear_backends", "default_backend",
+                 "device_count", "devices", "get_backend", "local_device_count",
                  "local_devices", "make_cpu_client", "make_pjrt_topology", "process_count",
-                 "process_index", "register_backend_factory", "register_plugin",
-                 "set_platforms"],
+                 "process_index", "set_platforms"],
     "sharding": ["GSPMDSharding", "IndivisibleError", "Mesh", "NamedSharding", "P",
-                 "PartitionSpec", "PmapSharding", "Sharding", "SingleDeviceSharding",
-                 "sharding_from_mhlo_text", "spec_to_hlo_sharding"],
-    "sharding_text": ["parse_program_shardings", "parse_sdy_sharding"],
+                 "PartitionSpec", "PmapSharding", "Sharding", "SingleDeviceSharding"],
     "topology": ["DeviceTopology"],
 }
 _LAZY_NAMES = {name: module for module, names in _LAZY.items() for name in names}
 
-__all__ = sorted(
-    ["PJRT_C_API_VERSION", "Client", "HostBufferSemantics", "make_c_api_client", "Device",
-     "Memory", "DeviceList", "ClosedClientError", "DeletedArrayError",
-     "DeviceAssignmentMismatchError", "ErrorCode", "PluginLoadError", "UnsupportedFeatureError",
-     "XlaRuntimeError", "Plugin", "get_plugin", "initialize_pjrt_plugin",
-     "load_pjrt_plugin_dynamically", "load_pjrt_plugin_with_c_api", "pjrt_plugin_initialized",
-     "pjrt_plugin_loaded", *_LAZY_NAMES])
+#: Names that were once exported here: name -> (module defining it, where it lives now).
+#: They still resolve, with a DeprecationWarning, for one release.
+_MOVED = {
+    **{name: (module, "pjrt.xla_client") for module, names in {
+        "plugin": ["initialize_pjrt_plugin", "pjrt_plugin_initialized", "pjrt_plugin_loaded"],
+        "compile_options": ["DeviceAssignment", "ExecutableBuildOptions"],
+        "executable": ["CompiledMemoryStats", "ExecuteResults"],
+        "hlo_sharding": ["HloSharding", "OpShardingType"],
+        "transfers": ["batched_block_until_ready", "batched_copy_array_to_devices_with_sharding",
+                      "batched_device_put", "reorder_shards"],
+    }.items() for name in names},
+    **{name: (module, "pjrt.plugin_api") for module, names in {
+        "plugin": ["load_pjrt_plugin_with_c_api"],
+        "plugin_support": ["check_plugin_version"],
+        "registry": ["register_backend_factory", "register_plugin"],
+    }.items() for name in names},
+    "import_from_plugin": ("plugin_support", "pjrt.plugin_support"),
+    **{name: ("registry", "pjrt.registry") for name in [
+        "canonicalize_platform", "expand_platform_alias", "is_gpu", "is_known_platform"]},
+}
+
+#: What programs call, by topic. (A literal list, so that type checkers read it.)
+__all__ = [
+    # plugins and clients
+    "Plugin", "get_plugin", "load_pjrt_plugin_dynamically", "make_c_api_client", "Client",
+    "PJRT_C_API_VERSION",
+    # devices, memories and topologies
+    "Device", "Memory", "DeviceList", "DeviceTopology",
+    # the backend registry (plugins discovered from installed packages)
+    "backends", "backend_errors", "backend_pjrt_c_api_version", "backends_are_initialized",
+    "clear_backends", "default_backend", "get_backend", "set_platforms", "devices",
+    "local_devices", "device_count", "local_device_count", "process_count", "process_index",
+    "make_cpu_client", "make_pjrt_topology",
+    # arrays and transfers
+    "Array", "Shard", "HostBufferSemantics", "device_put", "replicate", "shard_along_axis",
+    "block_until_ready",
+    # arrays across processes
+    "make_array_from_callback", "make_array_from_process_local_data",
+    "make_array_from_single_device_arrays",
+    # compiling and running
+    "compile", "CompiledProgram", "CompileOptions", "LoadedExecutable",
+    "register_custom_call_target", "custom_call_targets",
+    # shardings
+    "Mesh", "P", "PartitionSpec", "Sharding", "NamedSharding", "SingleDeviceSharding",
+    "GSPMDSharding", "PmapSharding", "IndivisibleError",
+    # errors
+    "XlaRuntimeError", "ErrorCode", "PluginLoadError", "UnsupportedFeatureError",
+    "ClosedClientError", "DeletedArrayError", "DeviceAssignmentMismatchError",
+    "IncompatibleExecutableError",
+]
 
 
 #: Submodules reachable as attributes (``pjrt.ffi``, ``pjrt.sharding``...) before any import.
 _SUBMODULES = frozenset(_LAZY) | {"dtypes", "demo", "cli", "discovery", "options",
-                                   "distributed", "kv_store"}
+                                   "plugin_api", "xla_client", "distributed", "kv_store"}
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
     module = _LAZY_NAMES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pjrt' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+    moved = _MOVED.get(name)
+    if moved is not None:
+        module, home = moved
+        # Not cached in globals(), so that every use site is told.
+        warnings.warn(f"pjrt.{name} is deprecated and will be removed from the pjrt namespace; "
+                      f"use {home}.{name}", DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(f".{module}", __name__), name)
+    raise AttributeError(f"module 'pjrt' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return __all__
 
 
-if TYPE_CHECKING:  # for type checkers and editors: the same names, imported eagerly
-    from .array import Array, Shard  # noqa: F401
-    from .compile_options import CompileOptions, DeviceAssignment, ExecutableBuildOptions  # noqa: F401
-    from .transfers import device_put, replicate  # noqa: F401
-    from .executable import LoadedExecutable  # noqa: F401
-    from .program import CompiledProgram, compile  # noqa: F401
-    from .registry import backends, devices, get_backend  # noqa: F401
-    from .sharding import Mesh, NamedSharding, P, PartitionSpec  # noqa: F401
+if TYPE_CHECKING:  # for type checkers and editors: every lazy name, from where it is defined
+    from . import xla_client as xla_client, plugin_api as plugin_api  # noqa: F401
+    from .array import Array as Array, Shard as Shard  # noqa: F401
+    from .compile_options import CompileOptions as CompileOptions  # noqa: F401
+    from .executable import LoadedExecutable as LoadedExecutable  # noqa: F401
+    from .ffi import (custom_call_targets as custom_call_targets,  # noqa: F401
+                      register_custom_call_target as register_custom_call_target)
+    from .program import CompiledProgram as CompiledProgram, compile as compile  # noqa: F401
+    from .registry import (backend_errors as backend_errors,  # noqa: F401
+                           backend_pjrt_c_api_version as backend_pjrt_c_api_version,
+                           backends as backends,
+                           backends_are_initialized as backends_are_initialized,
+                           clear_backends as clear_backends, default_backend as default_backend,
+                           device_count as device_count, devices as devices,
+                           get_backend as get_backend, local_device_count as local_device_count,
+                           local_devices as local_devices, make_cpu_client as make_cpu_client,
+                           make_pjrt_topology as make_pjrt_topology,
+                           process_count as process_count, process_index as process_index,
+                           set_platforms as set_platforms)
+    from .sharding import (GSPMDSharding as GSPMDSharding,  # noqa: F401
+                           IndivisibleError as IndivisibleError, Mesh as Mesh,
+                           NamedSharding as NamedSharding, P as P,
+                           PartitionSpec as PartitionSpec, PmapSharding as PmapSharding,
+                           Sharding as Sharding, SingleDeviceSharding as SingleDeviceSharding)
+    from .topology import DeviceTopology as DeviceTopology  # noqa: F401
+    from .global_arrays import (  # noqa: F401
+        make_array_from_callback as make_array_from_callback,
+        make_array_from_process_local_data as make_array_from_process_local_data,
+        make_array_from_single_device_arrays as make_array_from_single_device_arrays)
+    from .transfers import (block_until_ready as block_until_ready,  # noqa: F401
+                            device_put as device_put, replicate as replicate,
+                            shard_along_axis as shard_along_axis)

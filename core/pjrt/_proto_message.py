@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numbers
 import struct
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Self, Tuple, TypeGuard, overload
 
 import numpy as np
 
@@ -50,7 +50,7 @@ def is_bool(value: Any) -> bool:
     return isinstance(value, (bool, np.bool_))
 
 
-def is_int(value: Any) -> bool:
+def is_int(value: Any) -> TypeGuard[int]:
     """Whether ``value`` is an integer and not a bool (a stray True for a count is a bug)."""
     return isinstance(value, numbers.Integral) and not is_bool(value)
 
@@ -143,7 +143,7 @@ class Kind:
     def decode(self, wire_type: int, raw: Any, what: str) -> Any:
         """One occurrence as read; a list of items for a repeated kind."""
         if not self.repeated or self.wire_type == pw.LEN:
-            pw.expect_wire_type(wire_type, self.wire_type, what)
+            pw.expect_wire_type(wire_type, self.wire_type, what)  # pyright: ignore[reportArgumentType]
         return self._decode(wire_type, raw, what)
 
 
@@ -264,7 +264,13 @@ class Field:
             return None
         return self.kind.zero()
 
-    def __get__(self, obj, objtype=None):
+    @overload
+    def __get__(self, obj: None, objtype: Any = None) -> "Field": ...
+
+    @overload
+    def __get__(self, obj: object, objtype: Any = None) -> Any: ...
+
+    def __get__(self, obj: object, objtype: Any = None) -> Any:
         if obj is None:
             return self
         return getattr(obj, self.slot)
@@ -350,7 +356,7 @@ class Message:
             return NotImplemented
         return self._key() == other._key()
 
-    __hash__ = None  # mutable
+    __hash__ = None  # mutable  # pyright: ignore[reportAssignmentType]
 
     def __repr__(self) -> str:
         cls = type(self)
@@ -412,7 +418,7 @@ class Message:
         return values
 
     @classmethod
-    def _from_wire(cls, data: bytes, unmodelled: Optional[List[str]] = None) -> "Message":
+    def _from_wire(cls, data: bytes, unmodelled: Optional[List[str]] = None) -> Self:
         """A new message holding what ``data`` says, every value validated on the way in.
 
         Raises:

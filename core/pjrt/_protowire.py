@@ -28,7 +28,7 @@ next to the classes that use them (:mod:`pjrt.compile_options`,
 from __future__ import annotations
 
 import struct
-from typing import Dict, Iterable, Iterator, List, Tuple
+from typing import Any, Dict, Iterable, Iterator, List, Tuple
 
 __all__ = [
     "VARINT",
@@ -249,7 +249,7 @@ def decode_varint(data: bytes, pos: int = 0) -> Tuple[int, int]:
     return result & (_UINT64_LIMIT - 1), pos
 
 
-def iter_fields(data: bytes) -> Iterator[Tuple[int, int, object]]:
+def iter_fields(data: bytes) -> Iterator[Tuple[int, int, Any]]:
     """Walk one serialised message level, yielding its fields in wire order.
 
     This is the one protobuf reader of the package: every decoder (compile
@@ -345,7 +345,7 @@ def expect_wire_type(wire_type: int, expected: int, what: str) -> None:
         )
 
 
-def read_varints(wire_type: int, value: object, what: str = "repeated field") -> List[int]:
+def read_varints(wire_type: int, value: Any, what: str = "repeated field") -> List[int]:
     """The raw values of one occurrence of a repeated varint field.
 
     Parsers must accept both encodings of a repeated scalar: packed (one LEN
@@ -361,7 +361,7 @@ def read_varints(wire_type: int, value: object, what: str = "repeated field") ->
     raise ValueError(f"{what}: wire type {wire_type}, expected a varint list")
 
 
-def repeated_varints(occurrences: Iterable[object]) -> List[int]:
+def repeated_varints(occurrences: Iterable[Any]) -> List[int]:
     """Concatenate the raw values of a repeated varint field's occurrences,
     as :func:`group_fields` lists them (``bytes`` packed, ``int`` unpacked).
 

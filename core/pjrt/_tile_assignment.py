@@ -10,7 +10,7 @@ Nothing here knows about shardings; :mod:`pjrt.hlo_sharding` builds on it.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -226,7 +226,7 @@ class TileAssignment:
 
     __slots__ = ("dims", "iota_form", "_array")
 
-    def __init__(self, dims: tuple, iota_form: Optional[tuple] = None,
+    def __init__(self, dims: tuple, iota_form: Optional[Tuple[tuple, tuple]] = None,
                  array: Optional[np.ndarray] = None):
         self.dims = tuple(int(d) for d in dims)
         self.iota_form = iota_form          # (reshape_dims, transpose_perm), canonical

@@ -23,6 +23,7 @@ import numpy as np
 from . import dtypes, handles
 from ._pjrt_cffi import ffi, lib
 from .errors import ClosedClientError, DeletedArrayError, check
+from .handles import HostBufferSemantics
 from .staging import adoptable_copy
 from .waits import wait_buffer_ready
 
@@ -75,9 +76,9 @@ def _read_only(value: np.ndarray) -> np.ndarray:
     """``value`` (an array nobody else holds) as a view that can never be made writeable: its
     base is a read-only memoryview, which numpy will not write through."""
     try:
-        return np.asarray(memoryview(value).toreadonly())
+        return np.asarray(memoryview(value).toreadonly())  # pyright: ignore[reportArgumentType]
     except (ValueError, TypeError):  # dtypes the buffer protocol cannot describe (ml_dtypes)
-        raw = memoryview(value.reshape(-1).view(np.uint8)).toreadonly()
+        raw = memoryview(value.reshape(-1).view(np.uint8)).toreadonly()  # pyright: ignore[reportArgumentType]
         return np.frombuffer(raw, dtype=value.dtype).reshape(value.shape)
 
 
@@ -457,7 +458,8 @@ def _buffer_to_host(api, buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
     return _read_only(out)
 
 
-def array_from_host(client: "Client", value, device: "Device | None", semantics: int,
+def array_from_host(client: "Client", value, device: "Device | None",
+                    semantics: HostBufferSemantics | int,
                     memory: "Memory | None" = None) -> Array:
     """Copy a host value to one device of ``client``; see ``Client.buffer_from_pyval``."""
     device = _placement_device(client, device, memory)
@@ -499,7 +501,8 @@ def native_host(value) -> np.ndarray:
     return host
 
 
-def put_buffer(client: "Client", host: np.ndarray, device: "Device", semantics: int,
+def put_buffer(client: "Client", host: np.ndarray, device: "Device",
+               semantics: HostBufferSemantics | int,
                memory: "Memory | None" = None) -> tuple:
     """Start a host-to-device copy; returns the new ``PJRT_Buffer*`` (owned by the caller)
     and, when the buffer may use the host memory directly, ``(host array, PJRT_Event*)``:
@@ -511,11 +514,12 @@ def put_buffer(client: "Client", host: np.ndarray, device: "Device", semantics: 
         host = host.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
     host = native_host(host)
     buffer_type = dtypes.to_pjrt_type(host.dtype)
-    if (semantics == 0 and host.nbytes >= _STAGING_THRESHOLD_BYTES and client.platform == "cpu"
+    if (semantics == HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
+            and host.nbytes >= _STAGING_THRESHOLD_BYTES and client.platform == "cpu"
             and host.dtype.name not in _PACKED_DTYPE_NAMES):
         # Copy once into memory the plugin can adopt, rather than let it copy (slowly).
         handle.recycle_host_memory()  # staging the plugin has let go of since
-        host, semantics = adoptable_copy(host), 2
+        host, semantics = adoptable_copy(host), HostBufferSemantics.ZERO_COPY
     dims = ffi.new("int64_t[]", host.shape) if host.ndim else _NULL
     out = ffi.new("PJRT_Buffer **")
     done = ffi.new("PJRT_Event **")
@@ -525,4 +529,5 @@ def put_buffer(client: "Client", host: np.ndarray, device: "Device", semantics: 
         api.table, handle.pointer, ffi.from_buffer(host), buffer_type, dims, host.ndim,
         int(semantics), device._handle if memory is None else _NULL,
         memory._handle if memory is not None else _NULL, out, done))
-    return out[0], ((host, done[0]) if semantics >= 2 else None)
+    return out[0], ((host, done[0]) if semantics >= HostBufferSemantics.ZERO_COPY
+                       else None)

@@ -68,7 +68,7 @@ def _version_text(version: Sequence[int] | None) -> str:
     return ".".join(map(str, version)) if version else "unknown"
 
 
-def _first_line(text: str) -> str:
+def _first_line(text: object) -> str:
     for line in str(text).splitlines():
         if line.strip():
             return " ".join(line.split())

@@ -8,7 +8,6 @@ is running (see :mod:`pjrt.handles` for the rules).
 """
 from __future__ import annotations
 
-import enum
 import gc
 import threading
 import weakref
@@ -21,22 +20,15 @@ from ._c import Api, to_str
 from ._pjrt_cffi import ffi
 from .device import Device, Memory, handle_key
 from .errors import ClosedClientError
-from .handles import ClientHandle, fork_generation
+from .handles import ClientHandle, HostBufferSemantics, fork_generation
 from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
 
 if TYPE_CHECKING:
     import numpy
 
-
-class HostBufferSemantics(enum.IntEnum):
-    """How long the plugin may read the host memory handed to ``buffer_from_pyval``."""
-
-    #: The plugin copies the data before the call returns.
-    IMMUTABLE_ONLY_DURING_CALL = 0
-    #: The call returns once the plugin has finished reading the host data.
-    IMMUTABLE_UNTIL_TRANSFER_COMPLETES = 1
-    #: The device buffer may alias the host memory; the array keeps it alive.
-    ZERO_COPY = 2
+    from .array import Array
+    from .compile_options import CompileOptions
+    from .executable import LoadedExecutable
 
 
 #: Entries the C helpers call without looking them up; a client needs all of them.
@@ -189,9 +181,9 @@ class Client:
 
     def buffer_from_pyval(self, argument: Any, device: Device | None = None,
                           force_copy: bool = False,
-                          host_buffer_semantics: HostBufferSemantics =
+                          host_buffer_semantics: HostBufferSemantics | int =
                           HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
-                          memory: Memory | None = None):
+                          memory: Memory | None = None) -> Array:
         """Copy a numpy array (or anything ``np.asarray`` takes) to ``device``.
 
         Args:
@@ -215,7 +207,8 @@ class Client:
         return array_from_host(self, argument, device, host_buffer_semantics, memory)
 
     def compile_and_load(self, computation: str | bytes, executable_devices: Sequence[Device]
-                         | None = None, compile_options=None, *, replicated: bool = False):
+                         | None = None, compile_options: CompileOptions | None = None, *,
+                         replicated: bool = False) -> LoadedExecutable:
         """Compile a StableHLO program (MLIR text ``str`` or bytecode ``bytes``) and load it.
 
         Args:
@@ -236,10 +229,13 @@ class Client:
         return compile_program(self, computation, executable_devices, compile_options,
                                replicated=replicated)
 
+    #: Another name for :meth:`compile_and_load`. (jaxlib's ``Client.compile`` returns an
+    #: executable that is not yet loaded; pjrt has no such type, so prefer the explicit name.)
     compile = compile_and_load
 
-    def deserialize_executable(self, serialized: bytes, compile_options=None, *,
-                               trust_unverified: bool = False):
+    def deserialize_executable(self, serialized: bytes,
+                               compile_options: CompileOptions | None = None, *,
+                               trust_unverified: bool = False) -> LoadedExecutable:
         """Load an executable produced by ``LoadedExecutable.serialize()`` with this plugin.
 
         ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
@@ -530,7 +530,7 @@ class LoadedExecutable:
         finally:
             scratch.busy = False
         self._consume_donated(per_device_arguments, keep)
-        results = [[None] * num_devices for _ in range(self._num_outputs)]
+        results: list[list[Any]] = [[None] * num_devices for _ in range(self._num_outputs)]
         for d, device in enumerate(self._devices):
             for i, array in enumerate(self._wrap_outputs(outputs, d, (device,))):
                 results[i][d] = array
@@ -618,7 +618,8 @@ class LoadedExecutable:
         """Each output's global shape, from its shards; ValueError when the program declares
         another one (XLA pads uneven shards, which an Array cannot represent, as in jax)."""
         shapes = tuple(_global_shape(sharding, shard_shape)
-                       for sharding, shard_shape in zip(self.output_shardings, self._output_shapes))
+                       for sharding, shard_shape in zip(self.output_shardings,
+                                                        self._output_shapes))  # pyright: ignore[reportArgumentType]
         # A replicated program declares per-replica shapes; only partitioned ones are compared.
         declared = (self._declared_output_shapes or ()) if self._replicas == 1 else ()
         for i, (shape, wanted) in enumerate(zip(shapes, declared)):

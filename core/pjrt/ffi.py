@@ -131,7 +131,7 @@ def _c_address(fn) -> int | None:
     if type(fn).__name__ == "PyCapsule":
         # Capsules from jaxlib and others carry a name; GetPointer must be given the same one.
         return _capsule_get_pointer(fn, _capsule_get_name(fn))
-    if isinstance(fn, ctypes._CFuncPtr):  # noqa: SLF001 - the public type has no other name
+    if isinstance(fn, ctypes._CFuncPtr):  # noqa: SLF001 - the public type has no other name  # pyright: ignore[reportAttributeAccessIssue]
         return ctypes.cast(fn, ctypes.c_void_p).value
     if isinstance(fn, ctypes.c_void_p):
         return fn.value

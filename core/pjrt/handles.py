@@ -25,6 +25,7 @@ deletion (each atomic under the GIL); the lock is taken only to free things.
 from __future__ import annotations
 
 import atexit
+import enum
 import itertools
 import os
 import threading
@@ -45,6 +46,22 @@ _fork_generation = 0
 
 #: Every handle not yet freed, so that a fork or the end of the interpreter can reach them.
 _live_handles: "weakref.WeakSet[ClientHandle]" = weakref.WeakSet()
+
+
+class HostBufferSemantics(enum.IntEnum):
+    """How long the plugin may read the host memory handed to ``buffer_from_pyval``.
+
+    Defined here, beside the holds on host memory it decides, so that transfers and clients
+    both take it from below. Plain ints (PJRT's values) are accepted wherever it is.
+    """
+
+    #: The plugin copies the data before the call returns.
+    IMMUTABLE_ONLY_DURING_CALL = 0
+    #: The call returns once the plugin has finished reading the host data.
+    IMMUTABLE_UNTIL_TRANSFER_COMPLETES = 1
+    #: The device buffer may alias the host memory; the array keeps it alive.
+    ZERO_COPY = 2
+
 
 #: Called with each block of host memory a plugin has finished reading (see
 #: :meth:`ClientHandle.hold_host_memory`); the transfer layer sets it to recycle its staging.
@@ -317,7 +334,7 @@ def native_method(method):
     call.__name__ = method.__name__
     call.__qualname__ = method.__qualname__
     call.__doc__ = method.__doc__
-    call.__wrapped__ = method
+    call.__wrapped__ = method  # pyright: ignore[reportFunctionMemberAccess]
     return call
 
 

@@ -275,7 +275,7 @@ class Mesh:
         """
         if self._device_list is None:
             object.__setattr__(self, "_device_list", DeviceList(self._flat))
-        return self._device_list
+        return self._device_list  # pyright: ignore[reportReturnType]
 
     @property
     def _flat_devices_tuple(self) -> tuple[Device, ...]:

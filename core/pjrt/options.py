@@ -73,7 +73,7 @@ def check_option_types(options: Mapping[str, OptionValue] | None,
             raise TypeError(f"option {key!r} must be {_TYPE_WORDS[expected]}, got "
                             f"{type(value).__name__} ({value!r})")
         if expected is float:
-            checked[key] = float(value)
+            checked[key] = float(value)  # pyright: ignore[reportArgumentType]  # checked above
     return checked
 
 

@@ -207,12 +207,13 @@ def _readable_end(address: int) -> int | None:
         if readable and run_end == start:
             run_end = end
             continue
-        if run_start is not None and run_start <= address < run_end:
+        # (run_start and run_end are set together)
+        if run_start is not None and run_start <= address < run_end:  # pyright: ignore
             return run_end
         if start > address:
             return 0
         run_start, run_end = (start, end) if readable else (None, None)
-    if run_start is not None and run_start <= address < run_end:
+    if run_start is not None and run_start <= address < run_end:  # pyright: ignore
         return run_end
     return 0
 

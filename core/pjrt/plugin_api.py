@@ -214,7 +214,7 @@ class PluginDeclaration:
     def library_path(self) -> str:
         """The library's absolute path (FileNotFoundError when it cannot be found)."""
         found = self.library() if callable(self.library) else self.library
-        return os.fspath(found)
+        return os.fspath(found)  # pyright: ignore[reportArgumentType, reportCallIssue]
 
     def _unavailable(self, failure: PluginLoadError, cause: Exception | None = None):
         register_unavailable(self.platform, failure, priority=self.priority)

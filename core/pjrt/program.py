@@ -7,6 +7,8 @@ device on its slice of the leading axis, and the outputs are stacked.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Sequence
+
 import numpy as np
 
 from .array import Array
@@ -15,6 +17,10 @@ from .device import Device
 from .errors import DeviceAssignmentMismatchError
 from .transfers import device_put
 from .executable import LoadedExecutable, check_device_sets
+
+if TYPE_CHECKING:
+    from .compile_options import CompileOptions
+    from .mesh import Mesh
 
 
 class CompiledProgram:
@@ -40,7 +46,11 @@ class CompiledProgram:
     def output_shardings(self) -> tuple:
         return self.executable.output_shardings
 
-    def __call__(self, *arguments):
+    def __call__(self, *arguments: Any) -> Any:
+        """Run the program: one :class:`Array` for a program with one output, else a tuple.
+
+        (Typed ``Any``: which of the two depends on the program, known only when compiled.)
+        """
         if self._device is not None:
             outputs = self.executable.execute(self._place_on_device(arguments))
         else:
@@ -75,7 +85,8 @@ class CompiledProgram:
         return f"CompiledProgram({self.executable!r})"
 
 
-def compile(program: str | bytes, devices=None, compile_options=None, *,
+def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | None = None,
+            compile_options: CompileOptions | None = None, *,
             client: Client | None = None, replicated: bool = False) -> CompiledProgram:
     """Compile a StableHLO program (text or bytecode) for ``devices``.
 

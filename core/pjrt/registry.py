@@ -19,12 +19,16 @@ import logging
 import os
 import threading
 import warnings
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from . import discovery
 from .client import Client, create_client
 from .errors import PluginLoadError
 from .plugin import Plugin, PluginTable, default_plugins
+
+if TYPE_CHECKING:
+    from .device import Device
+    from .topology import DeviceTopology
 
 logger = logging.getLogger(__name__)
 
@@ -194,8 +198,10 @@ class BackendRegistry:
                              f"library_path and c_api")
         create = make_client or create_client
         describe = make_topology or _default_topology
+        # A placeholder factory until load() below exists.
         registration = BackendRegistration(
-            lambda: None, priority, True, plugin_name not in NON_EXPERIMENTAL_PLATFORMS,
+            lambda: None, priority, True,  # pyright: ignore[reportArgumentType]
+            plugin_name not in NON_EXPERIMENTAL_PLATFORMS,
             source=source, module=module)
         loaded: list[Plugin] = []
 
@@ -444,7 +450,8 @@ class BackendRegistry:
         return "no PJRT backend could be started:\n" + "\n".join(lines)
 
     def _suggest_missing(self) -> None:
-        if "cuda" in self._backends or not any(os.path.exists(p) for p in _NVIDIA_DEVICE_NODES):
+        if ("cuda" in self._backends  # pyright: ignore[reportOperatorIssue]
+                or not any(os.path.exists(p) for p in _NVIDIA_DEVICE_NODES)):
             return
         selected = self.selected_platforms()
         if selected is not None and "cuda" not in selected:
@@ -484,7 +491,7 @@ class BackendRegistry:
         """
         backends = self.backends()
         if platform is None:
-            return backends[self._default]
+            return backends[self._default]  # pyright: ignore[reportArgumentType]
         platform = self.canonicalize_platform(platform)
         if platform in backends:
             return backends[platform]
@@ -502,7 +509,7 @@ class BackendRegistry:
     def default_backend(self) -> str:
         """The platform name of the default backend."""
         self.backends()
-        return self._default
+        return self._default  # pyright: ignore[reportReturnType]
 
     def backend_errors(self) -> dict[str, str]:
         """Why each backend that failed to start failed (initialising them first if needed).
@@ -547,7 +554,8 @@ class BackendRegistry:
         self._discovered = False
         self.discovery_records = []
 
-    def make_pjrt_topology(self, platform: str, topology_name: str = "", **options):
+    def make_pjrt_topology(self, platform: str, topology_name: str = "",
+                           **options: Any) -> DeviceTopology:
         """A topology description of ``platform``, for compiling without its devices.
 
         Works whether or not PJRT_PLATFORMS selects ``platform``: describing a topology
@@ -730,12 +738,13 @@ def clear_backends() -> None:
     default_registry.clear_backends()
 
 
-def devices(backend: str | None = None) -> list:
+def devices(backend: str | None = None) -> list[Device]:
     """All devices of ``backend`` (the default backend when None)."""
     return get_backend(backend).devices()
 
 
-def local_devices(process_index: int | None = None, backend: str | None = None) -> list:
+def local_devices(process_index: int | None = None,
+                  backend: str | None = None) -> list[Device]:
     """The devices of ``backend`` that belong to ``process_index`` (this process by default).
 
     Raises:
@@ -772,7 +781,7 @@ def backend_pjrt_c_api_version(platform: str | None = None) -> tuple[int, int]:
     return get_backend(platform).plugin.api_version
 
 
-def make_pjrt_topology(platform: str, topology_name: str = "", **options):
+def make_pjrt_topology(platform: str, topology_name: str = "", **options: Any) -> DeviceTopology:
     """A topology description of ``platform`` for compiling without its devices."""
     return default_registry.make_pjrt_topology(platform, topology_name, **options)
 

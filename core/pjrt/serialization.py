@@ -38,6 +38,7 @@ import json
 import os
 import struct
 import threading
+from typing import Any
 
 from .errors import IncompatibleExecutableError
 from .plugin import Plugin
@@ -163,7 +164,7 @@ def plugin_identity(plugin: Plugin, platform: str, platform_version: str) -> Plu
     path = plugin.library_path
     return PluginIdentity(
         platform=platform, platform_version=platform_version,
-        api_version=tuple(plugin.api_version),
+        api_version=tuple(plugin.api_version),  # pyright: ignore[reportArgumentType]
         library_sha256=library_digests.digest(path) if path is not None else None,
         library=os.path.basename(path) if path is not None else None)
 
@@ -243,7 +244,7 @@ def unpack(blob: bytes, identity: PluginIdentity, *, trust_unverified: bool = Fa
     return payload
 
 
-def _open(blob: bytes) -> tuple[PluginIdentity, bytes]:
+def _open(blob: bytes | memoryview) -> tuple[PluginIdentity, bytes]:
     """Split an envelope into its identity and payload, checking every field."""
     blob = memoryview(blob).cast("B") if not isinstance(blob, bytes) else blob
     if len(blob) < _PREFIX.size:
@@ -280,7 +281,7 @@ def _header_fields(header) -> tuple[PluginIdentity, int, str]:
     if not isinstance(header, dict):
         raise _damaged("its header is not a JSON object")
 
-    def field(name, types, nullable=False):
+    def field(name: str, types: type | tuple[type, ...], nullable: bool = False) -> Any:
         value = header.get(name)
         if value is None and nullable:
             return None

@@ -184,7 +184,7 @@ def partition_spec_from_sdy(sharding: SdySharding) -> PartitionSpec:
         if not dim.axes:
             entries.append(UNCONSTRAINED if dim.is_open else None)
         else:
-            entries.append(dim.axes if len(dim.axes) > 1 else dim.axes[0])
+            entries.append(dim.axes if len(dim.axes) > 1 else dim.axes[0])  # pyright: ignore[reportGeneralTypeIssues]
     return PartitionSpec(*entries)
 
 

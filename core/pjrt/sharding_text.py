@@ -153,7 +153,7 @@ class _ParsedSdy:
         if self.inline_mesh is not None:
             mesh = self.inline_mesh
         elif self.mesh_name in meshes:
-            mesh = _as_sdy_mesh(self.mesh_name, meshes[self.mesh_name])
+            mesh = _as_sdy_mesh(self.mesh_name, meshes[self.mesh_name])  # pyright: ignore[reportArgumentType]
         else:
             known = ", ".join(f"@{n}" for n in meshes) or "none"
             raise ValueError(f"the sharding {self.text!r} refers to mesh @{self.mesh_name}, "
@@ -273,7 +273,7 @@ class _SdyParser(TokenStream):
                 break
         self.expect("}")
         # A priority suffix (p0, p1, ...) orders propagation; it does not change the layout.
-        if self.peek() is not None and re.fullmatch(r"p\d+", self.peek()):
+        if self.peek() is not None and re.fullmatch(r"p\d+", self.peek()):  # pyright: ignore[reportArgumentType, reportCallIssue]
             self.next()
         return SdyDim(tuple(axes), is_open)
 
@@ -296,7 +296,7 @@ class _SdyParser(TokenStream):
                 if not self.eat(","):
                     break
         self.expect("]")
-        extra = {"replicated": (), "unreduced": ()}
+        extra: dict[str, tuple[str, ...]] = {"replicated": (), "unreduced": ()}
         while self.eat(","):
             _, word, pos = self.next()
             if word not in extra:

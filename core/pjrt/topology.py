@@ -6,7 +6,8 @@ compiled ahead of time for a topology such as ``"v5e:2x2"``.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+import warnings
+from typing import TYPE_CHECKING, Mapping
 
 from . import serialization
 from ._c import to_str
@@ -15,6 +16,9 @@ from .errors import check
 from .handles import TopologyHandle, native_method
 from .options import NamedValues, named_values_to_dict
 from .plugin import Plugin
+
+if TYPE_CHECKING:
+    from .compile_options import CompileOptions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +77,8 @@ class DeviceTopology:
                 args.serialized_topology_deleter(args.serialized_topology)
 
     @native_method
-    def compile(self, program: str | bytes, compile_options=None) -> bytes:
+    def compile_to_bytes(self, program: str | bytes,
+                         compile_options: CompileOptions | None = None) -> bytes:
         """Compile a StableHLO program for this topology, ahead of time, without its devices.
 
         Args:
@@ -114,6 +119,13 @@ class DeviceTopology:
             check(api, api.table.PJRT_Executable_Destroy(destroy))
         return serialization.pack(payload, serialization.plugin_identity(
             self._plugin, self.platform, self.platform_version))
+
+    def compile(self, program: str | bytes,
+                compile_options: CompileOptions | None = None) -> bytes:
+        """Deprecated name of :meth:`compile_to_bytes` (it returns bytes, not an executable)."""
+        warnings.warn("DeviceTopology.compile is deprecated: use DeviceTopology.compile_to_bytes "
+                      "(it returns the serialised executable)", DeprecationWarning, stacklevel=2)
+        return self.compile_to_bytes(program, compile_options)
 
     def close(self) -> None:
         """Free the topology description (once no call on it is running). Idempotent."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .array import Array, native_host, put_buffer
+from .handles import HostBufferSemantics
 from .staging import TRANSFER_THREAD_PREFIX, staging_pool, staging_size
 from .device import Device
 from .sharding import GSPMDSharding, PmapSharding, Sharding
@@ -61,7 +62,8 @@ def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequenc
         placed: list = [None] * len(hosts)
 
         def put(i: int) -> None:
-            placed[i] = put_buffer(client, hosts[i], devices[i], 0)
+            placed[i] = put_buffer(client, hosts[i], devices[i],
+                                   HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
 
         try:
             if (len(hosts) > 1 and sum(h.nbytes for h in hosts) >= _PARALLEL_THRESHOLD_BYTES
@@ -187,7 +189,8 @@ def _reshard(array: Array, sharding: Sharding) -> Array:
                 if host is None:
                     host = np.asarray(array)
                 buffer, hold = put_buffer(client, np.ascontiguousarray(host[index]) if host.ndim
-                                          else host, device, 0)
+                                          else host, device,
+                                          HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
                 buffers.append(buffer)
                 holds.append(hold)
         except BaseException:

@@ -101,7 +101,7 @@ def provide_lapack() -> list[str]:
     with _provide_lock:
         if _provided is not None:
             return list(_provided)
-        from scipy.linalg import cython_blas, cython_lapack
+        from scipy.linalg import cython_blas, cython_lapack  # pyright: ignore[reportAttributeAccessIssue]
 
         exported = {**cython_blas.__pyx_capi__, **cython_lapack.__pyx_capi__}
         lib = _library()

@@ -182,7 +182,7 @@ def _metadata_version(site_dir: str, distribution: str) -> Version | None:
 
     wanted = re.sub(r"[-_.]+", "-", distribution).lower()
     for dist in metadata.distributions(path=[site_dir]):
-        name = re.sub(r"[-_.]+", "-", dist.metadata.get("Name") or "").lower()
+        name = re.sub(r"[-_.]+", "-", dist.metadata.get("Name") or "").lower()  # pyright: ignore[reportAttributeAccessIssue]
         if name == wanted:
             return _parse_version(dist.version)
     return None

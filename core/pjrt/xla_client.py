@@ -1,0 +1,53 @@
+"""The part of jaxlib's ``xla_client`` surface that pjrt implements, under jaxlib's names.
+
+Code written against ``jaxlib.xla_client`` finds the same names here::
+
+    from pjrt import xla_client
+
+    xla_client.load_pjrt_plugin_dynamically("cpu", library_path)
+    client = xla_client.make_c_api_client("cpu", {"cpu_device_count": 2})
+    executable = client.compile_and_load(program, client.devices())
+
+Each name is the object defined elsewhere in pjrt (``xla_client.Client is pjrt.Client``);
+this module only gathers them. Programs that do not mirror jaxlib use :mod:`pjrt` itself.
+Differences from jaxlib that matter when porting: ``Client.compile`` is an alias of
+``Client.compile_and_load`` (pjrt has no unloaded executable type), and the arrays are
+:class:`pjrt.Array`, not jaxlib's ``ArrayImpl``.
+"""
+from __future__ import annotations
+
+from .client import Client, make_c_api_client
+from .compile_options import CompileOptions, DeviceAssignment, ExecutableBuildOptions
+from .device import Device, Memory
+from .device_list import DeviceList
+from .errors import XlaRuntimeError
+from .executable import CompiledMemoryStats, ExecuteResults, LoadedExecutable
+from .ffi import custom_call_targets, register_custom_call_target
+from .handles import HostBufferSemantics
+from .hlo_sharding import HloSharding, OpShardingType
+from .plugin import (initialize_pjrt_plugin, load_pjrt_plugin_dynamically,
+                     load_pjrt_plugin_with_c_api, pjrt_plugin_initialized, pjrt_plugin_loaded)
+from .registry import make_cpu_client
+from .sharding import (GSPMDSharding, NamedSharding, PmapSharding, Sharding,
+                       SingleDeviceSharding)
+from .topology import DeviceTopology
+from .transfers import (batched_block_until_ready, batched_copy_array_to_devices_with_sharding,
+                        batched_device_put, reorder_shards)
+
+__all__ = [
+    # plugins and clients
+    "load_pjrt_plugin_dynamically", "load_pjrt_plugin_with_c_api", "pjrt_plugin_loaded",
+    "pjrt_plugin_initialized", "initialize_pjrt_plugin", "make_c_api_client", "make_cpu_client",
+    "Client", "Device", "Memory", "DeviceList", "DeviceTopology",
+    # compilation and execution
+    "CompileOptions", "ExecutableBuildOptions", "DeviceAssignment", "LoadedExecutable",
+    "ExecuteResults", "CompiledMemoryStats",
+    # arrays and transfers
+    "HostBufferSemantics", "batched_device_put", "batched_block_until_ready",
+    "batched_copy_array_to_devices_with_sharding", "reorder_shards",
+    # shardings
+    "Sharding", "NamedSharding", "SingleDeviceSharding", "GSPMDSharding", "PmapSharding",
+    "HloSharding", "OpShardingType",
+    # custom calls and errors
+    "register_custom_call_target", "custom_call_targets", "XlaRuntimeError",
+]
