@@ -268,3 +268,77 @@ def test_missing_flatbuffers_names_the_extra(monkeypatch):
 def test_aval_text():
     assert str(Aval((2, "b"), np.dtype(np.float32))) == "float32[2,b]"
     assert not Aval((2, "b"), np.dtype(np.float32)).is_static
+
+
+# --------------------------------------------------------------------------
+# Raw modules through pjrt.compile
+# --------------------------------------------------------------------------
+
+def _multi_platform_module(platforms):
+    def f(x, y):
+        return jnp.sin(x) * y
+
+    args = (np.arange(6, dtype=np.float32).reshape(2, 3), np.float32(3.0))
+    exp = export.export(jax.jit(f), platforms=platforms)(*args)
+    return exp, args, np.asarray(jax.jit(f)(*args))
+
+
+@pytest.mark.parametrize("form", ["text", "bytecode"])
+def test_raw_multi_platform_module_gets_its_platform_index(client, form):
+    import pjrt
+
+    exp, args, expected = _multi_platform_module(("cpu", "cuda"))
+    module = exp.mlir_module() if form == "text" else exp.mlir_module_serialized
+    device = client.local_devices()[0]
+    program = pjrt.compile(module, device)
+    assert program.platform_index == 0
+    np.testing.assert_allclose(np.asarray(program(*args)), expected, rtol=1e-6)
+    # Callers that pass the index themselves keep working.
+    np.testing.assert_allclose(np.asarray(program(np.int32(0), *args)), expected, rtol=1e-6)
+    # cpu second in the list: the caller says so.
+    exp, args, expected = _multi_platform_module(("cuda", "cpu"))
+    module = exp.mlir_module() if form == "text" else exp.mlir_module_serialized
+    program = pjrt.compile(module, device, platform_index=1)
+    np.testing.assert_allclose(np.asarray(program(*args)), expected, rtol=1e-6)
+
+
+def test_platform_index_for_a_program_without_one_is_refused(client):
+    import pjrt
+
+    text = jax.jit(lambda x: x + 1).lower(np.ones(3, np.float32)).as_text()
+    with pytest.raises(ValueError, match="takes no platform index"):
+        pjrt.compile(text, client.local_devices()[0], platform_index=0)
+    assert pjrt.compile(text, client.local_devices()[0]).platform_index is None
+
+
+def _callback_programs():
+    def printed(x):
+        jax.debug.print("x = {x}", x=x)
+        return x * 2
+
+    def pure(x):
+        return jax.pure_callback(np.sin, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+    x = np.ones(3, np.float32)
+    return {"debug.print": jax.jit(printed).lower(x).as_text(),
+            "pure_callback": jax.jit(pure).lower(x).as_text()}
+
+
+@pytest.mark.parametrize("kind", ["debug.print", "pure_callback"])
+def test_host_callbacks_are_refused_before_the_plugin_sees_them(client, kind):
+    import pjrt
+
+    text = _callback_programs()[kind]
+    with pytest.raises(ValueError, match="host callback 'xla_ffi_python_cpu_callback'.*cannot "
+                                         "run outside that process"):
+        pjrt.compile(text, client.local_devices()[0])
+
+
+def test_shape_polymorphic_module_is_refused_with_the_symbolic_arguments(exports, client):
+    import pjrt
+
+    _, expected = exports
+    text = expected["poly"].mlir_module()
+    with pytest.raises(ValueError, match=r"symbolic \(shape-polymorphic\) dimensions "
+                                         r"\(%arg0: tensor<\?x784xf32>\).*concrete shapes"):
+        pjrt.compile(text, client.local_devices()[0])

@@ -121,6 +121,75 @@ def check_static_extents(program: bytes) -> None:
                 f"(at most 2**63 - 1 bytes per array); check the shapes in the program")
 
 
+#: The custom calls jax lowers host callbacks to (``jax.debug.print``, ``pure_callback``,
+#: ``io_callback``, equinox's runtime checks): FFI (and older) handlers that jaxlib registers
+#: in its own process, and whose operands name an entry of that process's callback table.
+_HOST_CALLBACK = re.compile(
+    rb"xla_(?:ffi_|buffer_)?(?:partitioned_)?python_(?:cpu|gpu)_callback")
+
+
+def check_host_callbacks(program: bytes) -> None:
+    """Refuse a program that calls back into the Python process that lowered it.
+
+    Raises:
+      ValueError: naming the callback custom call and why it cannot run here.
+    """
+    match = _HOST_CALLBACK.search(program)
+    if match is not None:
+        name = match.group(0).decode("ascii")
+        raise ValueError(
+            f"the program calls the host callback {name!r} (jax.debug.print, "
+            f"jax.pure_callback, io_callback or a runtime check lower to it): its handler and "
+            f"the Python function it calls live in the jax process that lowered the program, "
+            f"so it cannot run outside that process. Remove the callback before exporting "
+            f"(or run the program with jax)")
+
+
+#: The attribute jax puts on ``main``'s first argument when a module was exported for several
+#: platforms: that argument is the index of the running platform in the export's list.
+PLATFORM_INDEX_ATTRIBUTE = b'jax.global_constant = "_platform_index"'
+_MAIN_ARGUMENTS = re.compile(
+    rb"func\.func\s+public\s+@main\s*\((.*?)\)\s*(?:->|attributes\b|\{)", re.S)
+
+
+def takes_platform_index(program: bytes) -> bool:
+    """Whether ``main`` takes a platform index first (a multi-platform ``jax.export``).
+
+    Text: read from ``main``'s first argument. Bytecode cannot be read without MLIR; jax names
+    ``_platform_index`` only in such modules (on ``main`` and the functions it calls), so the
+    string's presence decides.
+    """
+    if not program.lstrip().startswith((b"module", b"#", b"func", b"//")):
+        return b"_platform_index" in program
+    match = _MAIN_ARGUMENTS.search(program)
+    if match is None:
+        return False
+    first = match.group(1).split(b"%")[1] if b"%" in match.group(1) else b""
+    return PLATFORM_INDEX_ATTRIBUTE in first
+
+
+def check_static_signature(program: bytes) -> None:
+    """Refuse a text program whose ``main`` takes arrays of unknown (``?``) dimensions.
+
+    jax specialises a shape-polymorphic module to the actual shapes (StableHLO shape
+    refinement) before compiling it; PJRT plugins compile what they are given and cannot
+    translate the dynamic operations such a module keeps.
+
+    Raises:
+      ValueError: naming the arguments and how to export with concrete shapes.
+    """
+    match = _MAIN_ARGUMENTS.search(program)
+    if match is None or b"?" not in match.group(1):
+        return
+    dynamic = re.findall(rb"(%\w+)\s*:\s*(tensor<[^>]*\?[^>]*>)", match.group(1))
+    listed = ", ".join(f"{n.decode()}: {t.decode()}" for n, t in dynamic) or "some arguments"
+    raise ValueError(
+        f"main takes arrays of symbolic (shape-polymorphic) dimensions ({listed}); jax "
+        f"refines such a module to the actual shapes before compiling, which PJRT plugins do "
+        f"not do. Export or lower it with concrete shapes (jax.ShapeDtypeStruct((8, 784), ...) "
+        f"instead of jax.export.symbolic_shape(...)), once per shape you need")
+
+
 def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
     devices = list(devices)
     if not devices:
@@ -141,6 +210,8 @@ def compile_program(client: "Client", computation, executable_devices=None,
     """See :meth:`pjrt.client.Client.compile_and_load`."""
     program = program_bytes(computation)
     check_static_extents(program)
+    check_host_callbacks(program)
+    check_static_signature(program)
     signature = read_signature(program)
     handle = client.handle
     if compile_options is None:
