@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import handles, serialization
+from . import compilation_cache, handles, serialization
 from ._pjrt_cffi import ffi
 from .compile_options import CompileOptions, DeviceAssignment
+from .errors import IncompatibleExecutableError, XlaRuntimeError
 from .executable import LoadedExecutable
 from .sharding_text import ProgramSignature, parse_program_signature
 from .waits import run_on_compile_thread
@@ -228,6 +229,13 @@ def compile_program(client: "Client", computation, executable_devices=None,
         ids = np.array([d.id for d in devices], dtype=np.int64).reshape(replicas, partitions)
         build.device_assignment = DeviceAssignment.create(ids)
     serialized_options = compile_options.SerializeAsString()
+    declared = signature.result_shapes if signature is not None else None
+
+    cache, cache_key = _cache_entry(client, program, serialized_options)
+    if cache_key is not None:
+        cached = _load_cached(client, cache, cache_key, declared)
+        if cached is not None:
+            return cached
 
     api = handle.api
     program_struct, keepalive = program_argument(program)
@@ -249,11 +257,51 @@ def compile_program(client: "Client", computation, executable_devices=None,
                                     lambda loaded: handles.destroy_loaded_executable(api, loaded))
     try:
         del keepalive
-        return LoadedExecutable(
-            client, pointer,
-            declared_output_shapes=signature.result_shapes if signature is not None else None)
+        executable = LoadedExecutable(client, pointer, declared_output_shapes=declared)
     finally:
         handle.end(ticket)
+    if cache_key is not None:
+        _store(executable, cache, cache_key)
+    return executable
+
+
+def _cache_entry(client: "Client", program: bytes, serialized_options: bytes) -> tuple:
+    """The persistent cache in use and this compile's key in it; (None, None) when there is
+    no cache or the plugin's build cannot be identified (handed over in memory)."""
+    cache = compilation_cache.get_compilation_cache()
+    if cache is None:
+        return None, None
+    try:
+        identity = serialization.plugin_identity(client.plugin, client.platform,
+                                                 client.platform_version)
+    except OSError:
+        return None, None
+    if not identity.verifiable:
+        return None, None
+    return cache, cache.key(program, serialized_options, identity)
+
+
+def _load_cached(client, cache, key: str, declared) -> LoadedExecutable | None:
+    blob = cache.get(key)
+    if blob is None:
+        return None
+    try:
+        return deserialize_executable(client, blob, declared_output_shapes=declared)
+    except (IncompatibleExecutableError, ValueError, XlaRuntimeError) as error:
+        compilation_cache.logger.warning(
+            "compilation cache entry %s cannot be loaded (%s); compiling again", key[:16],
+            error)
+        cache.discard(key)
+        return None
+
+
+def _store(executable: LoadedExecutable, cache, key: str) -> None:
+    try:
+        blob = executable.serialize()
+    except XlaRuntimeError as error:  # plugins that cannot serialize: nothing to keep
+        compilation_cache.logger.debug("compilation cache: not stored (%s)", error)
+        return
+    cache.put(key, blob)
 
 
 def program_argument(program: bytes) -> tuple:
@@ -271,7 +319,8 @@ def program_argument(program: bytes) -> tuple:
 
 def deserialize_executable(client: "Client", serialized: bytes,
                            compile_options: CompileOptions | None = None, *,
-                           trust_unverified: bool = False) -> LoadedExecutable:
+                           trust_unverified: bool = False,
+                           declared_output_shapes=None) -> LoadedExecutable:
     """Load an executable serialised by :meth:`LoadedExecutable.serialize`.
 
     ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin
@@ -299,4 +348,5 @@ def deserialize_executable(client: "Client", serialized: bytes,
     with client._handle.calling() as handle:
         args.client = handle.pointer
         api.call("PJRT_Executable_DeserializeAndLoad", args)
-        return LoadedExecutable(client, args.loaded_executable)
+        return LoadedExecutable(client, args.loaded_executable,
+                                declared_output_shapes=declared_output_shapes)
