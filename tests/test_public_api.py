@@ -44,6 +44,7 @@ PUBLIC = {
     "make_array_from_single_device_arrays",
     # compiling and running
     "compile", "CompiledProgram", "CompileOptions", "LoadedExecutable",
+    "deserialize_exported", "set_compilation_cache_dir",
     "register_custom_call_target", "custom_call_targets",
     # shardings
     "Mesh", "P", "PartitionSpec", "Sharding", "NamedSharding", "SingleDeviceSharding",

@@ -36,6 +36,8 @@ _LAZY = {
     "transfers": ["block_until_ready", "device_put", "replicate", "shard_along_axis"],
     "executable": ["LoadedExecutable"],
     "ffi": ["custom_call_targets", "register_custom_call_target"],
+    "exported": ["deserialize_exported"],
+    "compilation_cache": ["set_compilation_cache_dir"],
     "global_arrays": ["make_array_from_callback", "make_array_from_process_local_data",
                       "make_array_from_single_device_arrays"],
     "program": ["CompiledProgram", "compile"],
@@ -91,6 +93,7 @@ __all__ = [
     "make_array_from_single_device_arrays",
     # compiling and running
     "compile", "CompiledProgram", "CompileOptions", "LoadedExecutable",
+    "deserialize_exported", "set_compilation_cache_dir",
     "register_custom_call_target", "custom_call_targets",
     # shardings
     "Mesh", "P", "PartitionSpec", "Sharding", "NamedSharding", "SingleDeviceSharding",
@@ -104,7 +107,8 @@ __all__ = [
 
 #: Submodules reachable as attributes (``pjrt.ffi``, ``pjrt.sharding``...) before any import.
 _SUBMODULES = frozenset(_LAZY) | {"dtypes", "demo", "cli", "discovery", "options",
-                                   "plugin_api", "xla_client", "distributed", "kv_store"}
+                                   "plugin_api", "xla_client", "distributed", "kv_store",
+                                   "exported", "compilation_cache"}
 
 
 def __getattr__(name: str) -> Any:
@@ -154,6 +158,9 @@ if TYPE_CHECKING:  # for type checkers and editors: every lazy name, from where 
                            PartitionSpec as PartitionSpec, PmapSharding as PmapSharding,
                            Sharding as Sharding, SingleDeviceSharding as SingleDeviceSharding)
     from .topology import DeviceTopology as DeviceTopology  # noqa: F401
+    from .exported import deserialize_exported as deserialize_exported  # noqa: F401
+    from .compilation_cache import (  # noqa: F401
+        set_compilation_cache_dir as set_compilation_cache_dir)
     from .global_arrays import (  # noqa: F401
         make_array_from_callback as make_array_from_callback,
         make_array_from_process_local_data as make_array_from_process_local_data,

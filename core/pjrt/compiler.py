@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import handles, serialization
+from . import compilation_cache, handles, serialization
 from ._pjrt_cffi import ffi
 from .compile_options import CompileOptions, DeviceAssignment
+from .errors import IncompatibleExecutableError, XlaRuntimeError
 from .executable import LoadedExecutable
 from .sharding_text import ProgramSignature, parse_program_signature
 from .waits import run_on_compile_thread
@@ -121,6 +122,75 @@ def check_static_extents(program: bytes) -> None:
                 f"(at most 2**63 - 1 bytes per array); check the shapes in the program")
 
 
+#: The custom calls jax lowers host callbacks to (``jax.debug.print``, ``pure_callback``,
+#: ``io_callback``, equinox's runtime checks): FFI (and older) handlers that jaxlib registers
+#: in its own process, and whose operands name an entry of that process's callback table.
+_HOST_CALLBACK = re.compile(
+    rb"xla_(?:ffi_|buffer_)?(?:partitioned_)?python_(?:cpu|gpu)_callback")
+
+
+def check_host_callbacks(program: bytes) -> None:
+    """Refuse a program that calls back into the Python process that lowered it.
+
+    Raises:
+      ValueError: naming the callback custom call and why it cannot run here.
+    """
+    match = _HOST_CALLBACK.search(program)
+    if match is not None:
+        name = match.group(0).decode("ascii")
+        raise ValueError(
+            f"the program calls the host callback {name!r} (jax.debug.print, "
+            f"jax.pure_callback, io_callback or a runtime check lower to it): its handler and "
+            f"the Python function it calls live in the jax process that lowered the program, "
+            f"so it cannot run outside that process. Remove the callback before exporting "
+            f"(or run the program with jax)")
+
+
+#: The attribute jax puts on ``main``'s first argument when a module was exported for several
+#: platforms: that argument is the index of the running platform in the export's list.
+PLATFORM_INDEX_ATTRIBUTE = b'jax.global_constant = "_platform_index"'
+_MAIN_ARGUMENTS = re.compile(
+    rb"func\.func\s+public\s+@main\s*\((.*?)\)\s*(?:->|attributes\b|\{)", re.S)
+
+
+def takes_platform_index(program: bytes) -> bool:
+    """Whether ``main`` takes a platform index first (a multi-platform ``jax.export``).
+
+    Text: read from ``main``'s first argument. Bytecode cannot be read without MLIR; jax names
+    ``_platform_index`` only in such modules (on ``main`` and the functions it calls), so the
+    string's presence decides.
+    """
+    if not program.lstrip().startswith((b"module", b"#", b"func", b"//")):
+        return b"_platform_index" in program
+    match = _MAIN_ARGUMENTS.search(program)
+    if match is None:
+        return False
+    first = match.group(1).split(b"%")[1] if b"%" in match.group(1) else b""
+    return PLATFORM_INDEX_ATTRIBUTE in first
+
+
+def check_static_signature(program: bytes) -> None:
+    """Refuse a text program whose ``main`` takes arrays of unknown (``?``) dimensions.
+
+    jax specialises a shape-polymorphic module to the actual shapes (StableHLO shape
+    refinement) before compiling it; PJRT plugins compile what they are given and cannot
+    translate the dynamic operations such a module keeps.
+
+    Raises:
+      ValueError: naming the arguments and how to export with concrete shapes.
+    """
+    match = _MAIN_ARGUMENTS.search(program)
+    if match is None or b"?" not in match.group(1):
+        return
+    dynamic = re.findall(rb"(%\w+)\s*:\s*(tensor<[^>]*\?[^>]*>)", match.group(1))
+    listed = ", ".join(f"{n.decode()}: {t.decode()}" for n, t in dynamic) or "some arguments"
+    raise ValueError(
+        f"main takes arrays of symbolic (shape-polymorphic) dimensions ({listed}); jax "
+        f"refines such a module to the actual shapes before compiling, which PJRT plugins do "
+        f"not do. Export or lower it with concrete shapes (jax.ShapeDtypeStruct((8, 784), ...) "
+        f"instead of jax.export.symbolic_shape(...)), once per shape you need")
+
+
 def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
     devices = list(devices)
     if not devices:
@@ -141,6 +211,8 @@ def compile_program(client: "Client", computation, executable_devices=None,
     """See :meth:`pjrt.client.Client.compile_and_load`."""
     program = program_bytes(computation)
     check_static_extents(program)
+    check_host_callbacks(program)
+    check_static_signature(program)
     signature = read_signature(program)
     handle = client.handle
     devices = None
@@ -158,6 +230,13 @@ def compile_program(client: "Client", computation, executable_devices=None,
         ids = np.array([d.id for d in devices], dtype=np.int64).reshape(replicas, partitions)
         build.device_assignment = DeviceAssignment.create(ids)
     serialized_options = compile_options.SerializeAsString()
+    declared = signature.result_shapes if signature is not None else None
+
+    cache, cache_key = _cache_entry(client, program, serialized_options)
+    if cache_key is not None:
+        cached = _load_cached(client, cache, cache_key, declared)
+        if cached is not None:
+            return cached
 
     api = handle.api
     program_struct, keepalive = program_argument(program)
@@ -179,12 +258,52 @@ def compile_program(client: "Client", computation, executable_devices=None,
                                     lambda loaded: handles.destroy_loaded_executable(api, loaded))
     try:
         del keepalive
-        return LoadedExecutable(
-            client, pointer,
-            declared_output_shapes=signature.result_shapes if signature is not None else None,
-            global_devices=devices)
+        executable = LoadedExecutable(client, pointer, declared_output_shapes=declared,
+                                      global_devices=devices)
     finally:
         handle.end(ticket)
+    if cache_key is not None:
+        _store(executable, cache, cache_key)
+    return executable
+
+
+def _cache_entry(client: "Client", program: bytes, serialized_options: bytes) -> tuple:
+    """The persistent cache in use and this compile's key in it; (None, None) when there is
+    no cache or the plugin's build cannot be identified (handed over in memory)."""
+    cache = compilation_cache.get_compilation_cache()
+    if cache is None:
+        return None, None
+    try:
+        identity = serialization.plugin_identity(client.plugin, client.platform,
+                                                 client.platform_version)
+    except OSError:
+        return None, None
+    if not identity.verifiable:
+        return None, None
+    return cache, cache.key(program, serialized_options, identity)
+
+
+def _load_cached(client, cache, key: str, declared) -> LoadedExecutable | None:
+    blob = cache.get(key)
+    if blob is None:
+        return None
+    try:
+        return deserialize_executable(client, blob, declared_output_shapes=declared)
+    except (IncompatibleExecutableError, ValueError, XlaRuntimeError) as error:
+        compilation_cache.logger.warning(
+            "compilation cache entry %s cannot be loaded (%s); compiling again", key[:16],
+            error)
+        cache.discard(key)
+        return None
+
+
+def _store(executable: LoadedExecutable, cache, key: str) -> None:
+    try:
+        blob = executable.serialize()
+    except XlaRuntimeError as error:  # plugins that cannot serialize: nothing to keep
+        compilation_cache.logger.debug("compilation cache: not stored (%s)", error)
+        return
+    cache.put(key, blob)
 
 
 def program_argument(program: bytes) -> tuple:
@@ -202,7 +321,8 @@ def program_argument(program: bytes) -> tuple:
 
 def deserialize_executable(client: "Client", serialized: bytes,
                            compile_options: CompileOptions | None = None, *,
-                           trust_unverified: bool = False) -> LoadedExecutable:
+                           trust_unverified: bool = False,
+                           declared_output_shapes=None) -> LoadedExecutable:
     """Load an executable serialised by :meth:`LoadedExecutable.serialize`.
 
     ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin
@@ -230,4 +350,5 @@ def deserialize_executable(client: "Client", serialized: bytes,
     with client._handle.calling() as handle:
         args.client = handle.pointer
         api.call("PJRT_Executable_DeserializeAndLoad", args)
-        return LoadedExecutable(client, args.loaded_executable)
+        return LoadedExecutable(client, args.loaded_executable,
+                                declared_output_shapes=declared_output_shapes)

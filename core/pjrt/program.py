@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from .array import Array
+from .compiler import program_bytes, takes_platform_index
 from .client import Client
 from .device import Device
 from .errors import DeviceAssignmentMismatchError
@@ -29,10 +30,18 @@ class CompiledProgram:
     It returns a single Array for a one-output program and a tuple of Arrays otherwise.
     """
 
-    def __init__(self, executable: LoadedExecutable):
+    def __init__(self, executable: LoadedExecutable, *, platform_index: int | None = None):
         self.executable = executable
         devices = executable.global_devices()
         self._device = devices[0] if len(devices) == 1 else None
+        #: The platform index a multi-platform jax export takes first, supplied when the
+        #: caller leaves it out; None for other programs.
+        self.platform_index = platform_index
+        self._index_argument = None
+        if platform_index is not None:
+            shapes = executable.input_shapes
+            self._index_argument = np.array(platform_index, np.int32)
+            self._parameter_count = len(shapes) if shapes is not None else None
 
     @property
     def devices(self) -> list[Device]:
@@ -51,6 +60,8 @@ class CompiledProgram:
 
         (Typed ``Any``: which of the two depends on the program, known only when compiled.)
         """
+        if self._index_argument is not None and len(arguments) != self._parameter_count:
+            arguments = (self._index_argument, *arguments)
         if self._device is not None:
             outputs = self.executable.execute(self._place_on_device(arguments))
         else:
@@ -87,7 +98,8 @@ class CompiledProgram:
 
 def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | None = None,
             compile_options: CompileOptions | None = None, *,
-            client: Client | None = None, replicated: bool = False) -> CompiledProgram:
+            client: Client | None = None, replicated: bool = False,
+            platform_index: int | None = None) -> CompiledProgram:
     """Compile a StableHLO program (text or bytecode) for ``devices``.
 
     Args:
@@ -99,11 +111,31 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
       client: the client to compile with; taken from ``devices`` or the default backend.
       replicated: with several devices, run one copy per device on its slice of the leading
         axis (pmap-style) instead of partitioning the program.
+      platform_index: for a module ``jax.export`` lowered for several platforms (its
+        ``main`` takes first ``tensor<i32> {jax.global_constant = "_platform_index"}``):
+        the index of the platform it runs on in the export's ``platforms`` tuple, passed for
+        the caller. A raw module does not record that tuple, so the default is 0, the first
+        platform listed (jax's ``platforms=`` order); a caller may still pass the index
+        itself as the first argument. :func:`pjrt.exported.deserialize_exported` reads the
+        tuple and chooses the index itself.
 
     Returns:
       A :class:`CompiledProgram`.
+
+    Raises:
+      ValueError: ``platform_index`` is given for a program that takes none, or is
+        negative; the program calls jax host callbacks or has symbolic shapes (see
+        :mod:`pjrt.compiler`).
     """
     from .sharding import Mesh
+
+    takes_index = takes_platform_index(program_bytes(program))
+    if platform_index is not None:
+        if not takes_index:
+            raise ValueError("platform_index was given, but the program's main takes no "
+                             "platform index (it was not exported for several platforms)")
+        if int(platform_index) < 0:
+            raise ValueError(f"platform_index must be >= 0, got {platform_index}")
 
     if isinstance(devices, Device):
         devices = [devices]
@@ -120,4 +152,6 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
             client = get_backend()
     executable = client.compile_and_load(program, devices or None, compile_options,
                                          replicated=replicated)
-    return CompiledProgram(executable)
+    return CompiledProgram(
+        executable,
+        platform_index=(int(platform_index or 0) if takes_index else None))
