@@ -245,7 +245,7 @@ def gather_info(reg: registry_module.BackendRegistry, platform: str | None = Non
     for record in reg.discovery_records:
         info["discovery"].append(dataclasses.asdict(record))
     info["versions"] = gather_versions([p["package"] for p in info["plugins"] if p["package"]])
-    info["logs"] = {name: text for name, text in reg.backend_logs().items()
+    info["logs"] = {name: text for name, text in reg.plugin_output.as_dict().items()
                     if wanted is None or name in wanted}
 
     for name, client in backends.items():

@@ -28,7 +28,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 #: The environment variable that sets how much plugins may print.
 LOG_LEVEL_ENV = "PJRT_LOG_LEVEL"
@@ -122,3 +122,55 @@ def _flush_python_stderr() -> None:
         with contextlib.suppress(Exception):
             if stream is not None:
                 stream.flush()
+
+
+def start(environ=None) -> bool:
+    """Apply the plugins' logging defaults for the level in force, before any plugin loads.
+
+    Returns:
+      Whether output of backends not asked for is to be captured (the level is ``quiet``).
+
+    Raises:
+      ValueError: :data:`LOG_LEVEL_ENV` names no level.
+    """
+    level = log_level(environ)
+    apply_plugin_log_defaults(level)
+    return level == "quiet"
+
+
+class PluginOutput:
+    """What plugins wrote to stderr, kept by the backend (or plugin module) it came from."""
+
+    def __init__(self):
+        self._text: dict[str, str] = {}
+
+    @contextlib.contextmanager
+    def kept(self, enabled: bool, owner: str,
+             registrations: Mapping[str, Any] | None = None) -> Iterator[None]:
+        """Capture stderr while the block runs (when ``enabled``) and keep what came.
+
+        ``owner`` is a platform, or the plugin module being discovered: then the text is kept
+        under each platform the module registered (its ``registrations`` entries whose
+        ``module`` it is, known only after the block), else under the module's name. The
+        caller holds its lock: the redirect is process-wide.
+        """
+        if not enabled:
+            yield
+            return
+        captured: list[str] = []
+        try:
+            with capture_stderr(captured):
+                yield
+        finally:
+            if captured:
+                names = [name for name, registration in (registrations or {}).items()
+                         if getattr(registration, "module", None) == owner] or [owner]
+                for name in names:
+                    self._text[name] = self._text.get(name, "") + "".join(captured)
+
+    def as_dict(self) -> dict[str, str]:
+        """What was kept, by platform (or plugin module)."""
+        return dict(self._text)
+
+    def clear(self) -> None:
+        self._text.clear()

@@ -14,7 +14,6 @@ backend that came up.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -109,13 +108,11 @@ class BackendRegistry:
         self._plugins = plugins if plugins is not None else PluginTable()
         self._environ = environ
         self._discover_enabled = discover
-        self._discovered = False
+        self._discovered = self._quiet = False
         self._registrations: dict[str, BackendRegistration] = {}
         self._backends: dict[str, Client] | None = None
         self._errors: dict[str, str] = {}
-        #: What plugins wrote to stderr while being discovered or brought up unasked, by
-        #: platform (or by module, for a module that registered nothing).
-        self._logs: dict[str, str] = {}
+        self.plugin_output = plugin_logging.PluginOutput()  # what plugins printed, by backend
         self._default: str | None = None
         self._platforms_override: list[str] | None = None
         self._warned_experimental: set[str] = set()
@@ -248,11 +245,8 @@ class BackendRegistry:
         # Read the environment first: a broken configuration file raises before any plugin
         # is touched, and raises again on the next question instead of being half-applied.
         env_plugins = discovery.plugins_from_env(self._env(discovery.ENV_VARIABLE))
-        level = plugin_logging.log_level(self._environ)
+        self._quiet = quiet = plugin_logging.start(self._environ)  # before any plugin loads
         self._discovered = True
-        # Before any plugin library is loaded: their logging reads these when it starts.
-        plugin_logging.apply_plugin_log_defaults(level)
-        quiet = level == "quiet"
         modules = discovery.find_plugin_modules()
         jax_only = []
         for module, for_jax, directory in discovery.iter_classified(modules):
@@ -260,37 +254,15 @@ class BackendRegistry:
                 jax_only.append((module, directory))
                 continue
             context = discovery.DiscoveryContext(self, module.source, module.module)
-            with self._capturing(quiet, module.module), discovery.discovery_scope(context):
+            with self.plugin_output.kept(quiet, module.module, self._registrations), \
+                    discovery.discovery_scope(context):
                 self.discovery_records.append(discovery.initialize_module(module))
         for module, directory in jax_only:
-            with self._capturing(quiet, module.module):
+            with self.plugin_output.kept(quiet, module.module, self._registrations):
                 self._register_jax_wheel(module, directory)
         for entry in env_plugins:
-            with self._capturing(quiet, entry.name):
+            with self.plugin_output.kept(quiet, entry.name):
                 self._register_env_plugin(entry)
-
-    @contextlib.contextmanager
-    def _capturing(self, enabled: bool, owner: str, platform: str | None = None):
-        """While the block runs, keep what is written to stderr with the backend it is for.
-
-        ``owner`` is the plugin module (or platform) being handled; the text is kept under
-        each platform it registered, or under ``owner`` when it registered none. The caller
-        holds the registry's lock, which orders captures among threads that use pjrt.
-        """
-        if not enabled:
-            yield
-            return
-        captured: list[str] = []
-        try:
-            with plugin_logging.capture_stderr(captured):
-                yield
-        finally:
-            if captured:
-                names = ([platform] if platform else
-                         [n for n, r in self._registrations.items() if r.module == owner]
-                         or [owner])
-                for name in names:
-                    self._logs[name] = self._logs.get(name, "") + "".join(captured)
 
     def _register_jax_wheel(self, module: discovery.PluginModule, directory: str | None) -> None:
         platform = discovery.platform_of_jax_module(module.module)
@@ -417,12 +389,9 @@ class BackendRegistry:
 
     def _initialize_all(self) -> None:
         best = None
-        quiet = plugin_logging.log_level(self._environ) == "quiet"
         for name, priority, fail_quietly in self._plan():
-            try:
-                # A backend that was not asked for by name is brought up to see whether it
-                # can be: what its plugin prints meanwhile is kept, not shown.
-                client = self._initialize_one(name, capture=quiet and fail_quietly)
+            try:  # a backend not asked for by name: what its plugin prints is kept, not shown
+                client = self._initialize_one(name, capture=self._quiet and fail_quietly)
             except Exception as error:  # noqa: BLE001 - recorded, or raised with a hint
                 reason = f"{type(error).__name__}: {error}"
                 self._errors[name] = reason
@@ -458,7 +427,7 @@ class BackendRegistry:
             known = ", ".join(sorted(self._registrations)) or "none"
             raise RuntimeError(f"no backend named {name!r} is registered (registered: {known}); "
                                f"{_package_hint(name)}{self._failed_modules()}")
-        with self._capturing(capture, name, platform=name):
+        with self.plugin_output.kept(capture, name):
             client = registration.factory()
         if client is None:
             raise RuntimeError(f"the factory of backend {name!r} returned no client")
@@ -554,20 +523,6 @@ class BackendRegistry:
                 pass
             return dict(self._errors)
 
-    def backend_logs(self) -> dict[str, str]:
-        """What each plugin wrote to stderr while it was discovered or brought up unasked.
-
-        Keyed by platform (by plugin module for a module that registered nothing). Empty
-        unless the log level is ``quiet`` (the default; see :mod:`pjrt.plugin_logging`):
-        otherwise nothing is captured and the plugins' output went to stderr.
-        """
-        with self._lock:
-            try:
-                self.backends()
-            except RuntimeError:
-                pass
-            return dict(self._logs)
-
     def registrations(self) -> dict[str, BackendRegistration]:
         """The registered backends (discovering plugins first), by name."""
         with self._lock:
@@ -595,7 +550,7 @@ class BackendRegistry:
         # Registrations made through the API stay; discovery's are redone next time.
         self._registrations = {name: r for name, r in self._registrations.items()
                                if r.source == "api"}
-        self._logs = {}
+        self.plugin_output.clear()
         self._discovered = False
         self.discovery_records = []
 
@@ -684,8 +639,6 @@ def _failing(error: Exception) -> Callable[..., Any]:
 default_registry = BackendRegistry(default_plugins)
 
 
-
-
 # -- the module-level API, on the default registry ---------------------------------------------
 
 def _target() -> tuple[BackendRegistry, str, str | None]:
@@ -754,12 +707,9 @@ def backend_errors() -> dict[str, str]:
 
 
 def backend_logs() -> dict[str, str]:
-    """What each plugin wrote to stderr while it was discovered or brought up unasked."""
-    return default_registry.backend_logs()
-
-
-#: How much plugins may print (see :mod:`pjrt.plugin_logging`).
-set_log_level = plugin_logging.set_log_level
+    """What each plugin wrote to stderr while discovered or brought up unasked, by backend."""
+    backend_errors()  # brings the backends up, even when that raises
+    return default_registry.plugin_output.as_dict()
 
 
 def get_backend(platform: str | None = None) -> Client:
