@@ -89,6 +89,18 @@ def apply_plugin_log_defaults(level: str) -> None:
         os.environ.setdefault(name, value)
 
 
+def apply_defaults() -> None:
+    """:func:`apply_plugin_log_defaults` for the level in force, before a library is loaded.
+
+    An unknown :data:`LOG_LEVEL_ENV` counts as ``quiet`` here; the registry reports it.
+    """
+    try:
+        level = log_level()
+    except ValueError:
+        level = "quiet"
+    apply_plugin_log_defaults(level)
+
+
 @contextlib.contextmanager
 def capture_stderr(sink: list[str]) -> Iterator[None]:
     """Send file descriptor 2 to a temporary file while the block runs; keep what came.
