@@ -5,7 +5,9 @@ backend and the repository root as the working directory (snippets open files un
 examples/). A block that needs hardware or jax says so on a line of its own:
 ``# doctest: needs-gpu``, ``# doctest: needs-tpu`` or ``# doctest: needs-jax``; it is left
 out, and the test reports which blocks were. A block that is not meant to run on its own (a
-fragment of a plugin package) says ``# doctest: skip`` and why.
+fragment of a plugin package) says ``# doctest: skip`` and why. A block that only includes a
+file (``--8<-- "examples/NAME.py"``, on the docs site) is that file, which
+tests/test_examples.py runs.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 _BLOCK = re.compile(r"^```python[^\n]*\n(.*?)^```", re.MULTILINE | re.DOTALL)
 _MARKER = re.compile(r"#\s*doctest:\s*(needs-gpu|needs-tpu|needs-jax|skip)\b")
+_INCLUDE = re.compile(r'^\s*--8<--\s*"[^"]+"\s*$')
 
 
 def python_blocks(path: pathlib.Path) -> list[tuple[int, str]]:
@@ -33,12 +36,16 @@ def python_blocks(path: pathlib.Path) -> list[tuple[int, str]]:
 def script_of(path: pathlib.Path) -> tuple[str, list[str]]:
     """The blocks of ``path`` that run, as one script, and a note for each one left out."""
     parts, left_out = [], []
-    for line, code in python_blocks(path):
+    for number, code in python_blocks(path):
+        lines = [line for line in code.splitlines() if line.strip()]
+        if lines and all(_INCLUDE.match(line) for line in lines):
+            left_out.append(f"{path.name}:{number} (an included file)")
+            continue
         marker = _MARKER.search(code)
         if marker:
-            left_out.append(f"{path.name}:{line} ({marker.group(1)})")
+            left_out.append(f"{path.name}:{number} ({marker.group(1)})")
             continue
-        parts.append(f"# --- {path.name}:{line}\n{code}")
+        parts.append(f"# --- {path.name}:{number}\n{code}")
     return "\n".join(parts), left_out
 
 
@@ -51,7 +58,7 @@ def test_the_documents_have_snippets():
 def test_snippets_run(path, tmp_path):
     script, left_out = script_of(path)
     if not script.strip():
-        pytest.skip(f"every block needs hardware or jax: {', '.join(left_out)}")
+        pytest.skip(f"no block here runs on its own: {', '.join(left_out)}")
     program = tmp_path / f"snippets_of_{path.stem}.py"
     program.write_text(script, encoding="utf-8")
     environ = {k: v for k, v in os.environ.items()
