@@ -38,7 +38,7 @@ def require_c_compiler(package: str) -> None:
     program = shlex.split(compiler)[0] if compiler.strip() else "cc"
     if shutil.which(program) is None:
         sys.exit(f"error: building {package} from source needs a C compiler, and {program!r} "
-                 f"(from {'CC' if os.environ.get('CC') else 'Python’s build configuration'}) "
+                 f"(from {'CC' if os.environ.get('CC') else 'Python's build configuration'}) "
                  f"was not found. Install one (Debian/Ubuntu: apt-get install gcc; Fedora: "
                  f"dnf install gcc), set CC to a compiler, or install a prebuilt wheel of "
                  f"{package} (pip install --only-binary=:all: {package}).")

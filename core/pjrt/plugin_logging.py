@@ -110,7 +110,11 @@ def capture_stderr(sink: list[str]) -> Iterator[None]:
     hold their lock around it and keep the block short. Blocks may nest.
     """
     _flush_python_stderr()
-    saved = os.dup(2)
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all (closed by a daemon): nothing to keep it from
+        yield
+        return
     try:
         with tempfile.TemporaryFile() as captured:
             os.dup2(captured.fileno(), 2)
