@@ -53,12 +53,19 @@ def test_the_documents_have_snippets():
     assert sum(len(python_blocks(p)) for p in DOCUMENTS) >= 5
 
 
-@pytest.mark.parametrize("path", [p for p in DOCUMENTS if python_blocks(p)],
+def test_included_files_exist():
+    for path in DOCUMENTS:
+        for _, code in python_blocks(path):
+            for line in code.splitlines():
+                if _INCLUDE.match(line):
+                    included = line.split('"')[1]
+                    assert (ROOT / included).is_file(), f"{path.name} includes {included}"
+
+
+@pytest.mark.parametrize("path", [p for p in DOCUMENTS if script_of(p)[0].strip()],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_snippets_run(path, tmp_path):
     script, left_out = script_of(path)
-    if not script.strip():
-        pytest.skip(f"no block here runs on its own: {', '.join(left_out)}")
     program = tmp_path / f"snippets_of_{path.stem}.py"
     program.write_text(script, encoding="utf-8")
     environ = {k: v for k, v in os.environ.items()

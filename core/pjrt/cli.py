@@ -1,10 +1,13 @@
 """The ``pjrt`` command: what is installed, running a StableHLO file, and the demo.
 
 ``pjrt info``
-    The pjrt version and PJRT C API version, the plugins discovery found and where from, the
-    backends that came up (or why not), their devices, memories and memory statistics.
-    ``--platform P`` looks at one platform only (the others are not loaded); ``--json``
-    prints the same facts for programs to read.
+    The pjrt version and PJRT C API version, the versions of Python, numpy, ml_dtypes, cffi
+    and each plugin package (with the vendor wheels they need), the plugins discovery found
+    and where from, the backends that came up (or why not, wrapped, never cut), their
+    devices, memories and memory statistics. ``-v`` adds what each plugin printed while it
+    was brought up (kept back by default; see :mod:`pjrt.plugin_logging`). ``--platform P``
+    looks at one platform only (the others are not loaded); ``--json`` prints the same facts
+    for programs to read.
 
 ``pjrt run PROGRAM.mlir [--input a.npy ...]``
     Compiles a StableHLO program (text, or bytecode) on one device, feeds it arrays from
