@@ -37,8 +37,9 @@ def require_c_compiler(package: str) -> None:
     compiler = os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc"
     program = shlex.split(compiler)[0] if compiler.strip() else "cc"
     if shutil.which(program) is None:
+        source = "CC" if os.environ.get("CC") else "Python's build configuration"
         sys.exit(f"error: building {package} from source needs a C compiler, and {program!r} "
-                 f"(from {'CC' if os.environ.get('CC') else 'Python's build configuration'}) "
+                 f"(from {source}) "
                  f"was not found. Install one (Debian/Ubuntu: apt-get install gcc; Fedora: "
                  f"dnf install gcc), set CC to a compiler, or install a prebuilt wheel of "
                  f"{package} (pip install --only-binary=:all: {package}).")
