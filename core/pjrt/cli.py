@@ -1,10 +1,13 @@
 """The ``pjrt`` command: what is installed, running a StableHLO file, and the demo.
 
 ``pjrt info``
-    The pjrt version and PJRT C API version, the plugins discovery found and where from, the
-    backends that came up (or why not), their devices, memories and memory statistics.
-    ``--platform P`` looks at one platform only (the others are not loaded); ``--json``
-    prints the same facts for programs to read.
+    The pjrt version and PJRT C API version, the versions of Python, numpy, ml_dtypes, cffi
+    and each plugin package (with the vendor wheels they need), the plugins discovery found
+    and where from, the backends that came up (or why not, wrapped, never cut), their
+    devices, memories and memory statistics. ``-v`` adds what each plugin printed while it
+    was brought up (kept back by default; see :mod:`pjrt.plugin_logging`). ``--platform P``
+    looks at one platform only (the others are not loaded); ``--json`` prints the same facts
+    for programs to read.
 
 ``pjrt run PROGRAM.mlir [--input a.npy ...]``
     Compiles a StableHLO program (text, or bytecode) on one device, feeds it arrays from
@@ -31,7 +34,10 @@ import dataclasses
 import json
 import logging
 import os
+import platform as platform_module
+import re
 import sys
+import textwrap
 import time
 import traceback
 from typing import Any, Sequence
@@ -126,6 +132,56 @@ def _distribution_of_file(path: str | None) -> tuple[str, str] | None:
 
 # -- pjrt info ------------------------------------------------------------------------------
 
+#: The distributions whose versions ``pjrt info`` always reports: the core and what it needs.
+_CORE_DISTRIBUTIONS = ("pjrt", "numpy", "ml_dtypes", "cffi")
+
+
+def _installed_version(name: str) -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _requirement_names(distribution: str) -> list[str]:
+    """The names of the distributions ``distribution`` requires (markers ignored)."""
+    from importlib import metadata
+
+    try:
+        requires = metadata.requires(distribution) or []
+    except metadata.PackageNotFoundError:
+        return []
+    names = []
+    for requirement in requires:
+        if "extra ==" in requirement:
+            continue  # optional extras are not what is running
+        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+        if match:
+            names.append(match.group(1))
+    return names
+
+
+def gather_versions(plugin_packages: Sequence[str]) -> dict[str, str | None]:
+    """Python's version and each relevant distribution's: the core, its dependencies, the
+    plugin packages and what each of them requires (the vendors' wheels). None: not found."""
+    versions: dict[str, str | None] = {
+        "python": f"{platform_module.python_version()} ({platform_module.python_implementation()}"
+                  f", {platform_module.system()} {platform_module.machine()})",
+    }
+    names = list(_CORE_DISTRIBUTIONS)
+    for package in plugin_packages:
+        names.append(package)
+        names.extend(_requirement_names(package))
+    for name in dict.fromkeys(names):
+        if name not in versions:
+            versions[name] = _installed_version(name)
+    if versions.get("pjrt") is None:
+        versions["pjrt"] = f"{__version__} (not installed: from {os.path.dirname(__file__)})"
+    return versions
+
+
 def _where_from(registration, records_by_module: dict) -> str:
     """``entry point``, ``namespace``, ``env var`` or ``api``, with the module or file."""
     source = registration.source
@@ -152,6 +208,8 @@ def gather_info(reg: registry_module.BackendRegistry, platform: str | None = Non
         "plugins": [],
         "discovery": [],
         "backends": [],
+        "versions": {},
+        "logs": {},
         "error": None,
     }
     if platform is not None and not reg.backends_are_initialized():
@@ -193,6 +251,9 @@ def gather_info(reg: registry_module.BackendRegistry, platform: str | None = Non
         })
     for record in reg.discovery_records:
         info["discovery"].append(dataclasses.asdict(record))
+    info["versions"] = gather_versions([p["package"] for p in info["plugins"] if p["package"]])
+    info["logs"] = {name: text for name, text in reg.plugin_output.as_dict().items()
+                    if wanted is None or name in wanted}
 
     for name, client in backends.items():
         if wanted is not None and name not in wanted:
@@ -236,9 +297,31 @@ def _stats_text(stats: dict | None) -> str:
     return ", ".join(f"{key}={value}" for key, value in stats.items())
 
 
-def format_info(info: dict) -> str:
-    """``pjrt info`` as text a person reads at a glance."""
+def _wrapped(text: str, first: str, indent: str, width: int = _REASON_WIDTH) -> list[str]:
+    """``first`` followed by ``text``, wrapped to ``width`` (nothing cut), each line of
+    ``text`` kept as its own paragraph."""
+    lines: list[str] = []
+    paragraphs = [" ".join(line.split()) for line in str(text).splitlines() if line.strip()]
+    for number, paragraph in enumerate(paragraphs or [""]):
+        lines += textwrap.wrap(paragraph, width=width,
+                               initial_indent=first if number == 0 else indent,
+                               subsequent_indent=indent, break_on_hyphens=False,
+                               break_long_words=False) or [first.rstrip()]
+    return lines
+
+
+def format_info(info: dict, verbose: bool = False) -> str:
+    """``pjrt info`` as text a person reads at a glance.
+
+    With ``verbose``, also what each plugin printed while it was brought up (kept, not
+    shown, by default; see :mod:`pjrt.plugin_logging`).
+    """
     lines = [f"pjrt {info['pjrt_version']}, PJRT C API {info['pjrt_c_api_version']} (header)"]
+
+    versions = info.get("versions") or {}
+    if versions:
+        lines += ["", "Versions"]
+        lines += _table([[name, version or "not installed"] for name, version in versions.items()])
 
     lines += ["", "Plugins"]
     if info["plugins"]:
@@ -273,7 +356,7 @@ def format_info(info: dict) -> str:
     else:
         lines.append("  none came up")
     for backend in failed:
-        lines.append(f"  x {backend['name']}: failed: {shorten(backend['reason'])}")
+        lines += _wrapped(backend["reason"], f"  x {backend['name']}: failed: ", "      ")
     if any(b["default"] for b in up):
         lines.append("  (* the default backend)")
     if info["error"] and not failed:  # otherwise the failed backends above say it
@@ -291,6 +374,17 @@ def format_info(info: dict) -> str:
                              _stats_text(device["memory_stats"])])
             lines += _table(rows, indent="    ")
         lines.append("  (* marks a device's default memory)")
+
+    logs = info.get("logs") or {}
+    if logs:
+        lines += ["", "Plugin output"]
+        if verbose:
+            for name, text in logs.items():
+                lines.append(f"  {name}:")
+                lines += ["    " + line.rstrip() for line in text.splitlines() if line.strip()]
+        else:
+            lines.append(f"  kept from {', '.join(logs)}, not shown: pjrt info -v shows it "
+                         f"(PJRT_LOG_LEVEL=warning lets plugins print)")
     return "\n".join(lines)
 
 
@@ -299,7 +393,7 @@ def _cmd_info(args, reg) -> int:
     if args.json:
         print(json.dumps(info, indent=2, default=str))
     else:
-        print(format_info(info))
+        print(format_info(info, verbose=args.verbose))
     up = any(b["status"] == "up" for b in info["backends"])
     return OK if up and not info["error"] else FAILED
 
@@ -323,6 +417,15 @@ def _read_program(path: str) -> tuple[str | bytes, str]:
     except UnicodeDecodeError:
         # Not text: hand the bytes over and let the plugin's parser judge them.
         return data, "binary"
+
+
+#: An MLIR location in a program parsed from memory: ``-:LINE:COLUMN``.
+_ANONYMOUS_LOCATION = re.compile(r"(?<![\w./-])-:(\d+):(\d+)")
+
+
+def _name_locations(message: str, path: str) -> str:
+    """``message`` with the parser's ``-:2:8`` locations written as ``path:2:8``."""
+    return _ANONYMOUS_LOCATION.sub(lambda m: f"{path}:{m.group(1)}:{m.group(2)}", message)
 
 
 def _plural(count: int, noun: str) -> str:
@@ -407,8 +510,12 @@ def _cmd_run(args, reg) -> int:
     try:
         executable = client.compile_and_load(program, [device])
     except XlaRuntimeError as error:
-        raise CommandError(f"{args.program} does not compile: {shorten(str(error), 300)}",
-                           FAILED, detail=str(error)) from error
+        # The plugin's whole diagnostic, uncut (its later lines may say which op or type is
+        # at fault), its lines joined to keep errors to one line. Its locations name the
+        # buffer "-"; name the file instead.
+        message = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+        message = _name_locations(message, args.program)
+        raise CommandError(f"{args.program} does not compile: {message}", FAILED) from error
     compile_seconds = time.perf_counter() - started
     _check_inputs(executable, arrays, paths)
 

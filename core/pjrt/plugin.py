@@ -13,7 +13,7 @@ import os
 import re
 import threading
 
-from . import _c, _elf
+from . import _c, _elf, plugin_logging
 from ._pjrt_cffi import ffi, lib
 from .errors import PluginLoadError
 from .options import named_values_to_dict
@@ -344,6 +344,7 @@ class PluginTable:
                         f"plugin {name!r} is already loaded from {existing.library_path}; "
                         f"cannot load it again from {path}. Use another name.")
                 return existing
+            plugin_logging.apply_defaults()  # plugins read their log switches when loaded
             plugin = load_library(name, path)
             self._plugins[name] = plugin
         _run_hooks(plugin_load_hooks, plugin)

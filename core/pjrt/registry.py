@@ -21,7 +21,7 @@ import threading
 import warnings
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from . import discovery
+from . import discovery, plugin_logging
 from .client import Client, create_client
 from .errors import PluginLoadError
 from .plugin import Plugin, PluginTable, default_plugins
@@ -112,10 +112,11 @@ class BackendRegistry:
         self._plugins = plugins if plugins is not None else PluginTable()
         self._environ = environ
         self._discover_enabled = discover
-        self._discovered = False
+        self._discovered = self._quiet = False
         self._registrations: dict[str, BackendRegistration] = {}
         self._backends: dict[str, Client] | None = None
         self._errors: dict[str, str] = {}
+        self.plugin_output = plugin_logging.PluginOutput()  # what plugins printed, by backend
         self._default: str | None = None
         self._platforms_override: list[str] | None = None
         self._warned_experimental: set[str] = set()
@@ -250,6 +251,7 @@ class BackendRegistry:
         # Read the environment first: a broken configuration file raises before any plugin
         # is touched, and raises again on the next question instead of being half-applied.
         env_plugins = discovery.plugins_from_env(self._env(discovery.ENV_VARIABLE))
+        self._quiet = quiet = plugin_logging.start(self._environ)  # before any plugin loads
         self._discovered = True
         modules = discovery.find_plugin_modules()
         jax_only = []
@@ -258,12 +260,15 @@ class BackendRegistry:
                 jax_only.append((module, directory))
                 continue
             context = discovery.DiscoveryContext(self, module.source, module.module)
-            with discovery.discovery_scope(context):
+            with self.plugin_output.kept(quiet, module.module, self._registrations), \
+                    discovery.discovery_scope(context):
                 self.discovery_records.append(discovery.initialize_module(module))
         for module, directory in jax_only:
-            self._register_jax_wheel(module, directory)
+            with self.plugin_output.kept(quiet, module.module, self._registrations):
+                self._register_jax_wheel(module, directory)
         for entry in env_plugins:
-            self._register_env_plugin(entry)
+            with self.plugin_output.kept(quiet, entry.name):
+                self._register_env_plugin(entry)
 
     def _register_jax_wheel(self, module: discovery.PluginModule, directory: str | None) -> None:
         platform = discovery.platform_of_jax_module(module.module)
@@ -391,8 +396,8 @@ class BackendRegistry:
     def _initialize_all(self) -> None:
         best = None
         for name, priority, fail_quietly in self._plan():
-            try:
-                client = self._initialize_one(name)
+            try:  # a backend not asked for by name: what its plugin prints is kept, not shown
+                client = self._initialize_one(name, capture=self._quiet and fail_quietly)
             except Exception as error:  # noqa: BLE001 - recorded, or raised with a hint
                 reason = f"{type(error).__name__}: {error}"
                 self._errors[name] = reason
@@ -422,13 +427,14 @@ class BackendRegistry:
         return (f"it was asked for in {PLATFORMS_ENV} as {asked}; set {PLATFORMS_ENV}='' to use "
                 f"whatever comes up, or remove {written!r} from it")
 
-    def _initialize_one(self, name: str) -> Client:
+    def _initialize_one(self, name: str, capture: bool = False) -> Client:
         registration = self._registrations.get(name)
         if registration is None:
             known = ", ".join(sorted(self._registrations)) or "none"
             raise RuntimeError(f"no backend named {name!r} is registered (registered: {known}); "
                                f"{_package_hint(name)}{self._failed_modules()}")
-        client = registration.factory()
+        with self.plugin_output.kept(capture, name):
+            client = registration.factory()
         if client is None:
             raise RuntimeError(f"the factory of backend {name!r} returned no client")
         if client.device_count() == 0:
@@ -551,6 +557,7 @@ class BackendRegistry:
         # Registrations made through the API stay; discovery's are redone next time.
         self._registrations = {name: r for name, r in self._registrations.items()
                                if r.source == "api"}
+        self.plugin_output.clear()
         self._discovered = False
         self.discovery_records = []
 
@@ -640,8 +647,6 @@ def _failing(error: Exception) -> Callable[..., Any]:
 default_registry = BackendRegistry(default_plugins)
 
 
-
-
 # -- the module-level API, on the default registry ---------------------------------------------
 
 def _target() -> tuple[BackendRegistry, str, str | None]:
@@ -707,6 +712,12 @@ def backends() -> dict[str, Client]:
 def backend_errors() -> dict[str, str]:
     """Why each backend that failed to start failed."""
     return default_registry.backend_errors()
+
+
+def backend_logs() -> dict[str, str]:
+    """What each plugin wrote to stderr while discovered or brought up unasked, by backend."""
+    backend_errors()  # brings the backends up, even when that raises
+    return default_registry.plugin_output.as_dict()
 
 
 def get_backend(platform: str | None = None) -> Client:

@@ -305,8 +305,8 @@ class Sharding:
         a tuple with one slice per dimension, ``slice(None)`` where a dimension is whole.
 
         Raises:
-          as :meth:`shard_shape` (an uneven split raises here too, as in jax); ValueError
-          for an unreduced sharding.
+          ValueError: for an unreduced sharding; and as :meth:`shard_shape` does (an uneven
+            split raises here too, as in jax).
         """
         shape = _check_shape(global_shape)
 

@@ -48,7 +48,9 @@ def library_path() -> str:
     Raises:
       FileNotFoundError: pjrt-cpu was installed without building its C library.
     """
-    for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+    # The library uses no Python API, so its name carries no Python version; builds that
+    # named it as an extension module (``_lapack_kernels.cpython-311-...so``) are still found.
+    for suffix in (".so", *importlib.machinery.EXTENSION_SUFFIXES):
         candidate = os.path.join(_HERE, _LIBRARY_STEM + suffix)
         if os.path.isfile(candidate):
             return candidate

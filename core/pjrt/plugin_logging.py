@@ -1,0 +1,192 @@
+"""How loud plugins are: their own logging switches, and what they write to stderr.
+
+PJRT plugins log from C++ (absl, XLA's TSL logging, libtpu's start-up code) straight to file
+descriptor 2. On a machine without a GPU or TPU, bringing up the CUDA or TPU plugin only to
+learn that it has no hardware prints a dozen lines (``failed call to cuInit``, libtpu's
+``InitGoogle`` and ``TPU_*`` warnings, a "Source Location Trace") that say nothing the
+backend's reason does not. So, unless told otherwise with :data:`LOG_LEVEL_ENV`:
+
+* before a plugin library is loaded, the plugins' own log threshold is raised to warnings
+  (``TF_CPP_MIN_LOG_LEVEL=1``, which is what XLA's plugins read; a value the user set is
+  kept), which silences XLA's ``I0000 ... cpu_device_count set via create_options`` line;
+* what a plugin writes to stderr while a backend that was not asked for by name is loaded and
+  brought up is captured (:func:`capture_stderr`) and kept with that backend
+  (``pjrt.registry.backend_logs()``, ``pjrt info -v``) instead of being printed.
+
+``PJRT_LOG_LEVEL`` (or :func:`set_log_level`) is the one switch:
+
+``quiet`` (the default)
+    as above;
+``warning``
+    the same threshold, nothing captured: every plugin's warnings and errors reach stderr;
+``info``
+    nothing changed or captured: the plugins log as they do by default.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from typing import Any, Iterator, Mapping
+
+#: The environment variable that sets how much plugins may print.
+LOG_LEVEL_ENV = "PJRT_LOG_LEVEL"
+
+#: The levels, quietest first.
+LOG_LEVELS = ("quiet", "warning", "info")
+
+#: The plugins' own switches, by level: set when not already set. TF_CPP_MIN_LOG_LEVEL is
+#: read by XLA's logging in every plugin built from XLA (CPU, CUDA, ROCm, libtpu's XLA);
+#: 1 drops INFO lines and keeps warnings and errors.
+_PLUGIN_ENV_DEFAULTS = {
+    "quiet": {"TF_CPP_MIN_LOG_LEVEL": "1"},
+    "warning": {"TF_CPP_MIN_LOG_LEVEL": "1"},
+    "info": {},
+}
+
+_level_override: str | None = None
+
+
+def _check_level(level: str, where: str) -> str:
+    normalized = level.strip().lower()
+    if normalized not in LOG_LEVELS:
+        raise ValueError(f"{where} is {level!r}; use one of {', '.join(LOG_LEVELS)}")
+    return normalized
+
+
+def set_log_level(level: str | None) -> None:
+    """Set how much plugins may print: ``"quiet"``, ``"warning"`` or ``"info"``.
+
+    Overrides :data:`LOG_LEVEL_ENV`; None goes back to it. The plugins' own switches are
+    environment variables read when their library is loaded, so call this before the first
+    backend comes up (capturing applies from the next backend brought up).
+
+    Raises:
+      ValueError: ``level`` is not one of :data:`LOG_LEVELS`.
+    """
+    global _level_override
+    _level_override = None if level is None else _check_level(level, "the log level")
+
+
+def log_level(environ=None) -> str:
+    """The log level in force: :func:`set_log_level`'s, else :data:`LOG_LEVEL_ENV`'s, else quiet.
+
+    Raises:
+      ValueError: :data:`LOG_LEVEL_ENV` names no level.
+    """
+    if _level_override is not None:
+        return _level_override
+    value = (os.environ if environ is None else environ).get(LOG_LEVEL_ENV, "")
+    if not value.strip():
+        return "quiet"
+    return _check_level(value, LOG_LEVEL_ENV)
+
+
+def apply_plugin_log_defaults(level: str) -> None:
+    """Set the plugins' logging variables for ``level``, keeping any the user has set."""
+    for name, value in _PLUGIN_ENV_DEFAULTS[level].items():
+        os.environ.setdefault(name, value)
+
+
+def apply_defaults() -> None:
+    """:func:`apply_plugin_log_defaults` for the level in force, before a library is loaded.
+
+    An unknown :data:`LOG_LEVEL_ENV` counts as ``quiet`` here; the registry reports it.
+    """
+    try:
+        level = log_level()
+    except ValueError:
+        level = "quiet"
+    apply_plugin_log_defaults(level)
+
+
+@contextlib.contextmanager
+def capture_stderr(sink: list[str]) -> Iterator[None]:
+    """Send file descriptor 2 to a temporary file while the block runs; keep what came.
+
+    What was written is appended to ``sink`` (when not blank) as text. Both Python's and C's
+    writes to stderr are caught, from every thread: the redirect is process-wide, so callers
+    hold their lock around it and keep the block short. Blocks may nest.
+    """
+    _flush_python_stderr()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr at all (closed by a daemon): nothing to keep it from
+        yield
+        return
+    try:
+        with tempfile.TemporaryFile() as captured:
+            os.dup2(captured.fileno(), 2)
+            try:
+                yield
+            finally:
+                _flush_python_stderr()
+                os.dup2(saved, 2)
+                captured.seek(0)
+                text = captured.read().decode("utf-8", errors="replace")
+                if text.strip():
+                    sink.append(text)
+    finally:
+        os.close(saved)
+
+
+def _flush_python_stderr() -> None:
+    # Python buffers what it writes to sys.stderr; flush so that text lands on the side of
+    # the redirect it was written on.
+    for stream in (sys.stderr, sys.__stderr__):
+        with contextlib.suppress(Exception):
+            if stream is not None:
+                stream.flush()
+
+
+def start(environ=None) -> bool:
+    """Apply the plugins' logging defaults for the level in force, before any plugin loads.
+
+    Returns:
+      Whether output of backends not asked for is to be captured (the level is ``quiet``).
+
+    Raises:
+      ValueError: :data:`LOG_LEVEL_ENV` names no level.
+    """
+    level = log_level(environ)
+    apply_plugin_log_defaults(level)
+    return level == "quiet"
+
+
+class PluginOutput:
+    """What plugins wrote to stderr, kept by the backend (or plugin module) it came from."""
+
+    def __init__(self):
+        self._text: dict[str, str] = {}
+
+    @contextlib.contextmanager
+    def kept(self, enabled: bool, owner: str,
+             registrations: Mapping[str, Any] | None = None) -> Iterator[None]:
+        """Capture stderr while the block runs (when ``enabled``) and keep what came.
+
+        ``owner`` is a platform, or the plugin module being discovered: then the text is kept
+        under each platform the module registered (its ``registrations`` entries whose
+        ``module`` it is, known only after the block), else under the module's name. The
+        caller holds its lock: the redirect is process-wide.
+        """
+        if not enabled:
+            yield
+            return
+        captured: list[str] = []
+        try:
+            with capture_stderr(captured):
+                yield
+        finally:
+            if captured:
+                names = [name for name, registration in (registrations or {}).items()
+                         if getattr(registration, "module", None) == owner] or [owner]
+                for name in names:
+                    self._text[name] = self._text.get(name, "") + "".join(captured)
+
+    def as_dict(self) -> dict[str, str]:
+        """What was kept, by platform (or plugin module)."""
+        return dict(self._text)
+
+    def clear(self) -> None:
+        self._text.clear()
