@@ -1,24 +1,12 @@
-"""Global arrays, device_put with shardings, and SPMD / replicated execution on 8 CPU devices."""
+"""Placing values on devices (transfers.py): ``device_put`` to a device or a sharding, resharding
+an Array, the batched transfers and the replicate / shard helpers, on 8 CPU devices of the real
+plugins."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 import pjrt
-from fixtures import programs
-
-REPLICATED_PROGRAM = """
-func.func public @main(%x: tensor<3xf32>) -> (tensor<3xf32>, tensor<f32>) {
-  %0 = stablehlo.multiply %x, %x : tensor<3xf32>
-  %z = stablehlo.constant dense<0.0> : tensor<f32>
-  %s = stablehlo.reduce(%x init: %z) applies stablehlo.add across dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
-  return %0, %s : tensor<3xf32>, tensor<f32>
-}"""
-
-
-@pytest.fixture
-def mesh(client):
-    return pjrt.Mesh(np.array(client.devices()).reshape(2, 4), ("x", "y"))
 
 
 def test_device_put_cuts_a_host_array_into_shards(mesh):
@@ -61,58 +49,6 @@ def test_deleting_a_global_array_invalidates_its_shards(mesh):
         np.asarray(shard)
 
 
-@pytest.mark.parametrize("order", [list(range(8)), [3, 1, 7, 5, 0, 2, 6, 4]])
-@pytest.mark.parametrize("variant", ["shardy", "gspmd"])
-def test_spmd_call_with_host_and_global_arrays(client, variant, order):
-    devices = [client.lookup_device(i) for i in order]
-    mesh = pjrt.Mesh(np.array(devices).reshape(2, 4), ("x", "y"))
-    program = programs.get("spmd_mlp")
-    compiled = pjrt.compile(program.read_text(variant), mesh)
-    assert compiled.devices == devices
-    x, w = program.inputs()
-    # x arrives placed with a different layout: it is resharded to the one the program expects.
-    x_rows = pjrt.device_put(x, pjrt.NamedSharding(mesh, pjrt.P("x")))
-    result = compiled(x_rows, w)
-    np.testing.assert_allclose(np.asarray(result), program.expected()[0],
-                               rtol=program.rtol, atol=program.atol)
-    manifest = programs.load_manifest()["programs"]["spmd_mlp"]["spmd"]["variants"][variant]
-    assert [str(s.to_hlo_sharding(2)) for s in compiled.output_shardings] == \
-        manifest["jax_output_hlo_shardings"]
-    expected_indices = pjrt.GSPMDSharding(devices, compiled.output_shardings[0].to_hlo_sharding(2)) \
-        .devices_indices_map((8, 8))
-    assert {s.device: s.index for s in result.addressable_shards} == expected_indices
-
-
-def test_arguments_on_other_devices_are_refused(client):
-    mesh = pjrt.Mesh(np.array(client.devices()[:4]), ("x",))
-    compiled = pjrt.compile(programs.get("spmd_elementwise_2d").read_text("gspmd"),
-                            pjrt.Mesh(np.array(client.devices()).reshape(2, 4), ("x", "y")))
-    elsewhere = pjrt.device_put(np.ones((8, 8), np.float32), pjrt.NamedSharding(mesh, pjrt.P("x")))
-    with pytest.raises(pjrt.DeviceAssignmentMismatchError, match=r"argument 0 is on cpu devices \[0, 1, 2, 3\]"):
-        compiled(elsewhere)
-
-
-def test_wrong_global_shape_is_refused(client, mesh):
-    compiled = pjrt.compile(programs.get("spmd_elementwise_2d").read_text("shardy"), mesh)
-    with pytest.raises((TypeError, ValueError)):
-        compiled(np.ones((16, 8), np.float32))
-    with pytest.raises(TypeError, match="takes 1 arguments"):
-        compiled(np.ones((8, 8), np.float32), np.ones(3))
-
-
-def test_replicated_execution_stacks_outputs(client):
-    devices = client.devices()[:4]
-    compiled = pjrt.compile(REPLICATED_PROGRAM, devices, replicated=True)
-    assert compiled.executable.num_replicas() == 4
-    x = np.arange(12, dtype=np.float32).reshape(4, 3)
-    squares, sums = compiled(x)
-    assert squares.shape == (4, 3) and sums.shape == (4,)
-    assert isinstance(squares.sharding, pjrt.PmapSharding)
-    np.testing.assert_array_equal(np.asarray(squares), x * x)
-    np.testing.assert_array_equal(np.asarray(sums), x.sum(axis=1))
-    assert [s.device for s in squares.addressable_shards] == devices
-
-
 def test_replicate_and_shard_along_axis_helpers(client):
     devices = client.devices()[:3]
     everywhere = pjrt.replicate(np.arange(5), devices)
@@ -137,22 +73,91 @@ def test_a_shard_of_a_deleted_array_cannot_be_executed(client):
         executable.execute([shard])
 
 
-def test_a_view_of_a_shard_outlives_its_global_array_and_client(cpu_plugin):
-    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2})
-    mesh = pjrt.Mesh(np.array(own.devices()), ("a",))
-    array = pjrt.device_put(np.arange(2 * 65536, dtype=np.float32).reshape(2, 65536),
-                            pjrt.NamedSharding(mesh, pjrt.P("a")))
-    view = np.asarray(array.addressable_shards[1].data)  # 256 KiB: a view of the buffer
-    array.delete()
-    own.close()
-    np.testing.assert_array_equal(view[0, :3], [65536, 65537, 65538])
+def test_device_put_helper(client):
+    device = client.devices()[2]
+    array = pjrt.device_put(np.arange(3.0), device)
+    assert array.device is device
+    assert pjrt.device_put(array, device) is array
+    moved = pjrt.device_put(array, client.devices()[4])
+    assert moved.device is client.devices()[4]
 
 
-def test_an_unevenly_sharded_output_is_refused_before_running(client):
-    text = """func.func public @main(%x: tensor<6xf32> {mhlo.sharding = "{replicated}"}) -> (tensor<6xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}) {
-      %0 = stablehlo.add %x, %x : tensor<6xf32>
-      return %0 : tensor<6xf32>
-    }"""
-    compiled = pjrt.compile(text, client.devices()[:4])
-    with pytest.raises(ValueError, match="splits unevenly"):
-        compiled(np.ones(6, np.float32))
+def test_device_put_refuses_a_target_that_is_not_a_device_or_sharding(client):
+    with pytest.raises(TypeError, match="on a Device or a Sharding, not str"):
+        pjrt.device_put(np.ones(3), "cpu:0")
+
+
+def test_batched_device_put_builds_a_global_array_from_shards(mesh):
+    sharding = pjrt.NamedSharding(mesh, pjrt.P("x"))
+    devices = list(sharding.addressable_devices_indices_map((4, 3)))
+    host = np.arange(12, dtype=np.int32).reshape(4, 3)
+    indices = sharding.addressable_devices_indices_map(host.shape)
+    array = pjrt.batched_device_put(host.shape, sharding, [host[indices[d]] for d in devices],
+                                    devices)
+    assert array.shape == (4, 3) and array.sharding == sharding
+    np.testing.assert_array_equal(np.asarray(array), host)
+    for shard in array.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), host[shard.index])
+
+
+def test_batched_device_put_refuses_shards_that_do_not_fit(mesh):
+    sharding = pjrt.NamedSharding(mesh, pjrt.P("x"))
+    devices = list(sharding.addressable_devices_indices_map((4, 3)))
+    shards = [np.zeros((2, 3), np.float32) for _ in devices]
+    with pytest.raises(ValueError, match=r"has shape \(3, 3\); the sharding gives shards of "
+                                         r"shape \(2, 3\) for an array of \(4, 3\)"):
+        pjrt.batched_device_put((4, 3), sharding, [np.zeros((3, 3), np.float32)] * 8, devices)
+    with pytest.raises(ValueError, match="in the sharding's device order"):
+        pjrt.batched_device_put((4, 3), sharding, shards, devices[::-1])
+    mixed = shards[:-1] + [np.zeros((2, 3), np.float64)]
+    with pytest.raises(ValueError, match="shards disagree on dtype"):
+        pjrt.batched_device_put((4, 3), sharding, mixed, devices)
+    assert pjrt.batched_device_put((4, 3), sharding, shards, devices).shape == (4, 3)
+
+
+def test_a_large_placement_is_copied_in_parallel_and_exact(mesh):
+    """Past 8 MiB in all, the shards are placed by several threads; every byte arrives."""
+    host = np.random.default_rng(3).standard_normal((1024, 2048)).astype(np.float32)  # 8 MiB
+    array = pjrt.device_put(host, pjrt.NamedSharding(mesh, pjrt.P("x", "y")))
+    np.testing.assert_array_equal(np.asarray(array), host)
+    for shard in array.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), host[shard.index])
+
+
+def test_resharding_to_another_device_order_moves_shards(client):
+    devices = client.devices()
+    forward = pjrt.Mesh(np.array(devices), ("a",))
+    backward = pjrt.Mesh(np.array(devices[::-1]), ("a",))
+    host = np.arange(16.0).reshape(8, 2)
+    array = pjrt.device_put(host, pjrt.NamedSharding(forward, pjrt.P("a")))
+    moved = pjrt.reorder_shards(array, pjrt.NamedSharding(backward, pjrt.P("a")))
+    np.testing.assert_array_equal(np.asarray(moved), host)
+    assert {s.device.id: s.index for s in moved.addressable_shards}[7] == (slice(0, 1), slice(None))
+    np.testing.assert_array_equal(np.asarray(moved.addressable_shards[0].data), host[:1])
+    assert not array.is_deleted()
+
+
+def test_resharding_to_another_client_goes_through_the_host(client, make_client):
+    other = make_client(4)
+    host = np.arange(32, dtype=np.int64).reshape(4, 8)
+    ours = pjrt.device_put(host, pjrt.NamedSharding(pjrt.Mesh(np.array(client.devices()[:4]),
+                                                              ("a",)), pjrt.P("a")))
+    target = pjrt.NamedSharding(pjrt.Mesh(np.array(other.devices()), ("b",)), pjrt.P(None, "b"))
+    theirs = pjrt.device_put(ours, target)
+    assert theirs.sharding == target
+    assert {s.device.client for s in theirs.addressable_shards} == {other}
+    np.testing.assert_array_equal(np.asarray(theirs), host)
+    for shard in theirs.addressable_shards:
+        assert shard.data.shape == (4, 2)
+        np.testing.assert_array_equal(np.asarray(shard.data), host[shard.index])
+
+
+def test_shard_along_another_axis(client):
+    devices = client.devices()[:4]
+    host = np.arange(12).reshape(3, 4)
+    stacked = pjrt.shard_along_axis(host, devices, axis=1)
+    assert isinstance(stacked.sharding, pjrt.PmapSharding)
+    assert [np.asarray(s.data).tolist() for s in stacked.addressable_shards] == \
+        [host[:, i].tolist() for i in range(4)]
+    np.testing.assert_array_equal(np.asarray(stacked), host)
+
