@@ -82,3 +82,23 @@ def test_bad_option_types_are_type_errors_naming_the_key(cpu_plugin):
 def test_unknown_plugin_name(client):
     with pytest.raises(KeyError, match="no PJRT plugin named 'nope'"):
         pjrt.make_c_api_client("nope")
+
+
+def test_buffer_from_pyval_to_another_clients_device_is_refused(client, make_client):
+    other = make_client(1)
+    with pytest.raises(ValueError, match="belongs to another client.*pass a device of this cpu client"):
+        client.buffer_from_pyval(np.ones(2), other.devices()[0])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "bug in array.py (array_from_host): a device argument that is not a Device (a Memory, a "
+    "string) reaches cffi and fails with its TypeError about 'struct PJRT_Device *', or an "
+    "AttributeError, instead of a TypeError saying a Device is needed"))
+@pytest.mark.parametrize("target", ["memory", "name"])
+def test_buffer_from_pyval_to_something_not_a_device_says_so(client, target):
+    device = client.devices()[1]
+    wrong = device.default_memory() if target == "memory" else "cpu:1"
+    with pytest.raises(TypeError, match="Device") as info:
+        client.buffer_from_pyval(np.ones(2), wrong)
+    assert "PJRT_" not in str(info.value)  # in pjrt's words, not the C binding's
+

@@ -116,3 +116,61 @@ def test_compiled_program_with_a_large_host_argument(client):
     y = program(np.ones(1 << 20, np.float32))  # the placed argument is dropped at once
     gc.collect()
     np.testing.assert_array_equal(np.asarray(y), np.full(1 << 20, 40, np.float32))
+
+
+def test_one_device_program_properties(client):
+    device = client.devices()[5]
+    compiled = pjrt.compile(TINY.read_text(), device)
+    assert compiled.devices == [device]
+    assert len(compiled.input_shardings) == 2 and len(compiled.output_shardings) == 1
+    assert repr(compiled).startswith("CompiledProgram(")
+    result = compiled(*TINY.inputs())
+    assert result.device is device
+    programs.check_outputs(TINY, [np.asarray(result)])
+
+
+def test_compile_with_a_client_and_no_devices_uses_its_first_device(client):
+    compiled = pjrt.compile(TINY.read_text(), client=client)
+    assert compiled.devices == [client.local_devices()[0]]
+    programs.check_outputs(TINY, [np.asarray(compiled(*TINY.inputs()))])
+
+
+def test_compile_bytecode_for_a_device(client):
+    with open(programs.FIXTURES_DIR + "/" + programs.BYTECODE_FILE, "rb") as f:
+        compiled = pjrt.compile(f.read(), client.devices()[1])
+    programs.check_outputs(TINY, [np.asarray(compiled(*TINY.inputs()))])
+
+
+def test_a_device_list_and_a_mesh_of_the_same_devices_compile_alike(client, mesh):
+    program = programs.get("spmd_elementwise_2d")
+    text = program.read_text("shardy")
+    over_mesh = pjrt.compile(text, mesh)
+    over_list = pjrt.compile(text, list(mesh.devices.flat))
+    assert over_mesh.devices == over_list.devices == list(mesh.devices.flat)
+    (x,) = program.inputs()
+    for compiled in (over_mesh, over_list):
+        np.testing.assert_allclose(np.asarray(compiled(x)), program.expected()[0],
+                                   rtol=program.rtol, atol=program.atol)
+    assert [s.to_hlo_sharding(2) for s in over_mesh.input_shardings] == \
+        [s.to_hlo_sharding(2) for s in over_list.input_shardings]
+
+
+def test_compile_with_given_options(client):
+    options = pjrt.CompileOptions()
+    compiled = pjrt.compile(TINY.read_text(), [client.devices()[3]], options)
+    assert compiled.devices == [client.devices()[3]]
+    programs.check_outputs(TINY, [np.asarray(compiled(*TINY.inputs()))])
+
+
+def test_one_device_program_refuses_wrong_dtypes_and_deleted_arrays(client):
+    compiled = pjrt.compile(TINY.read_text(), client.devices()[0])
+    a, b = TINY.inputs()
+    # A Python list becomes float64, which the program does not take: said, not converted.
+    with pytest.raises(TypeError, match="argument 0 has shape \\(8,\\) and dtype float64, but "
+                                        "the program expects shape \\(8,\\) and dtype float32"):
+        compiled(a.tolist(), b)
+    gone = client.buffer_from_pyval(b, client.devices()[4])
+    gone.delete()
+    with pytest.raises(pjrt.DeletedArrayError):
+        compiled(a, gone)
+
