@@ -306,6 +306,7 @@ def test_console_script_is_installed():
 
 # -- pjrt demo ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_demo_runs_and_checks_against_numpy():
     result = pjrt_command("demo")
     assert result.returncode == 0, result.stderr

@@ -375,6 +375,7 @@ print("RESULT", np.asarray(out).tolist())
 """
 
 
+@pytest.mark.slow  # a fresh interpreter for each order
 @pytest.mark.parametrize("plugin", ["xla_cpu_0_81", "xla_cpu_0_106"])
 @pytest.mark.parametrize("order,load_name", [("before_load", "test_plugin"),
                                              ("after_load", "test_plugin"),

@@ -48,6 +48,7 @@ def test_exit_with_clients_arrays_executables_and_views_alive(cpu_plugin):
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr
 
 
+@pytest.mark.slow  # 22000 rounds
 def test_long_loops_do_not_grow_memory(client):
     executable = client.compile_and_load(TINY.read_text())
     inputs = TINY.inputs()

@@ -34,6 +34,9 @@ from conftest import CPU_PLUGINS, cpu_plugin_path, run_python
 
 HEADER_MAJOR, HEADER_MINOR = pjrt.PJRT_C_API_VERSION
 
+# Every case starts a child process: the set is slow, left out of the quick run.
+pytestmark = pytest.mark.slow
+
 
 _CHILD = textwrap.dedent("""\
     import ctypes, json, os, sys

@@ -96,6 +96,7 @@ JAX_CHILD = """
 """
 
 
+@pytest.mark.slow  # jax started in a fresh interpreter
 @pytest.mark.parametrize("platforms", ["altcpu", "altcpu,cpu"])
 def test_jax_runs_a_program_on_the_declared_plugin(altcpu_site, platforms):
     outcome = run_child(JAX_CHILD, altcpu_site, JAX_PLATFORMS=platforms)

@@ -64,6 +64,7 @@ def test_execution_is_asynchronous_and_reading_waits(client):
     assert not was_ready
 
 
+@pytest.mark.slow
 def test_ctrl_c_interrupts_a_wait_and_the_result_arrives_later(cpu_plugin):
     """A KeyboardInterrupt (here from a timer signal) ends block_until_ready() within a wait
     slice, long before the program is done; the program goes on, its output can be read later,
