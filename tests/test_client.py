@@ -51,8 +51,8 @@ def test_live_arrays_and_device_live_buffers(client):
     assert array not in client.live_arrays()
 
 
-def test_close_frees_everything_and_is_idempotent(cpu_plugin):
-    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2})
+def test_close_frees_everything_and_is_idempotent(make_client):
+    own = make_client(2)
     array = own.buffer_from_pyval(np.ones(4, np.float32))
     own.close()
     own.close()

@@ -41,8 +41,8 @@ def test_memory_stats_is_dict_or_none(client):
     assert stats is None or isinstance(stats["bytes_in_use"], int)
 
 
-def test_devices_and_memories_of_a_closed_client_raise(cpu_plugin):
-    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2})
+def test_devices_and_memories_of_a_closed_client_raise(make_client):
+    own = make_client(2)
     device = own.devices()[0]
     memory = device.default_memory()
     own.close()

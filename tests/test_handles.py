@@ -86,8 +86,8 @@ def test_deleting_a_viewed_array_keeps_the_view_valid(client):
     assert key not in handle.buffers  # freed once the last view went
 
 
-def test_closing_a_client_with_a_viewed_array(cpu_plugin):
-    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 1})
+def test_closing_a_client_with_a_viewed_array(make_client):
+    own = make_client(1)
     view = np.asarray(own.buffer_from_pyval(np.full(LARGE, 3.0, np.float32)))
     handle = own._handle
     own.close()
@@ -98,8 +98,8 @@ def test_closing_a_client_with_a_viewed_array(cpu_plugin):
     assert handle.pointer == pjrt.array.ffi.NULL and not handle.buffers
 
 
-def test_a_view_of_a_shard_outlives_its_global_array_and_client(cpu_plugin):
-    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2})
+def test_a_view_of_a_shard_outlives_its_global_array_and_client(make_client):
+    own = make_client(2)
     mesh = pjrt.Mesh(np.array(own.devices()), ("a",))
     array = pjrt.device_put(np.arange(2 * 65536, dtype=np.float32).reshape(2, 65536),
                             pjrt.NamedSharding(mesh, pjrt.P("a")))
