@@ -1,16 +1,45 @@
-"""Shared test set-up: the real CPU plugins every behaviour test runs against.
+"""Shared test set-up: the real CPU plugins every behaviour test runs against, and the fixtures
+and helpers more than one test module needs.
 
 Two builds of XLA's CPU plugin, at PJRT API 0.81 and 0.106, are both test dependencies, so
-each test that takes ``client`` runs twice and version negotiation is exercised on both.
+each test that takes ``client`` (or ``cpu_plugin``, ``make_client``, ``tiny``) runs twice and
+version negotiation is exercised on both.
+
+What is here:
+
+* plugins and clients: ``cpu_plugin`` (each build, loaded once), ``client`` (one shared client
+  of each build, 8 devices), ``device``, ``mesh`` (its devices as 2 x 4), ``make_client`` (fresh clients of each build, closed
+  after the test: for tests that close, fork or otherwise spoil a client);
+* programs: ``tiny`` (tiny_tanh compiled on ``client``), :func:`run_tiny`, ``SLOW_SUM``;
+* registries: ``make_registry`` (fresh registries on their own plugin tables), ``cpu2_config``;
+* the fault plugin: ``built`` (tests/fault_plugin compiled once per session),
+  :func:`fault_build_module`;
+* child processes: :func:`run_python` (a fresh interpreter: for crashes, exits, forks and
+  anything that must not change this process);
+* jax, the oracle: ``jax_cpu`` (jax on the CPU with 8 devices, its settings restored at the end
+  of the session) and ``jax_devices`` (its CPU devices by id).
+
+Markers (registered in tox.ini): ``vendor``, ``slow``, ``oracle``, ``lapack``. Tests marked
+``oracle`` or ``lapack`` are also ``slow``, so ``pytest -m "not slow and not vendor"`` is the
+quick set.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 import pjrt
+from fixtures import programs
+
+TESTS_DIR = Path(__file__).resolve().parent
 
 #: name -> (module holding the library, library file name, PJRT API minor version it reports)
 CPU_PLUGINS = {
@@ -21,6 +50,20 @@ CPU_PLUGINS = {
 #: Devices every test client has, so that multi-device programs can run.
 TEST_DEVICE_COUNT = 8
 
+TINY = programs.get("tiny_tanh")
+
+
+# -- markers ----------------------------------------------------------------------------------
+
+def pytest_collection_modifyitems(config, items):
+    """The long sets (``oracle``: judged against jax; ``lapack``: the linear algebra kernels)
+    are slow as a whole, so ``-m "not slow"`` leaves them out with the single slow tests."""
+    for item in items:
+        if item.get_closest_marker("oracle") or item.get_closest_marker("lapack"):
+            item.add_marker(pytest.mark.slow)
+
+
+# -- plugins and clients ----------------------------------------------------------------------
 
 def cpu_plugin_path(name: str) -> str:
     """Where the named test plugin's library is installed (an error if it is not)."""
@@ -44,10 +87,203 @@ def cpu_plugin(request) -> pjrt.Plugin:
 
 @pytest.fixture(scope="session")
 def client(cpu_plugin) -> pjrt.Client:
-    """A client of each CPU plugin with TEST_DEVICE_COUNT devices."""
+    """A client of each CPU plugin with TEST_DEVICE_COUNT devices, shared by the session:
+    tests must not close it (take ``make_client`` for that)."""
     return pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": TEST_DEVICE_COUNT})
 
 
 @pytest.fixture
 def device(client) -> pjrt.Device:
     return client.local_devices()[0]
+
+
+@pytest.fixture
+def mesh(client) -> pjrt.Mesh:
+    """``client``'s 8 devices as a 2 x 4 mesh with axes ``("x", "y")``."""
+    return pjrt.Mesh(np.array(client.devices()).reshape(2, 4), ("x", "y"))
+
+
+@pytest.fixture
+def make_client(cpu_plugin):
+    """Fresh clients of each CPU plugin: ``make_client(devices=2)``; closed after the test
+    (closing twice is harmless, so a test may close one itself)."""
+    made = []
+
+    def make(devices: int = 2, **options) -> pjrt.Client:
+        own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": devices, **options})
+        made.append(own)
+        return own
+
+    yield make
+    for own in made:
+        own.close()
+
+
+# -- programs ---------------------------------------------------------------------------------
+
+@pytest.fixture
+def tiny(client) -> pjrt.LoadedExecutable:
+    """tiny_tanh (two float32[8] in, ``tanh(a * b + 1)`` out) compiled on ``client``."""
+    return client.compile_and_load(TINY.read_text())
+
+
+#: A program that runs for a while (40 passes over 4 MiB, all ones in: 40 everywhere out), so
+#: that other calls overlap it.
+SLOW_SUM = """
+func.func public @main(%x: tensor<1048576xf32>) -> tensor<1048576xf32> {
+  %c0 = stablehlo.constant dense<0> : tensor<i32>
+  %n = stablehlo.constant dense<40> : tensor<i32>
+  %one = stablehlo.constant dense<1> : tensor<i32>
+  %zero = stablehlo.constant dense<0.0> : tensor<1048576xf32>
+  %r:2 = stablehlo.while(%i = %c0, %acc = %zero) : tensor<i32>, tensor<1048576xf32>
+   cond {
+    %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  } do {
+    %s = stablehlo.add %acc, %x : tensor<1048576xf32>
+    %j = stablehlo.add %i, %one : tensor<i32>
+    stablehlo.return %j, %s : tensor<i32>, tensor<1048576xf32>
+  }
+  return %r#1 : tensor<1048576xf32>
+}"""
+
+
+def run_tiny(device) -> None:
+    """Compile and run tiny_tanh on ``device`` and check it against numpy."""
+    compiled = pjrt.compile(TINY.read_text(), device)
+    programs.check_outputs(TINY, [np.asarray(compiled(*TINY.inputs()))])
+
+
+# -- registries -------------------------------------------------------------------------------
+
+@pytest.fixture
+def make_registry():
+    """Fresh registries, each on its own plugin table unless given one; their clients are
+    closed afterwards. ``make_registry(environ, table=..., discover=...)``."""
+    from pjrt import registry
+    from pjrt.plugin import PluginTable
+
+    made = []
+
+    def make(environ: dict | None = None, *, table: PluginTable | None = None,
+             **kwargs) -> registry.BackendRegistry:
+        reg = registry.BackendRegistry(table or PluginTable(), environ=environ or {}, **kwargs)
+        made.append(reg)
+        return reg
+
+    yield make
+    for reg in made:
+        reg.clear_backends()
+
+
+@pytest.fixture
+def cpu2_config(tmp_path) -> str:
+    """PJRT_NAMES_AND_LIBRARY_PATHS entry: the 0.106 CPU plugin as ``cpu2`` with 3 devices."""
+    import json
+
+    config = tmp_path / "cpu2.json"
+    config.write_text(json.dumps({"library_path": cpu_plugin_path("xla_cpu_0_106"),
+                                  "create_options": {"cpu_device_count": 3}}))
+    return f"cpu2:{config}"
+
+
+# -- the fault plugin -------------------------------------------------------------------------
+
+def fault_build_module():
+    """tests/fault_plugin/build.py, loaded by path (so it works whatever pytest's import mode
+    is) and once per process."""
+    name = "fault_plugin_build"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, TESTS_DIR / "fault_plugin" / "build.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """The fault plugin and the broken libraries, compiled once per test session."""
+    return fault_build_module().build_all(tmp_path_factory.mktemp("fault_plugin_build"))
+
+
+# -- child processes --------------------------------------------------------------------------
+
+def child_env(*, drop: tuple[str, ...] = (), **extra: str) -> dict:
+    """This environment for a child interpreter, without the variables whose names start with
+    one of ``drop``, with ``extra`` set, and with this process's import path."""
+    env = {k: v for k, v in os.environ.items() if not (drop and k.startswith(drop))}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    env.update(extra)
+    return env
+
+
+def run_python(source: str, *args: str, env: dict | None = None, timeout: float = 120,
+               check: bool = True) -> subprocess.CompletedProcess:
+    """Run ``source`` (dedented) in a fresh interpreter with ``args`` as ``sys.argv[1:]``.
+
+    ``env`` defaults to :func:`child_env`. With ``check``, a non-zero exit fails the test with
+    the child's output; the result (text stdout and stderr) is returned either way.
+    """
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(source), *map(str, args)],
+                            capture_output=True, text=True, timeout=timeout,
+                            env=child_env() if env is None else env)
+    if check:
+        assert result.returncode == 0, (f"the child exited with code {result.returncode}:\n"
+                                        f"{result.stdout[-2000:]}{result.stderr[-4000:]}")
+    return result
+
+
+# -- jax, the oracle --------------------------------------------------------------------------
+
+JAX_DEVICE_COUNT = 8
+
+
+@pytest.fixture(scope="session")
+def jax_cpu():
+    """jax on the CPU with at least 8 devices (whatever the environment says), for the tests
+    that judge pjrt against it. Its platform and device count are set through its config before
+    its backends start, and set back at the end of the session (a setting that can no longer
+    change once the backends are up is left as it is then)."""
+    jax = pytest.importorskip("jax")
+    from jax._src import xla_bridge
+
+    changed = []
+    if not xla_bridge.backends_are_initialized():
+        if jax.config.jax_platforms != "cpu":
+            changed.append(("jax_platforms", jax.config.jax_platforms))
+            jax.config.update("jax_platforms", "cpu")
+        if xla_bridge.num_cpu_devices.value < JAX_DEVICE_COUNT:
+            changed.append(("jax_num_cpu_devices", xla_bridge.num_cpu_devices.value))
+            jax.config.update("jax_num_cpu_devices", JAX_DEVICE_COUNT)
+    if len(jax.devices("cpu")) < JAX_DEVICE_COUNT:
+        # jax's CPU backend was started elsewhere with fewer devices: start it again.
+        from jax.extend.backend import clear_backends
+
+        clear_backends()
+        changed.append(("jax_num_cpu_devices", xla_bridge.num_cpu_devices.value))
+        jax.config.update("jax_num_cpu_devices", JAX_DEVICE_COUNT)
+    found = len(jax.devices("cpu"))
+    if found < JAX_DEVICE_COUNT:
+        pytest.fail(f"jax sees {found} CPU devices, the oracle needs {JAX_DEVICE_COUNT}")
+    yield jax
+    for name, value in reversed(changed):
+        with contextlib.suppress(RuntimeError):  # refused once the backends are up
+            jax.config.update(name, value)
+
+
+@pytest.fixture(scope="session")
+def jax_devices(jax_cpu) -> dict:
+    """jax's CPU devices by id (at least 8)."""
+    return {d.id: d for d in jax_cpu.devices("cpu")}
+
+
+@contextlib.contextmanager
+def jax_partitioner(jax, name: str):
+    """Lower (and run) with Shardy (``"shardy"``) or with GSPMD; the flag is restored after."""
+    old = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", name == "shardy")
+    try:
+        yield
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", old)

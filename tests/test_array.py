@@ -115,15 +115,6 @@ def test_copy_to_device(client):
     np.testing.assert_array_equal(np.asarray(copy), np.arange(10))
 
 
-def test_device_put_helper(client):
-    device = client.devices()[2]
-    array = pjrt.device_put(np.arange(3.0), device)
-    assert array.device is device
-    assert pjrt.device_put(array, device) is array
-    moved = pjrt.device_put(array, client.devices()[4])
-    assert moved.device is client.devices()[4]
-
-
 def test_block_until_ready_and_is_ready(client):
     array = client.buffer_from_pyval(np.arange(6.0))
     assert array.block_until_ready() is array
@@ -167,40 +158,6 @@ def test_large_host_resident_array_is_read_without_a_copy(client):
     assert np.asarray(array) is view  # the same view while it is in use
 
 
-def test_large_host_array_is_copied_once_and_not_aliased(client):
-    host = np.arange(LARGE, dtype=np.float32)
-    array = client.buffer_from_pyval(host)
-    host[:] = -1  # the default semantics copy: later changes to the source do not show
-    np.testing.assert_array_equal(np.asarray(array)[:5], np.arange(5, dtype=np.float32))
-
-
-def test_deleting_a_viewed_array_keeps_the_view_valid(client):
-    array = client.buffer_from_pyval(np.arange(LARGE, dtype=np.float32))
-    tail = np.asarray(array)[-3:]  # a derived view keeps the memory as well
-    handle, key = array._handle, id(array)
-    array.delete()
-    assert array.is_deleted()
-    with pytest.raises(pjrt.DeletedArrayError):
-        array.block_until_ready()
-    np.testing.assert_array_equal(tail, np.arange(LARGE - 3, LARGE, dtype=np.float32))
-    assert key in handle.buffers  # still owned, for the view
-    del array, tail
-    gc.collect()
-    assert key not in handle.buffers  # freed once the last view went
-
-
-def test_closing_a_client_with_a_viewed_array(cpu_plugin):
-    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 1})
-    view = np.asarray(own.buffer_from_pyval(np.full(LARGE, 3.0, np.float32)))
-    handle = own._handle
-    own.close()
-    assert own.is_closed
-    assert float(view.sum()) == 3.0 * LARGE  # still readable: the client waits for the view
-    del view
-    gc.collect()
-    assert handle.pointer == pjrt.array.ffi.NULL and not handle.buffers
-
-
 def test_donating_a_viewed_array_copies_instead(client):
     text = """
     func.func public @main(%x: tensor<131072xf32> {tf.aliasing_output = 0 : i32}) -> tensor<131072xf32> {
@@ -220,46 +177,6 @@ def test_donating_a_viewed_array_copies_instead(client):
     (z,) = executable.execute([x])
     assert x.is_deleted()  # nothing views it now: donated as the program asks
     np.testing.assert_array_equal(np.asarray(z)[:3], [1, 1, 1])
-
-
-SLOW_SUM = """
-func.func public @main(%x: tensor<1048576xf32>) -> tensor<1048576xf32> {
-  %c0 = stablehlo.constant dense<0> : tensor<i32>
-  %n = stablehlo.constant dense<40> : tensor<i32>
-  %one = stablehlo.constant dense<1> : tensor<i32>
-  %zero = stablehlo.constant dense<0.0> : tensor<1048576xf32>
-  %r:2 = stablehlo.while(%i = %c0, %acc = %zero) : tensor<i32>, tensor<1048576xf32>
-   cond {
-    %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
-    stablehlo.return %p : tensor<i1>
-  } do {
-    %s = stablehlo.add %acc, %x : tensor<1048576xf32>
-    %j = stablehlo.add %i, %one : tensor<i32>
-    stablehlo.return %j, %s : tensor<i32>, tensor<1048576xf32>
-  }
-  return %r#1 : tensor<1048576xf32>
-}"""
-
-
-@pytest.mark.parametrize("semantics", [pjrt.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,
-                                       pjrt.HostBufferSemantics.ZERO_COPY])
-def test_host_memory_outlives_the_array_while_a_program_reads_it(client, semantics):
-    """Large inputs may be used in place; freeing the array mid-program must not free them."""
-    executable = client.compile_and_load(SLOW_SUM)
-    for _ in range(3):
-        x = client.buffer_from_pyval(np.ones(1 << 20, np.float32), host_buffer_semantics=semantics)
-        (y,) = executable.execute([x])
-        x.delete()
-        del x
-        gc.collect()
-        np.testing.assert_array_equal(np.asarray(y), np.full(1 << 20, 40, np.float32))
-
-
-def test_compiled_program_with_a_large_host_argument(client):
-    program = pjrt.compile(SLOW_SUM, client.local_devices()[0])
-    y = program(np.ones(1 << 20, np.float32))  # the placed argument is dropped at once
-    gc.collect()
-    np.testing.assert_array_equal(np.asarray(y), np.full(1 << 20, 40, np.float32))
 
 
 def test_a_deleted_array_is_not_read_from_its_cache(client):
@@ -282,28 +199,3 @@ def test_big_endian_input_is_stored_in_native_order(client):
     array = client.buffer_from_pyval(host)
     assert array.dtype == np.float32
     np.testing.assert_array_equal(np.asarray(array), np.arange(6, dtype=np.float32))
-
-
-def test_staging_memory_is_recycled_and_never_the_callers(client):
-    """Large transfers reuse staging blocks the plugin let go of; a caller's own memory handed
-    over with ZERO_COPY is never reused for anything else."""
-    from pjrt import staging
-
-    staging.release_staging_memory()
-    size = staging.staging_size(LARGE * 4 * 8)
-    first = client.buffer_from_pyval(np.full(LARGE * 8, 1.0, np.float32))
-    first.delete()
-    gc.collect()
-    assert staging.staging_pool.available(size) == 1
-    second = client.buffer_from_pyval(np.full(LARGE * 8, 2.0, np.float32))
-    assert staging.staging_pool.available(size) == 0  # the block was taken again
-    np.testing.assert_array_equal(np.asarray(second)[:3], [2, 2, 2])
-
-    mine = np.full(LARGE * 8, 5.0, np.float32)
-    adopted = client.buffer_from_pyval(mine, host_buffer_semantics=pjrt.HostBufferSemantics.ZERO_COPY)
-    adopted.delete()
-    gc.collect()
-    third = client.buffer_from_pyval(np.full(LARGE * 8, 7.0, np.float32))
-    np.testing.assert_array_equal(mine[:3], [5, 5, 5])  # untouched by the later transfer
-    np.testing.assert_array_equal(np.asarray(third)[:3], [7, 7, 7])
-    staging.release_staging_memory()

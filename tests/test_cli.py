@@ -61,19 +61,9 @@ def input_flags(paths) -> list[str]:
 
 
 @pytest.fixture
-def own_registry():
+def own_registry(make_registry):
     """A registry of the test's own (discovering the installed plugins), closed afterwards."""
-    reg = registry.BackendRegistry(PluginTable(), environ={})
-    yield reg
-    reg.clear_backends()
-
-
-@pytest.fixture
-def cpu2_config(tmp_path) -> str:
-    config = tmp_path / "cpu2.json"
-    config.write_text(json.dumps({"library_path": LIB_106,
-                                  "create_options": {"cpu_device_count": 3}}))
-    return f"cpu2:{config}"
+    return make_registry()
 
 
 # -- pjrt info ------------------------------------------------------------------------------
@@ -316,6 +306,7 @@ def test_console_script_is_installed():
 
 # -- pjrt demo ------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_demo_runs_and_checks_against_numpy():
     result = pjrt_command("demo")
     assert result.returncode == 0, result.stderr

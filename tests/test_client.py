@@ -31,42 +31,9 @@ def test_client_identity(client):
     assert client.devices() == client.local_devices()
 
 
-def test_devices(client):
-    devices = client.devices()
-    assert sorted(d.id for d in devices) == list(range(TEST_DEVICE_COUNT))
-    for device in devices:
-        assert device.platform == "cpu"
-        assert device.process_index == 0 and device.host_id == 0
-        assert device.client is client
-        assert isinstance(device.device_kind, str) and device.device_kind
-        assert repr(device) == f"CpuDevice(id={device.id})"
-    # One Python object per device: usable as dict keys.
-    assert client.devices()[0] is devices[0]
-    assert len({d: i for i, d in enumerate(devices)}) == TEST_DEVICE_COUNT
-    assert client.lookup_device(3) is devices[[d.id for d in devices].index(3)]
-
-
 def test_lookup_missing_device(client):
     with pytest.raises(ValueError, match="no device with id 99"):
         client.lookup_device(99)
-
-
-def test_memories(client):
-    device = client.local_devices()[0]
-    default = device.default_memory()
-    assert default.kind == "device"
-    assert default in device.addressable_memories()
-    assert device.memory("device") is default
-    assert device in default.addressable_by_devices()
-    assert default.platform == "cpu" and default.process_index == 0
-    with pytest.raises(ValueError, match="no memory of kind 'hbm'"):
-        device.memory("hbm")
-    assert set(client.addressable_memories()) >= set(device.addressable_memories())
-
-
-def test_memory_stats_is_dict_or_none(client):
-    stats = client.local_devices()[0].memory_stats()
-    assert stats is None or isinstance(stats["bytes_in_use"], int)
 
 
 def test_default_device_assignment(client):
@@ -84,8 +51,8 @@ def test_live_arrays_and_device_live_buffers(client):
     assert array not in client.live_arrays()
 
 
-def test_close_frees_everything_and_is_idempotent(cpu_plugin):
-    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2})
+def test_close_frees_everything_and_is_idempotent(make_client):
+    own = make_client(2)
     array = own.buffer_from_pyval(np.ones(4, np.float32))
     own.close()
     own.close()
@@ -117,37 +84,21 @@ def test_unknown_plugin_name(client):
         pjrt.make_c_api_client("nope")
 
 
-def test_device_list(client):
-    devices = client.devices()
-    device_list = pjrt.DeviceList(devices[:4])
-    assert len(device_list) == 4 and list(device_list) == devices[:4]
-    assert device_list[1] is devices[1] and device_list[1:3] == pjrt.DeviceList(devices[1:3])
-    assert device_list == pjrt.DeviceList(devices[:4]) and hash(device_list) == hash(pjrt.DeviceList(devices[:4]))
-    assert device_list != pjrt.DeviceList(devices[3::-1])
-    assert device_list.is_fully_addressable
-    assert device_list.addressable_device_list == device_list
-    assert device_list.process_indices == {0}
-    assert device_list.default_memory_kind == "device"
-    assert device_list.memory_kinds[0] == "device" and "pinned_host" in device_list.memory_kinds
-    assert device_list.device_kind == devices[0].device_kind
+def test_buffer_from_pyval_to_another_clients_device_is_refused(client, make_client):
+    other = make_client(1)
+    with pytest.raises(ValueError, match="belongs to another client.*pass a device of this cpu client"):
+        client.buffer_from_pyval(np.ones(2), other.devices()[0])
 
 
-def test_device_list_rejects_bad_input(client):
-    devices = client.devices()
-    with pytest.raises(ValueError, match="twice"):
-        pjrt.DeviceList([devices[0], devices[0]])
-    with pytest.raises(ValueError, match="at least one"):
-        pjrt.DeviceList([])
-    with pytest.raises(TypeError, match="not int"):
-        pjrt.DeviceList([0, 1])
+@pytest.mark.xfail(strict=True, reason=(
+    "bug in array.py (array_from_host): a device argument that is not a Device (a Memory, a "
+    "string) reaches cffi and fails with its TypeError about 'struct PJRT_Device *', or an "
+    "AttributeError, instead of a TypeError saying a Device is needed"))
+@pytest.mark.parametrize("target", ["memory", "name"])
+def test_buffer_from_pyval_to_something_not_a_device_says_so(client, target):
+    device = client.devices()[1]
+    wrong = device.default_memory() if target == "memory" else "cpu:1"
+    with pytest.raises(TypeError, match="Device") as info:
+        client.buffer_from_pyval(np.ones(2), wrong)
+    assert "PJRT_" not in str(info.value)  # in pjrt's words, not the C binding's
 
-
-def test_devices_and_memories_of_a_closed_client_raise(cpu_plugin):
-    own = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2})
-    device = own.devices()[0]
-    memory = device.default_memory()
-    own.close()
-    for use in (device.addressable_memories, device.memory_stats, device.attributes,
-                device.to_string, memory.addressable_by_devices, memory.to_string):
-        with pytest.raises(pjrt.ClosedClientError):
-            use()

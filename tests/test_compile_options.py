@@ -28,10 +28,6 @@ from pjrt.compile_options import (
     ExecutableBuildOptions,
 )
 
-# Importing jax (in the oracle tests) must not probe for accelerators.
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-
-
 # ---------------------------------------------------------------------------
 # A schema-driven normaliser: bytes -> nested {field_number: value} dicts.
 #

@@ -15,7 +15,6 @@ import os
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 import pjrt
@@ -23,7 +22,7 @@ import pjrt_cpu
 from pjrt import discovery, registry
 from pjrt.plugin import PluginTable
 
-from conftest import cpu_plugin_path
+from conftest import cpu_plugin_path, run_tiny
 from fixtures import programs
 
 TINY = programs.get("tiny_tanh")
@@ -125,27 +124,6 @@ def plugin_dir(tmp_path, monkeypatch):
     yield PluginDir(root)
     for name in [n for n in sys.modules if n.startswith((PREFIX, "jax_plugins"))]:
         del sys.modules[name]
-
-
-@pytest.fixture
-def make_registry():
-    """Fresh registries with their own plugin tables; their clients are closed afterwards."""
-    made = []
-
-    def make(environ: dict | None = None, **kwargs) -> registry.BackendRegistry:
-        reg = registry.BackendRegistry(PluginTable(), environ=environ or {}, **kwargs)
-        made.append(reg)
-        return reg
-
-    yield make
-    for reg in made:
-        reg.clear_backends()
-
-
-def run_tiny(device) -> None:
-    """Compile and run tiny_tanh on ``device`` and check it against numpy."""
-    compiled = pjrt.compile(TINY.read_text(), device)
-    programs.check_outputs(TINY, [np.asarray(compiled(*TINY.inputs()))])
 
 
 def records(reg) -> dict[str, tuple[str, str]]:

@@ -13,11 +13,6 @@ from fixtures import programs
 TINY = programs.get("tiny_tanh")
 
 
-@pytest.fixture
-def tiny(client):
-    return client.compile_and_load(TINY.read_text())
-
-
 def _put(client, values, device=None):
     return [client.buffer_from_pyval(v, device) for v in values]
 
@@ -101,19 +96,6 @@ def test_serialize_and_deserialize_round_trip(client, tiny):
     programs.check_outputs(TINY, [np.asarray(outputs[0])])
 
 
-def test_malformed_program_is_a_plugin_error_and_process_goes_on(client, tiny):
-    with pytest.raises(pjrt.XlaRuntimeError) as info:
-        client.compile_and_load("func.func @main( this is not mlir")
-    assert info.value.code_name in ("INVALID_ARGUMENT", "UNKNOWN", "INTERNAL")
-    outputs = tiny.execute(_put(client, TINY.inputs()))
-    programs.check_outputs(TINY, [np.asarray(outputs[0])])
-
-
-def test_program_of_wrong_type_is_type_error(client):
-    with pytest.raises(TypeError, match="StableHLO"):
-        client.compile_and_load(12345)
-
-
 def test_wrong_argument_count(client, tiny):
     with pytest.raises(TypeError, match="takes 2 arguments, 1 were given"):
         tiny.execute(_put(client, TINY.inputs()[:1]))
@@ -167,31 +149,6 @@ def test_execute_sharded_rejects_wrong_shard_count(client):
         executable.execute_sharded([[shard]])
 
 
-def test_pjrt_compile_callable_with_numpy_and_arrays(client):
-    device = client.local_devices()[2]
-    program = pjrt.compile(TINY.read_text(), device)
-    a, b = TINY.inputs()
-    result = program(a, client.buffer_from_pyval(b, device))
-    assert isinstance(result, pjrt.Array)
-    assert result.device is device
-    programs.check_outputs(TINY, [np.asarray(result)])
-
-
-def test_pjrt_compile_refuses_an_array_on_another_device(client):
-    program = pjrt.compile(TINY.read_text(), client.local_devices()[2])
-    a, b = TINY.inputs()
-    with pytest.raises(pjrt.DeviceAssignmentMismatchError, match=r"argument 1 is on CpuDevice\(id=0\)"):
-        program(a, client.buffer_from_pyval(b, client.local_devices()[0]))
-
-
-def test_pjrt_compile_several_outputs_returns_tuple(client):
-    program = programs.get("multi_output")
-    compiled = pjrt.compile(program.read_text(), client.local_devices()[0])
-    result = compiled(*program.inputs())
-    assert isinstance(result, tuple) and len(result) == 3
-    programs.check_outputs(program, [np.asarray(r) for r in result])
-
-
 def test_threads_execute_concurrently(client, tiny):
     rng = np.random.default_rng(1)
     errors = []
@@ -213,36 +170,6 @@ def test_threads_execute_concurrently(client, tiny):
     for t in threads:
         t.join()
     assert errors == []
-
-
-def test_execution_is_asynchronous_and_reading_waits(client):
-    """A long program: execute returns before its output is computed; np.asarray waits."""
-    text = """
-    func.func public @main(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {
-      %c0 = stablehlo.constant dense<0> : tensor<i32>
-      %n = stablehlo.constant dense<200> : tensor<i32>
-      %one = stablehlo.constant dense<1> : tensor<i32>
-      %r:2 = stablehlo.while(%i = %c0, %acc = %x) : tensor<i32>, tensor<256x256xf32>
-       cond {
-        %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
-        stablehlo.return %p : tensor<i1>
-      } do {
-        %d = stablehlo.dot_general %acc, %x, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
-        %s = stablehlo.tanh %d : tensor<256x256xf32>
-        %j = stablehlo.add %i, %one : tensor<i32>
-        stablehlo.return %j, %s : tensor<i32>, tensor<256x256xf32>
-      }
-      return %r#1 : tensor<256x256xf32>
-    }"""
-    executable = client.compile_and_load(text)
-    x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
-    (out,) = executable.execute([x])
-    was_ready = out.is_ready()
-    value = np.asarray(out)
-    assert out.is_ready()
-    assert value.shape == (256, 256) and np.isfinite(value).all()
-    # 200 dependent 256^3 matmuls take far longer than launching them.
-    assert not was_ready
 
 
 def test_live_executables_tracks_lifetimes(client):

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import itertools
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
 import ml_dtypes
@@ -23,6 +20,7 @@ import pytest
 import pjrt
 from pjrt import _c, ffi as pjrt_ffi
 from pjrt._pjrt_cffi import ffi, lib
+from conftest import run_python
 
 HERE = Path(__file__).resolve().parent
 
@@ -377,6 +375,7 @@ print("RESULT", np.asarray(out).tolist())
 """
 
 
+@pytest.mark.slow  # a fresh interpreter for each order
 @pytest.mark.parametrize("plugin", ["xla_cpu_0_81", "xla_cpu_0_106"])
 @pytest.mark.parametrize("order,load_name", [("before_load", "test_plugin"),
                                              ("after_load", "test_plugin"),
@@ -386,9 +385,7 @@ def test_register_before_or_after_the_backend_comes_up(plugin, order, load_name)
     script = _ORDER_SCRIPT.format(tests=str(HERE), program=_program("triple", ["3xf32"],
                                                                      ["3xf32"]),
                                   order=order, plugin=plugin, load_name=load_name)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_python(script, timeout=300)
     assert "RESULT [0.0, 3.0, 6.0]" in result.stdout
 
 

@@ -30,6 +30,7 @@ from pjrt.options import XLA_OPTION_TYPES, check_option_types
 from pjrt.plugin import PluginTable
 
 import pjrt_cpu
+from conftest import run_python
 
 try:
     import pjrt_cuda
@@ -74,21 +75,6 @@ def plugin_environment(monkeypatch):
     monkeypatch.delenv("ALLOW_MULTIPLE_LIBTPU_LOAD")
     # GPU memory: take little, and only when asked, where a GPU exists.
     monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-
-
-@pytest.fixture
-def make_registry():
-    """Fresh discovering registries, each on its own plugin table; closed afterwards."""
-    made = []
-
-    def make() -> registry.BackendRegistry:
-        reg = registry.BackendRegistry(PluginTable(), environ={})
-        made.append(reg)
-        return reg
-
-    yield make
-    for reg in made:
-        reg.clear_backends()
 
 
 def _expected_up() -> dict[str, bool]:
@@ -162,8 +148,7 @@ def test_under_jax_initialize_imports_neither_jax_nor_the_vendor_modules():
             "loaded": default_plugins.names(),
         }))
     """)
-    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
-                            timeout=60, check=True)
+    result = run_python(child, timeout=60)
     assert json.loads(result.stdout.splitlines()[-1]) == {"imported": [], "loaded": []}
 
 
@@ -195,9 +180,7 @@ def discovered():
     # This process may already hold libtpu's lockfile.
     env["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
     env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-    result = subprocess.run([sys.executable, "-c", _DISCOVERY_CHILD], capture_output=True,
-                            text=True, timeout=120, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_python(_DISCOVERY_CHILD, env=env)
     return json.loads(result.stdout.splitlines()[-1])
 
 
@@ -555,9 +538,7 @@ def test_discovery_without_tpu_skip_mds_query_does_not_wait_for_the_metadata_ser
     # Left to pjrt-tpu: both libtpu switches (this process may hold libtpu's lockfile).
     env = {k: v for k, v in os.environ.items() if k not in _PLUGIN_VARIABLES
            and k not in ("TPU_SKIP_MDS_QUERY", "ALLOW_MULTIPLE_LIBTPU_LOAD")}
-    result = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
-                            timeout=120, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_python(child, env=env)
     outcome = json.loads(result.stdout.splitlines()[-1])
     if HAS_TPU or pjrt_tpu.on_google_cloud():
         assert outcome["skip"] is None  # libtpu needs the metadata server there

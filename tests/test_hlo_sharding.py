@@ -1,11 +1,8 @@
 """HloSharding: text, proto and normalisation, judged against jaxlib's own HloSharding."""
 from __future__ import annotations
 
-import os
 import pickle
 import random
-
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import numpy as np
 import pytest

@@ -16,7 +16,6 @@ test_plugin_loading.py for why each configuration needs its own copy).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -31,27 +30,13 @@ import pytest
 
 import pjrt
 from pjrt import _elf
-from conftest import CPU_PLUGINS, cpu_plugin_path
+from conftest import CPU_PLUGINS, cpu_plugin_path, run_python
 
 HEADER_MAJOR, HEADER_MINOR = pjrt.PJRT_C_API_VERSION
 
+# Every case starts a child process: the set is slow, left out of the quick run.
+pytestmark = pytest.mark.slow
 
-def _fault_build_module():
-    """tests/fault_plugin/build.py, loaded by path (once, shared with test_plugin_loading)."""
-    name = "fault_plugin_build"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, os.path.join(os.path.dirname(__file__), "fault_plugin", "build.py"))
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-@pytest.fixture(scope="session")
-def built(tmp_path_factory):
-    """The fault plugin and the hostile libraries, compiled once per test session."""
-    return _fault_build_module().build_all(tmp_path_factory.mktemp("hostile_build"))
 
 _CHILD = textwrap.dedent("""\
     import ctypes, json, os, sys
@@ -99,10 +84,7 @@ def _run_child(path, how: str, setup: dict | None = None) -> dict:
         env["PJRT_NAMES_AND_LIBRARY_PATHS"] = f"hostile:{path}"
     else:
         env.pop("PJRT_NAMES_AND_LIBRARY_PATHS", None)
-    result = subprocess.run([sys.executable, "-c", _CHILD, str(path), how, json.dumps(setup)],
-                            capture_output=True, text=True, timeout=120, env=env)
-    assert result.returncode == 0, (f"the child died with code {result.returncode}:\n"
-                                    f"{result.stdout}{result.stderr}")
+    result = run_python(_CHILD, path, how, json.dumps(setup), env=env)
     return json.loads(result.stdout.splitlines()[-1])
 
 

@@ -12,8 +12,6 @@ behaviour on singular, non-positive-definite and non-finite inputs.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -24,12 +22,16 @@ import pjrt
 import pjrt_cpu
 from pjrt_cpu import lapack
 
+from conftest import run_python
+from fixtures.linalg import linalg_programs as programs
+
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "linalg"
-sys.path.insert(0, str(FIXTURES))
-import linalg_programs as programs  # noqa: E402
 
 MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())["fixtures"]
 JAX_OUTPUTS = np.load(FIXTURES / "jax_outputs.npz")
+
+# The whole set is long: marked lapack (and so slow), left out of the quick run.
+pytestmark = pytest.mark.lapack
 
 NORMAL = sorted(MANIFEST)
 SPECIAL = sorted((name, case) for name, info in MANIFEST.items()
@@ -207,9 +209,7 @@ def test_without_the_kernels_xla_reports_the_missing_target(tmp_path):
         pjrt.compile(text, client=client)
         print("OK after registering")
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=300)
-    assert result.returncode == 0, result.stderr
+    result = run_python(script, timeout=300)
     assert "No FFI handler registered for lapack_spotrf_ffi" in result.stdout
     assert "OK after registering" in result.stdout
 

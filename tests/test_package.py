@@ -1,13 +1,11 @@
 """The package's public surface: every exported name resolves, and start-up stays light."""
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pjrt
 
-from conftest import cpu_plugin_path
+from conftest import cpu_plugin_path, run_python
 
 
 def test_every_public_name_resolves():
@@ -26,7 +24,5 @@ def test_loading_a_plugin_and_creating_a_client_does_not_import_numpy():
         assert len(client.devices()) == 2
         print("numpy" in sys.modules, "pjrt.sharding" in sys.modules)
     """)
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 0, result.stderr[-2000:]
+    result = run_python(script)
     assert result.stdout.split() == ["False", "False"]

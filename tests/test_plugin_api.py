@@ -12,11 +12,8 @@ from __future__ import annotations
 import ctypes
 import json
 import os
-import subprocess
-import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 import pjrt
@@ -25,7 +22,7 @@ from pjrt import plugin_api, registry
 from pjrt._pjrt_cffi import ffi
 from pjrt.plugin import PluginTable
 
-from conftest import cpu_plugin_path
+from conftest import cpu_plugin_path, run_python
 from fixtures import programs
 
 LIB_106 = cpu_plugin_path("xla_cpu_0_106")
@@ -72,9 +69,7 @@ def run_child(source: str, site, **env: str) -> dict:
                if not k.startswith(("JAX_", "PJRT_", "XLA_"))}
     environ["PYTHONPATH"] = os.pathsep.join([str(site), CORE, CPU_PACKAGE])
     environ.update(env)
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(source)], env=environ,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
+    result = run_python(source, env=environ, timeout=300)
     return json.loads(result.stdout.splitlines()[-1])
 
 
@@ -101,6 +96,7 @@ JAX_CHILD = """
 """
 
 
+@pytest.mark.slow  # jax started in a fresh interpreter
 @pytest.mark.parametrize("platforms", ["altcpu", "altcpu,cpu"])
 def test_jax_runs_a_program_on_the_declared_plugin(altcpu_site, platforms):
     outcome = run_child(JAX_CHILD, altcpu_site, JAX_PLATFORMS=platforms)

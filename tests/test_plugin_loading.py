@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import importlib.util
 import itertools
 import os
 import shutil
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -31,14 +28,11 @@ import pytest
 
 import pjrt
 from pjrt import _c
+from conftest import fault_build_module, run_python
 
 HERE = Path(__file__).resolve().parent
 
-# Loaded by path rather than imported, so it works whatever pytest's import mode is.
-_spec = importlib.util.spec_from_file_location("fault_plugin_build", HERE / "fault_plugin" / "build.py")
-fault_build = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = fault_build  # dataclasses look their module up there
-_spec.loader.exec_module(fault_build)
+fault_build = fault_build_module()
 
 # Modes of the fault plugin (FAULT_MODE_* in fault_plugin.c).
 NORMAL = 1
@@ -49,12 +43,6 @@ NULL_API = 4
 HEADER_MAJOR, HEADER_MINOR = pjrt.PJRT_C_API_VERSION
 
 _copy_numbers = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def built(tmp_path_factory) -> "fault_build.Built":
-    """The fault plugin and the broken libraries, compiled once per test session."""
-    return fault_build.build_all(tmp_path_factory.mktemp("fault_plugin_build"))
 
 
 class FaultPlugin:
@@ -352,9 +340,7 @@ def test_buffer_from_pyval_without_the_entry_is_unsupported(built, tmp_path):
     # that must fail this test rather than end the whole run.
     path = tmp_path / "libfault_null_transfer.so"
     shutil.copyfile(built.fault_plugin, path)
-    result = subprocess.run([sys.executable, "-c", _NULL_BUFFER_FROM_HOST_CHILD, str(path)],
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = run_python(_NULL_BUFFER_FROM_HOST_CHILD, path)
     assert result.stdout.splitlines() == ["unsupported PJRT_Client_BufferFromHostBuffer",
                                           "still alive [0, 1]"]
 

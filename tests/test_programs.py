@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import pjrt
 from fixtures import programs
 
 SINGLE_DEVICE = [p.name for p in programs.single_device_programs()]
@@ -88,12 +87,3 @@ def test_spmd_program_on_eight_devices(client, name, variant):
             assert shard.device is devices[d]
             want = _shards(reference, indices)[d]
             np.testing.assert_allclose(np.asarray(shard), want, rtol=program.rtol, atol=program.atol)
-
-
-def test_shardy_program_gets_shardy_partitioner_by_default(client):
-    """A Shardy program compiles without the caller naming the partitioner."""
-    text = programs.get("spmd_elementwise_2d").read_text("shardy")
-    assert pjrt.compiler.uses_shardy(text.encode())
-    assert not pjrt.compiler.uses_shardy(programs.get("spmd_elementwise_2d").read_text("gspmd").encode())
-    executable = client.compile_and_load(text, client.local_devices())
-    assert executable.num_partitions() == 8

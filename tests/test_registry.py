@@ -8,7 +8,6 @@ real clients.
 """
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -23,7 +22,7 @@ from pjrt._pjrt_cffi import ffi
 from pjrt.client import create_client
 from pjrt.plugin import PluginTable
 
-from conftest import cpu_plugin_path
+from conftest import cpu_plugin_path, run_tiny
 from fixtures import programs
 
 TINY = programs.get("tiny_tanh")
@@ -51,37 +50,6 @@ def failing(message: str):
     def factory():
         raise OSError(message)
     return factory
-
-
-@pytest.fixture
-def make_registry():
-    """Fresh registries (each on its own plugin table); their clients are closed afterwards."""
-    made = []
-
-    def make(environ: dict | None = None, *, table: PluginTable | None = None,
-             discover: bool = True) -> registry.BackendRegistry:
-        reg = registry.BackendRegistry(table or PluginTable(), environ=environ or {},
-                                       discover=discover)
-        made.append(reg)
-        return reg
-
-    yield make
-    for reg in made:
-        reg.clear_backends()
-
-
-@pytest.fixture
-def cpu2_config(tmp_path) -> str:
-    """PJRT_NAMES_AND_LIBRARY_PATHS entry: the 0.106 CPU plugin as ``cpu2`` with 3 devices."""
-    config = tmp_path / "cpu2.json"
-    config.write_text(json.dumps({"library_path": LIB_106,
-                                  "create_options": {"cpu_device_count": 3}}))
-    return f"cpu2:{config}"
-
-
-def run_tiny(device) -> None:
-    compiled = pjrt.compile(TINY.read_text(), device)
-    programs.check_outputs(TINY, [np.asarray(compiled(*TINY.inputs()))])
 
 
 # -- laziness -------------------------------------------------------------------------------

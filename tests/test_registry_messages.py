@@ -13,27 +13,11 @@ import pytest
 import pjrt
 import pjrt_cpu
 from pjrt import cli, demo, discovery, registry
-from pjrt.plugin import PluginTable
 
 from conftest import cpu_plugin_path
 
 LIB_106 = cpu_plugin_path("xla_cpu_0_106")
 ENV = discovery.ENV_VARIABLE
-
-
-@pytest.fixture
-def make_registry():
-    """Fresh registries with their own plugin tables; their clients are closed afterwards."""
-    made = []
-
-    def make(environ: dict | None = None, **kwargs) -> registry.BackendRegistry:
-        reg = registry.BackendRegistry(PluginTable(), environ=environ or {}, **kwargs)
-        made.append(reg)
-        return reg
-
-    yield make
-    for reg in made:
-        reg.clear_backends()
 
 
 # -- plugin configuration files -------------------------------------------------------------

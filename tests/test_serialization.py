@@ -10,14 +10,12 @@ import hashlib
 import json
 import os
 import struct
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 import pjrt
-from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT, cpu_plugin_path
+from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT, cpu_plugin_path, run_python
 from fixtures import programs
 from pjrt import serialization
 from pjrt._pjrt_cffi import ffi
@@ -257,10 +255,7 @@ def test_loading_and_client_creation_hash_nothing():
         "serialization = sys.modules.get('pjrt.serialization')\n"
         "print(serialization.library_digests.computed if serialization else 'not imported')\n"
     )
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    result = subprocess.run([sys.executable, "-c", code, TINY.path()], env=env,
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
+    result = run_python(code, TINY.path())
     assert result.stdout.strip().splitlines()[-1] in ("0", "not imported")
 
 

@@ -6,15 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import re
 from pathlib import Path
-
-# jax is the oracle here and must see 8 CPU devices; set before it starts its backends.
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "")
-                               + " --xla_force_host_platform_device_count=8").strip()
 
 import numpy as np
 import pytest
@@ -45,17 +37,6 @@ def devices():
     pjrt.load_pjrt_plugin_dynamically(name, cpu_plugin_path(name))
     client = pjrt.make_c_api_client(name, {"cpu_device_count": TEST_DEVICE_COUNT})
     return client.devices()
-
-
-@pytest.fixture(scope="module")
-def jax_devices():
-    try:
-        jax.config.update("jax_num_cpu_devices", 8)
-    except RuntimeError:
-        pass    # jax's backends are already up; the XLA_FLAGS set above chose the count
-    found = jax.devices("cpu")
-    assert len(found) >= 8, "jax must see 8 CPU devices (XLA_FLAGS was set too late)"
-    return {d.id: d for d in found}
 
 
 def _meshes(devices, jax_devices, shape, names, order=None):

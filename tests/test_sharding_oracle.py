@@ -18,23 +18,17 @@ A generated grid does the same for an elementwise program over meshes (8,), (2,4
 (2,2,2) and a permuted (2,4). Bad inputs (impossible meshes, wrong shapes, arrays on other
 devices) must be clear errors after which the client keeps working.
 
-jax must see 8 CPU devices. ``XLA_FLAGS`` is set before jax is imported; if jax's CPU backend
-was already made with fewer (another module initialised it first), the ``jax8`` fixture
-clears jax's backends and asks for 8 with ``jax_num_cpu_devices``.
+jax must see 8 CPU devices: the ``jax_devices`` fixture (conftest.py) sees to it. These tests
+are marked ``oracle`` (and so ``slow``).
 """
 from __future__ import annotations
 
-import contextlib
-import os
+import numpy as np
+import pytest
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-import pjrt  # noqa: E402
-from ml_dtypes import bfloat16  # noqa: E402
+import pjrt
+from conftest import jax_partitioner
+from ml_dtypes import bfloat16
 
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
@@ -48,44 +42,7 @@ PERMUTED = (3, 1, 7, 5, 0, 2, 6, 4)
 IDENTITY = tuple(range(NUM_DEVICES))
 PARTITIONERS = ("shardy", "gspmd")
 
-
-# --------------------------------------------------------------------------------------------
-# jax with 8 CPU devices, whatever ran before
-
-
-def _jax_cpu_devices(count: int) -> list:
-    from jax._src import xla_bridge
-
-    if not xla_bridge.backends_are_initialized() and xla_bridge.num_cpu_devices.value < count:
-        jax.config.update("jax_num_cpu_devices", count)
-    devices = jax.devices("cpu")
-    if len(devices) < count:
-        # Another test initialised jax's CPU backend with fewer devices: start it again.
-        from jax.extend.backend import clear_backends
-
-        clear_backends()
-        jax.config.update("jax_num_cpu_devices", count)
-        devices = jax.devices("cpu")
-    if len(devices) < count:
-        pytest.fail(f"jax sees {len(devices)} CPU devices, the oracle needs {count}")
-    return devices
-
-
-@pytest.fixture(scope="module")
-def jax8():
-    """jax's CPU devices by id (at least 8)."""
-    return {d.id: d for d in _jax_cpu_devices(NUM_DEVICES)}
-
-
-@contextlib.contextmanager
-def partitioner(name: str):
-    """Lower (and run) with Shardy or with GSPMD; the flag is restored afterwards."""
-    old = jax.config.jax_use_shardy_partitioner
-    jax.config.update("jax_use_shardy_partitioner", name == "shardy")
-    try:
-        yield
-    finally:
-        jax.config.update("jax_use_shardy_partitioner", old)
+pytestmark = pytest.mark.oracle
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,7 +79,7 @@ class Oracle:
             kwargs["out_shardings"] = outs if len(outs) > 1 else outs[0]
         if donate:
             kwargs["donate_argnums"] = tuple(donate)
-        with partitioner(variant):
+        with jax_partitioner(jax, variant):
             jitted = jax.jit(fn, **kwargs)
             lowered = jitted.lower(*inputs)
             self.text = lowered.as_text()
@@ -342,21 +299,21 @@ PROGRAMS = {
 @pytest.mark.parametrize("order", [IDENTITY, PERMUTED], ids=["ordered", "permuted"])
 @pytest.mark.parametrize("variant", PARTITIONERS)
 @pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_program_matches_jax(client, jax8, name, variant, order):
+def test_program_matches_jax(client, jax_devices, name, variant, order):
     fn, mesh_shape, names, in_specs, out_specs, shapes, donate = PROGRAMS[name]
-    want = oracle(jax8, ("program", name, variant, order), fn=fn, mesh_shape=mesh_shape,
+    want = oracle(jax_devices, ("program", name, variant, order), fn=fn, mesh_shape=mesh_shape,
                   axis_names=names, order=order, in_specs=in_specs, out_specs=out_specs,
                   inputs=_inputs(name, shapes), variant=variant, donate=donate)
     compiled = check_against_oracle(client, want)
     assert compiled.executable.donated_parameters == frozenset(donate)
 
 
-def test_the_programs_really_shard(jax8):
+def test_the_programs_really_shard(jax_devices):
     # Guard against a vacuous oracle: the texts carry the shardings asked for.
     fn, mesh_shape, names, in_specs, out_specs, shapes, _ = PROGRAMS["several_outputs"]
     inputs = _inputs("several_outputs", shapes)
     for variant in PARTITIONERS:
-        want = Oracle(jax8, fn, mesh_shape, names, PERMUTED, in_specs, out_specs, inputs,
+        want = Oracle(jax_devices, fn, mesh_shape, names, PERMUTED, in_specs, out_specs, inputs,
                       variant)
         assert want.out_hlo == ["{devices=[2,1,4]<=[8] last_tile_dim_replicate}",
                                 "{replicated}", "{devices=[4,2]<=[2,4]T(1,0)}",
@@ -365,10 +322,10 @@ def test_the_programs_really_shard(jax8):
 
 
 @pytest.mark.parametrize("variant", PARTITIONERS)
-def test_bytecode_matches_jax(client, jax8, variant):
+def test_bytecode_matches_jax(client, jax_devices, variant):
     name = "several_outputs"
     fn, mesh_shape, names, in_specs, out_specs, shapes, donate = PROGRAMS[name]
-    want = oracle(jax8, ("program", name, variant, PERMUTED), fn=fn, mesh_shape=mesh_shape,
+    want = oracle(jax_devices, ("program", name, variant, PERMUTED), fn=fn, mesh_shape=mesh_shape,
                   axis_names=names, order=PERMUTED, in_specs=in_specs, out_specs=out_specs,
                   inputs=_inputs(name, shapes), variant=variant, donate=donate)
     check_against_oracle(client, want, bytecode=True)
@@ -398,9 +355,9 @@ PROPAGATED = {
 
 @pytest.mark.parametrize("variant", PARTITIONERS)
 @pytest.mark.parametrize("name", sorted(PROPAGATED))
-def test_unannotated_shardings_are_propagated_as_jax_does(client, jax8, name, variant):
+def test_unannotated_shardings_are_propagated_as_jax_does(client, jax_devices, name, variant):
     fn, mesh_shape, names, in_specs, out_specs, shapes = PROPAGATED[name]
-    want = oracle(jax8, ("propagated", name, variant), fn=fn, mesh_shape=mesh_shape,
+    want = oracle(jax_devices, ("propagated", name, variant), fn=fn, mesh_shape=mesh_shape,
                   axis_names=names, order=IDENTITY, in_specs=in_specs, out_specs=out_specs,
                   inputs=_inputs(name, shapes), variant=variant)
     assert "replicated" not in "".join(want.in_hlo + want.out_hlo)   # jax did propagate
@@ -448,11 +405,11 @@ def _grid_program(x, y):
 
 
 @pytest.mark.parametrize("mesh_name, in_spec, out_spec, variant", list(_grid_cases()))
-def test_elementwise_grid_matches_jax(client, jax8, mesh_name, in_spec, out_spec, variant):
+def test_elementwise_grid_matches_jax(client, jax_devices, mesh_name, in_spec, out_spec, variant):
     mesh_shape, names, order = GRID_MESHES[mesh_name]
     rng = np.random.default_rng(7)
     inputs = [_ints(rng, GRID_SHAPE), _ints(rng, GRID_SHAPE)]
-    want = oracle(jax8, ("grid", mesh_name, in_spec, out_spec, variant), fn=_grid_program,
+    want = oracle(jax_devices, ("grid", mesh_name, in_spec, out_spec, variant), fn=_grid_program,
                   mesh_shape=mesh_shape, axis_names=names, order=order,
                   in_specs=[in_spec, out_spec], out_specs=[out_spec], inputs=inputs,
                   variant=variant)
@@ -471,9 +428,9 @@ def test_grid_covers_every_mesh_and_both_partitioners():
 
 
 @pytest.fixture
-def elementwise(client, jax8):
+def elementwise(client, jax_devices):
     """(compiled elementwise program on a 2x4 mesh, its mesh, its oracle)."""
-    want = oracle(jax8, ("program", "elementwise_2d_mesh", "shardy", IDENTITY),
+    want = oracle(jax_devices, ("program", "elementwise_2d_mesh", "shardy", IDENTITY),
                   fn=_elementwise, mesh_shape=(2, 4), axis_names=("x", "y"), order=IDENTITY,
                   in_specs=[("x", "y"), ("x", "y")], out_specs=[("x", "y")],
                   inputs=[_ints(np.random.default_rng(1), (8, 8)) for _ in range(2)],
@@ -503,9 +460,9 @@ def test_mesh_larger_than_the_device_list(client, elementwise):
 
 
 @pytest.mark.parametrize("variant", PARTITIONERS)
-def test_program_for_more_devices_than_given(client, jax8, variant):
+def test_program_for_more_devices_than_given(client, jax_devices, variant):
     # A program lowered for 8 partitions, compiled for 4 devices.
-    want = oracle(jax8, ("program", "elementwise_2d_mesh", variant, IDENTITY),
+    want = oracle(jax_devices, ("program", "elementwise_2d_mesh", variant, IDENTITY),
                   fn=_elementwise, mesh_shape=(2, 4), axis_names=("x", "y"), order=IDENTITY,
                   in_specs=[("x", "y"), ("x", "y")], out_specs=[("x", "y")],
                   inputs=[_ints(np.random.default_rng(1), (8, 8)) for _ in range(2)],

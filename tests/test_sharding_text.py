@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import child_env, run_python
 from pjrt.hlo_sharding import HloSharding
 from pjrt.sharding_text import (SdyDim, SdyMesh, SdySharding, parse_program_result_shapes,
                                 parse_program_shardings, parse_sdy_mesh, parse_sdy_sharding,
@@ -29,10 +28,8 @@ def test_the_text_layer_does_not_import_the_sharding_types():
     code = ("import sys, pjrt.sharding_text; "
             "print(sorted(m for m in sys.modules if m in "
             "('pjrt.sharding', 'pjrt.mesh', 'pjrt.sharding_annotations')))")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(CORE), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env=env, check=True)
+    out = run_python(code, env=child_env(PYTHONPATH=os.pathsep.join(
+        [str(CORE), os.environ.get("PYTHONPATH", "")])))
     assert out.stdout.strip() == "[]"
 
 

@@ -1,0 +1,190 @@
+"""The compile pipeline (compiler.py): program bytes, default compile options, the program's
+signature, the check of static extents, and compilation on the real CPU plugins."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pjrt
+from pjrt import compiler
+from conftest import cpu_plugin_path, run_python
+from fixtures import programs
+
+TINY = programs.get("tiny_tanh")
+
+
+def test_malformed_program_is_a_plugin_error_and_process_goes_on(client, tiny):
+    with pytest.raises(pjrt.XlaRuntimeError) as info:
+        client.compile_and_load("func.func @main( this is not mlir")
+    assert info.value.code_name in ("INVALID_ARGUMENT", "UNKNOWN", "INTERNAL")
+    outputs = tiny.execute([client.buffer_from_pyval(x) for x in TINY.inputs()])
+    programs.check_outputs(TINY, [np.asarray(outputs[0])])
+
+
+def test_program_of_wrong_type_is_type_error(client):
+    with pytest.raises(TypeError, match="StableHLO"):
+        client.compile_and_load(12345)
+
+
+def test_shardy_program_gets_shardy_partitioner_by_default(client):
+    """A Shardy program compiles without the caller naming the partitioner."""
+    text = programs.get("spmd_elementwise_2d").read_text("shardy")
+    assert pjrt.compiler.uses_shardy(text.encode())
+    assert not pjrt.compiler.uses_shardy(programs.get("spmd_elementwise_2d").read_text("gspmd").encode())
+    executable = client.compile_and_load(text, client.local_devices())
+    assert executable.num_partitions() == 8
+
+
+# -- program bytes and the signature ----------------------------------------------------------
+
+def test_program_bytes_takes_text_and_bytecode():
+    text = TINY.read_text()
+    assert compiler.program_bytes(text) == text.encode("utf-8")
+    with open(programs.FIXTURES_DIR + "/" + programs.BYTECODE_FILE, "rb") as f:
+        bytecode = f.read()
+    for kind in (bytes, bytearray, memoryview):
+        assert compiler.program_bytes(kind(bytecode)) == bytecode
+    with pytest.raises(TypeError, match="not list"):
+        compiler.program_bytes(["not", "a", "program"])
+
+
+def test_read_signature_of_text_and_of_bytecode():
+    signature = compiler.read_signature(TINY.read_text().encode())
+    assert signature.input_shardings == (None, None)
+    assert signature.output_shardings == (None,)
+    assert signature.result_shapes == ((8,),)
+    spmd = programs.get("spmd_elementwise_2d")
+    for variant in ("shardy", "gspmd"):
+        signature = compiler.read_signature(spmd.read_text(variant).encode())
+        assert len(signature.input_shardings) == 1 and signature.input_shardings[0] is not None
+        assert signature.result_shapes == ((8, 8),)
+    with open(programs.FIXTURES_DIR + "/" + programs.BYTECODE_FILE, "rb") as f:
+        assert compiler.read_signature(f.read()) is None
+    assert compiler.read_signature(b"module { func.func private @helper() { return } }") is None
+
+
+# -- default compile options ------------------------------------------------------------------
+
+def test_default_options_for_one_device(client):
+    device = client.devices()[3]
+    options = compiler.default_compile_options([device], TINY.read_text().encode())
+    build = options.executable_build_options
+    assert (build.num_replicas, build.num_partitions) == (1, 1)
+    assert not build.use_spmd_partitioning
+    assert build.device_assignment.device_ids.tolist() == [[3]]
+    # The options compile and run the program where they say.
+    executable = client.compile_and_load(TINY.read_text(), compile_options=options)
+    assert executable.local_devices() == [device]
+    a, b = TINY.inputs()
+    (out,) = executable.execute([client.buffer_from_pyval(a, device),
+                                 client.buffer_from_pyval(b, device)])
+    programs.check_outputs(TINY, [np.asarray(out)])
+
+
+@pytest.mark.parametrize("variant", ["shardy", "gspmd"])
+def test_default_options_for_an_spmd_program(client, variant):
+    devices = client.devices()[::-1]
+    text = programs.get("spmd_elementwise_2d").read_text(variant)
+    options = compiler.default_compile_options(devices, text.encode())
+    build = options.executable_build_options
+    assert (build.num_replicas, build.num_partitions) == (1, 8)
+    assert build.use_spmd_partitioning
+    assert build.use_shardy_partitioner == (variant == "shardy")
+    assert build.device_assignment.device_ids.tolist() == [[d.id for d in devices]]
+    # Every argument and result is annotated: nothing is left to the partitioner.
+    assert not any(build.allow_spmd_sharding_propagation_to_parameters)
+    assert not any(build.allow_spmd_sharding_propagation_to_output)
+
+
+def test_default_options_let_the_partitioner_choose_unannotated_layouts(client):
+    text = """func.func public @main(%x: tensor<8xf32> {mhlo.sharding = "{devices=[4]<=[4]}"}, %y: tensor<8xf32>) -> (tensor<8xf32>, tensor<8xf32> {mhlo.sharding = "{replicated}"}) {
+      %0 = stablehlo.add %x, %y : tensor<8xf32>
+      return %0, %0 : tensor<8xf32>, tensor<8xf32>
+    }"""
+    devices = client.devices()[:4]
+    build = compiler.default_compile_options(devices, text.encode()).executable_build_options
+    assert list(build.allow_spmd_sharding_propagation_to_parameters) == [False, True]
+    assert list(build.allow_spmd_sharding_propagation_to_output) == [True, False]
+    first, second = pjrt.compile(text, devices)(np.arange(8.0, dtype=np.float32),
+                                                np.ones(8, np.float32))
+    np.testing.assert_array_equal(np.asarray(first), np.arange(8.0) + 1)
+    np.testing.assert_array_equal(np.asarray(second), np.arange(8.0) + 1)
+
+
+def test_default_options_for_replicated_execution(client):
+    devices = client.devices()[2:5]
+    build = compiler.default_compile_options(devices, TINY.read_text().encode(),
+                                             replicated=True).executable_build_options
+    assert (build.num_replicas, build.num_partitions) == (3, 1)
+    assert build.device_assignment.device_ids.tolist() == [[2], [3], [4]]
+
+
+# -- devices and given compile options --------------------------------------------------------
+
+def test_devices_must_be_this_clients_and_distinct(client, make_client):
+    other = make_client(2)
+    with pytest.raises(ValueError, match="appears twice"):
+        client.compile_and_load(TINY.read_text(), [client.devices()[0], client.devices()[0]])
+    with pytest.raises(ValueError, match="is not a device of this cpu client"):
+        client.compile_and_load(TINY.read_text(), [other.devices()[0]])
+
+
+def test_given_options_must_match_the_device_count(client):
+    options = pjrt.CompileOptions()
+    options.executable_build_options.num_partitions = 2
+    with pytest.raises(ValueError, match="1 replicas x 2 partitions but 3 devices"):
+        client.compile_and_load(TINY.read_text(), client.devices()[:3], options)
+
+
+def test_given_options_take_the_devices_given(client):
+    """Options without a device assignment get one from the devices passed with them."""
+    options = pjrt.CompileOptions()
+    executable = client.compile_and_load(TINY.read_text(), [client.devices()[6]], options)
+    assert executable.local_devices() == [client.devices()[6]]
+
+
+# -- static extents ---------------------------------------------------------------------------
+
+#: 2**62 float32 elements: 2**64 bytes, past what an int64 size can hold.
+HUGE = "tensor<4611686018427387904xf32>"
+
+
+@pytest.mark.parametrize("tensor, fits", [
+    (HUGE, False),
+    ("tensor<2305843009213693951xf32>", True),             # 2**63 - 4 bytes
+    ("tensor<2305843009213693952xf32>", False),            # 2**63 bytes
+    ("tensor<4x4611686018427387904xi8>", False),
+    ("tensor<9223372036854775807xi1>", True),              # a byte per i1
+    ("tensor<576460752303423488xcomplex<f64>>", False),    # 2**59 x 16 bytes
+    ("tensor<?x4611686018427387904xf32>", True),           # dynamic: not a static type
+])
+def test_check_static_extents(tensor, fits):
+    program = f"func.func public @main(%x: {tensor}) -> {tensor} {{ return %x : {tensor} }}"
+    if fits:
+        compiler.check_static_extents(program.encode())
+    else:
+        with pytest.raises(ValueError, match=r"more than any plugin can address") as info:
+            compiler.check_static_extents(program.encode())
+        assert tensor.split(">")[0] in str(info.value)
+
+
+def test_an_overflowing_extent_is_a_value_error_not_an_abort(cpu_plugin):
+    """XLA aborts the process on such a shape; pjrt refuses it first. In a child process, so
+    that a regression fails this test and not the whole run."""
+    result = run_python(f"""
+        import numpy as np, pjrt
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        client = pjrt.make_c_api_client("cpu")
+        text = "func.func public @main(%x: {HUGE}) -> {HUGE} {{ return %x : {HUGE} }}"
+        try:
+            pjrt.compile(text, client.devices()[0])
+        except ValueError as error:
+            print("ValueError", error)
+        program = pjrt.compile({TINY.read_text()!r}, client.devices()[0])
+        print("still works", float(np.asarray(program(np.ones(8, np.float32), np.ones(8, np.float32)))[0]))
+    """)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("ValueError the program uses tensor<4611686018427387904xf32")
+    assert "2**63 - 1 bytes" in lines[0]
+    assert lines[1].startswith("still works ")
+    np.testing.assert_allclose(float(lines[1].split()[-1]), np.tanh(2.0), rtol=1e-6)

@@ -1,0 +1,182 @@
+"""Waiting on the plugin (waits.py): waits that return to Python between slices so that Ctrl-C
+is heard, and compilation on a large-stack worker thread, on the real CPU plugins."""
+from __future__ import annotations
+
+import json
+import threading
+
+import numpy as np
+import pytest
+
+import pjrt
+from conftest import cpu_plugin_path, run_python
+from fixtures import programs
+
+TINY = programs.get("tiny_tanh")
+
+
+def _long_loop(iterations: int) -> str:
+    """``iterations`` dependent 256 x 256 matmuls: a program that runs for a while."""
+    return """
+    func.func public @main(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {
+      %c0 = stablehlo.constant dense<0> : tensor<i32>
+      %n = stablehlo.constant dense<ITERATIONS> : tensor<i32>
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %r:2 = stablehlo.while(%i = %c0, %acc = %x) : tensor<i32>, tensor<256x256xf32>
+       cond {
+        %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %p : tensor<i1>
+      } do {
+        %d = stablehlo.dot_general %acc, %x, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+        %s = stablehlo.tanh %d : tensor<256x256xf32>
+        %j = stablehlo.add %i, %one : tensor<i32>
+        stablehlo.return %j, %s : tensor<i32>, tensor<256x256xf32>
+      }
+      return %r#1 : tensor<256x256xf32>
+    }""".replace("ITERATIONS", str(iterations))
+
+
+def _nested_conditionals(depth: int) -> str:
+    """``depth`` nested ``stablehlo.if`` regions: XLA's compiler recurses once per level, and
+    takes a while over them."""
+    lines = ["func.func public @main(%p: tensor<i1>, %x: tensor<f32>) -> tensor<f32> {"]
+    close = []
+    for level in range(depth, 0, -1):
+        lines.append(f'%r{level} = "stablehlo.if"(%p) ({{')
+        close.append(f"}}, {{\n stablehlo.return %x : tensor<f32>\n}}) : (tensor<i1>) -> tensor<f32>\n"
+                     f"{'return' if level == depth else 'stablehlo.return'} %r{level} : tensor<f32>")
+    lines.append("%r0 = stablehlo.add %x, %x : tensor<f32>\nstablehlo.return %r0 : tensor<f32>")
+    lines.extend(reversed(close))
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def test_execution_is_asynchronous_and_reading_waits(client):
+    """A long program: execute returns before its output is computed; np.asarray waits."""
+    executable = client.compile_and_load(_long_loop(200))
+    x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
+    (out,) = executable.execute([x])
+    was_ready = out.is_ready()
+    value = np.asarray(out)
+    assert out.is_ready()
+    assert value.shape == (256, 256) and np.isfinite(value).all()
+    # 200 dependent 256^3 matmuls take far longer than launching them.
+    assert not was_ready
+
+
+@pytest.mark.slow
+def test_ctrl_c_interrupts_a_wait_and_the_result_arrives_later(cpu_plugin):
+    """A KeyboardInterrupt (here from a timer signal) ends block_until_ready() within a wait
+    slice, long before the program is done; the program goes on, its output can be read later,
+    and the client keeps working. In a child process, where the signal cannot reach pytest."""
+    result = run_python(f"""
+        import json, signal, time
+        import numpy as np, pjrt
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        client = pjrt.make_c_api_client("cpu")
+        executable = client.compile_and_load({_long_loop(1500)!r})
+        x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
+
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        start = time.monotonic()
+        (out,) = executable.execute([x])
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        try:
+            out.block_until_ready()
+            interrupted = None
+        except KeyboardInterrupt:
+            interrupted = time.monotonic() - start
+        ready_then = out.is_ready()
+        value = np.asarray(out)
+        total = time.monotonic() - start
+        tiny = pjrt.compile({TINY.read_text()!r}, client.devices()[0])
+        again = np.asarray(tiny(np.ones(8, np.float32), np.ones(8, np.float32)))
+        print(json.dumps({{"interrupted": interrupted, "ready_then": ready_then, "total": total,
+                          "finite": bool(np.isfinite(value).all()), "again": float(again[0])}}))
+    """, timeout=300)
+    outcome = json.loads(result.stdout.splitlines()[-1])
+    assert outcome["interrupted"] is not None, outcome
+    assert not outcome["ready_then"], outcome  # the wait ended before the program did
+    assert outcome["interrupted"] < outcome["total"] / 2, outcome
+    assert outcome["finite"]
+    np.testing.assert_allclose(outcome["again"], np.tanh(2.0), rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_ctrl_c_interrupts_a_compile_and_the_client_goes_on(cpu_plugin):
+    """Compilation runs on a worker thread while the caller waits in slices: a KeyboardInterrupt
+    ends the wait at once, the abandoned executable is freed when the compile finishes, and the
+    client compiles and closes normally afterwards."""
+    result = run_python(f"""
+        import json, signal, time
+        import numpy as np, pjrt
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        client = pjrt.make_c_api_client("cpu")
+        text = {_nested_conditionals(110)!r}
+
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        start = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        try:
+            client.compile_and_load(text)
+            interrupted = None
+        except KeyboardInterrupt:
+            interrupted = time.monotonic() - start
+        start = time.monotonic()
+        program = pjrt.compile(text, client.devices()[0])
+        full = time.monotonic() - start
+        value = float(np.asarray(program(np.array(True), np.float32(1.5))))
+        deadline = time.monotonic() + 60
+        while client._handle.active and time.monotonic() < deadline:
+            time.sleep(0.05)  # the abandoned compile ends its call when it finishes
+        print(json.dumps({{"interrupted": interrupted, "full": full, "value": value,
+                          "executables": len(client.live_executables()),
+                          "active": len(client._handle.active)}}))
+        client.close()
+        print("closed", client.is_closed)
+    """, timeout=300)
+    lines = result.stdout.splitlines()
+    outcome = json.loads(lines[-2])
+    assert lines[-1] == "closed True"
+    assert outcome["interrupted"] is not None and outcome["interrupted"] < outcome["full"] / 2, outcome
+    assert outcome["value"] == 3.0
+    assert outcome["executables"] == 1 and outcome["active"] == 0, outcome
+
+
+def test_compiles_from_several_threads_each_get_their_program(client):
+    """Each compile waits for its own result from the worker threads."""
+    results, errors = {}, []
+
+    def work(scale: int):
+        try:
+            text = f"""func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {{
+              %c = stablehlo.constant dense<{scale}.0> : tensor<4xf32>
+              %0 = stablehlo.multiply %x, %c : tensor<4xf32>
+              return %0 : tensor<4xf32>
+            }}"""
+            program = pjrt.compile(text, client.devices()[scale % 8])
+            results[scale] = np.asarray(program(np.arange(4, dtype=np.float32))).tolist()
+        except Exception as error:  # noqa: BLE001 - collected and re-raised in the main thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(scale,)) for scale in range(1, 7)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert results == {scale: [0.0, scale, 2.0 * scale, 3.0 * scale] for scale in range(1, 7)}
+
+
+def test_a_compile_error_reaches_the_caller(client):
+    """An error raised on the compile thread is raised in the calling thread, as the plugin's
+    own error, and the next compile works."""
+    with pytest.raises(pjrt.XlaRuntimeError):
+        client.compile_and_load("func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {"
+                                " %0 = stablehlo.add %x, %y : tensor<4xf32> return %0 }")
+    program = pjrt.compile(TINY.read_text(), client.devices()[0])
+    programs.check_outputs(TINY, [np.asarray(program(*TINY.inputs()))])
