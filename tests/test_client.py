@@ -90,10 +90,6 @@ def test_buffer_from_pyval_to_another_clients_device_is_refused(client, make_cli
         client.buffer_from_pyval(np.ones(2), other.devices()[0])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug in array.py (array_from_host): a device argument that is not a Device (a Memory, a "
-    "string) reaches cffi and fails with its TypeError about 'struct PJRT_Device *', or an "
-    "AttributeError, instead of a TypeError saying a Device is needed"))
 @pytest.mark.parametrize("target", ["memory", "name"])
 def test_buffer_from_pyval_to_something_not_a_device_says_so(client, target):
     device = client.devices()[1]

@@ -109,10 +109,6 @@ def test_a_view_of_a_shard_outlives_its_global_array_and_client(make_client):
     np.testing.assert_array_equal(view[0, :3], [65536, 65537, 65538])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug in array.py: a viewed Array that is deleted keeps its buffer until the Array object "
-    "itself is collected, not until its last view goes (Array._release frees only when no view "
-    "is alive at delete() time, and nothing frees the buffer when the last view dies later)"))
 def test_delete_while_viewed_frees_the_buffer_with_the_last_view(make_client):
     """A buffer numpy reads in place is released by delete() but freed only when the last view
     goes, even while the deleted Array object is still referenced."""

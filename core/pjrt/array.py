@@ -22,6 +22,7 @@ import numpy as np
 
 from . import dtypes, handles
 from ._pjrt_cffi import ffi, lib
+from .device import Device, Memory
 from .errors import ClosedClientError, DeletedArrayError, check
 from .handles import HostBufferSemantics
 from .staging import adoptable_copy
@@ -29,7 +30,6 @@ from .waits import wait_buffer_ready
 
 if TYPE_CHECKING:
     from .client import Client
-    from .device import Device, Memory
 
 _NULL = ffi.NULL
 
@@ -155,8 +155,7 @@ class Array:
             return
         self._buffers = None
         self._deleted_reason = reason
-        if not self._viewed():
-            self._handle.release_buffers(id(self))
+        self._handle.release_when_unviewed(id(self))
 
     def __del__(self):
         # A __del__ on this slotted class rather than weakref.finalize: a finaliser object per
@@ -473,6 +472,9 @@ def _placement_device(client: "Client", device: "Device | None",
                       memory: "Memory | None") -> "Device":
     """The device a buffer placed on ``device`` / in ``memory`` belongs to, both checked."""
     if memory is not None:
+        if not isinstance(memory, Memory):
+            raise TypeError(f"memory must be a pjrt Memory, not {type(memory).__name__} "
+                            f"{memory!r}; pick one from device.addressable_memories()")
         if memory.client is not client:
             raise ValueError(f"{memory!r} belongs to another client ({memory.client!r}); pass "
                              f"a memory of this {client.platform} client")
@@ -487,6 +489,10 @@ def _placement_device(client: "Client", device: "Device | None",
                              f"{names}); pass one of device.addressable_memories()")
     if device is None:
         return client._local_devices[0]
+    if not isinstance(device, Device):
+        hint = " (pass a Memory as memory=...)" if isinstance(device, Memory) else ""
+        raise TypeError(f"device must be a pjrt Device, not {type(device).__name__} "
+                        f"{device!r}{hint}; pick one from client.devices()")
     if device.client is not client:
         raise ValueError(f"{device} belongs to another client ({device.client!r}); pass a "
                          f"device of this {client.platform} client")

@@ -85,7 +85,7 @@ class ClientHandle:
     """
 
     __slots__ = ("api", "pointer", "closed", "closed_reason", "buffers", "executables",
-                 "viewed", "holds", "pending_holds", "active", "tickets", "parked",
+                 "viewed", "released_while_viewed", "holds", "pending_holds", "active", "tickets", "parked",
                  "generation", "keep_alive", "_lock", "__weakref__")
 
     def __init__(self, api: Api, pointer):
@@ -98,6 +98,8 @@ class ClientHandle:
         self.executables: dict[int, tuple] = {}
         #: owner id -> weak references to the objects numpy views of its buffers keep alive
         self.viewed: dict[int, list] = {}
+        #: owners whose buffers go when their last numpy view does
+        self.released_while_viewed: set[int] = set()
         #: owner id -> [(host array, PJRT_Event* or NULL)] its buffers may be reading
         self.holds: dict[int, list] = {}
         #: host memory of freed buffers whose plugin event has not fired yet
@@ -304,7 +306,20 @@ class ClientHandle:
 
     def add_view(self, owner_id: int, memory) -> None:
         """Record that numpy views of ``owner_id``'s buffers keep ``memory`` alive."""
-        self.viewed.setdefault(owner_id, []).append(weakref.ref(memory))
+        self.viewed.setdefault(owner_id, []).append(
+            weakref.ref(memory, lambda _, owner_id=owner_id: self._view_gone(owner_id)))
+
+    def release_when_unviewed(self, owner_id: int) -> None:
+        """Release ``owner_id``'s buffers (see :meth:`release_buffers`) as soon as no numpy
+        view reads them: now, or when the last view goes."""
+        self.released_while_viewed.add(owner_id)
+        self._view_gone(owner_id)
+
+    def _view_gone(self, owner_id: int) -> None:
+        if ((owner_id in self.released_while_viewed or self.closed)
+                and not self._is_viewed(owner_id)):
+            self.released_while_viewed.discard(owner_id)
+            self.release_buffers(owner_id)
 
     def is_viewed(self, owner_id: int) -> bool:
         """Whether numpy views of ``owner_id``'s buffers are still in use."""

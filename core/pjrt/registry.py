@@ -32,13 +32,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PLATFORMS_ENV = "PJRT_PLATFORMS"
-
-#: Platform aliases: a name users may write for a family of platforms.
-PLATFORM_ALIASES: dict[str, tuple[str, ...]] = {"gpu": ("cuda", "rocm")}
-
-#: Platforms whose plugins this project ships and tests; others warn once as experimental.
-NON_EXPERIMENTAL_PLATFORMS = frozenset({"cpu", "cuda", "rocm", "tpu"})
+# Platform names, aliases and PJRT_PLATFORMS, re-exported here where the registry's users look.
+from .platforms import (NON_EXPERIMENTAL_PLATFORMS, PLATFORM_ALIASES, PLATFORMS_ENV,  # noqa: E402
+                        expand_platform_alias, is_gpu, parse_platforms)
 
 _NVIDIA_DEVICE_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")
 
@@ -79,23 +75,6 @@ class BackendRegistration:
 #: True while pjrt's discovery is calling plugin modules' ``initialize()``.
 discovering = discovery.discovering
 
-
-def expand_platform_alias(platform: str) -> list[str]:
-    """``"gpu"`` -> ``["cuda", "rocm"]``; any other name -> ``[name]``."""
-    return list(PLATFORM_ALIASES.get(platform, (platform,)))
-
-
-def is_gpu(platform: str) -> bool:
-    """Whether ``platform`` is a GPU platform (``cuda`` or ``rocm``)."""
-    return platform in PLATFORM_ALIASES["gpu"]
-
-
-def _parse_platforms(value: str | Sequence[str] | None) -> list[str] | None:
-    if value is None:
-        return None
-    names = value.split(",") if isinstance(value, str) else list(value)
-    names = [n.strip().lower() for n in names if n and n.strip()]
-    return names or None
 
 
 class BackendRegistry:
@@ -322,7 +301,7 @@ class BackendRegistry:
             if self._backends is not None:
                 raise RuntimeError("backends are already initialised; call clear_backends() "
                                    "before choosing platforms")
-            platforms = _parse_platforms(platforms)
+            platforms = parse_platforms(platforms)
             if platforms != self._platforms_override and self._discovered:
                 # Discovery registered plugins under the old selection (skipping the
                 # libraries it excluded); redo it under the new one.
@@ -333,7 +312,7 @@ class BackendRegistry:
         """The platforms asked for (aliases kept as written), or None for all."""
         if self._platforms_override is not None:
             return self._expand(self._platforms_override)
-        return self._expand(_parse_platforms(self._env(PLATFORMS_ENV)))
+        return self._expand(parse_platforms(self._env(PLATFORMS_ENV)))
 
     def _expand(self, names: list[str] | None) -> list[str] | None:
         if names is None:
@@ -370,7 +349,7 @@ class BackendRegistry:
         """The platform names as written in set_platforms() or PJRT_PLATFORMS, aliases kept."""
         if self._platforms_override is not None:
             return self._platforms_override
-        return _parse_platforms(self._env(PLATFORMS_ENV)) or []
+        return parse_platforms(self._env(PLATFORMS_ENV)) or []
 
     def _plan(self) -> list[tuple[str, int, bool]]:
         selected = self.selected_platforms()

@@ -1,0 +1,36 @@
+"""Platform names: the aliases users may write, and how ``PJRT_PLATFORMS`` is read.
+
+Plain data and string handling, below the registry that uses it.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+#: The environment variable listing the platforms to bring up, first = default.
+PLATFORMS_ENV = "PJRT_PLATFORMS"
+
+#: Platform aliases: a name users may write for a family of platforms.
+PLATFORM_ALIASES: dict[str, tuple[str, ...]] = {"gpu": ("cuda", "rocm")}
+
+#: Platforms whose plugins this project ships and tests; others warn once as experimental.
+NON_EXPERIMENTAL_PLATFORMS = frozenset({"cpu", "cuda", "rocm", "tpu"})
+
+
+def expand_platform_alias(platform: str) -> list[str]:
+    """``"gpu"`` -> ``["cuda", "rocm"]``; any other name -> ``[name]``."""
+    return list(PLATFORM_ALIASES.get(platform, (platform,)))
+
+
+def is_gpu(platform: str) -> bool:
+    """Whether ``platform`` is a GPU platform (``cuda`` or ``rocm``)."""
+    return platform in PLATFORM_ALIASES["gpu"]
+
+
+def parse_platforms(value: str | Sequence[str] | None) -> list[str] | None:
+    """A ``PJRT_PLATFORMS``-style value (``"cuda,cpu"`` or a list) as lower-case names;
+    None when it names nothing."""
+    if value is None:
+        return None
+    names = value.split(",") if isinstance(value, str) else list(value)
+    names = [n.strip().lower() for n in names if n and n.strip()]
+    return names or None
