@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from ._pjrt_cffi import lib
 from .array import Array, native_host, put_buffer
 from .staging import TRANSFER_THREAD_PREFIX, staging_pool, staging_size
 from .device import Device
@@ -27,6 +28,16 @@ def _client_of(sharding: Sharding) -> "Client":
         if device.client is not client:
             raise ValueError("a sharding's devices must all belong to one client")
     return client
+
+
+def _memory_for(sharding: Sharding, device: Device):
+    """The memory of ``device`` that ``sharding``'s memory kind names; None for the device's
+    default memory (so that plugins without memory spaces keep working)."""
+    kind = sharding.memory_kind
+    if kind is None:
+        return None
+    memory = device.memory(kind)
+    return None if memory == device.default_memory() else memory
 
 
 def _index_key(index) -> tuple:
@@ -58,8 +69,10 @@ def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequenc
             raise ValueError(f"shards disagree on dtype: {hosts[0].dtype} and {host.dtype}")
     placed: list = [None] * len(hosts)
 
+    memories = [_memory_for(sharding, device) for device in devices]
+
     def put(i: int) -> None:
-        placed[i] = put_buffer(client, hosts[i], devices[i], 0)
+        placed[i] = put_buffer(client, hosts[i], devices[i], 0, memories[i])
 
     try:
         if (len(hosts) > 1 and sum(h.nbytes for h in hosts) >= _PARALLEL_THRESHOLD_BYTES
@@ -95,8 +108,6 @@ def _copy_workers() -> int:
 def _free(client: "Client", buffers: list, holds: list) -> None:
     """Free buffers made before a failure, then wait until the plugin is done with their host
     memory (the caller's references keep it alive until then)."""
-    from ._pjrt_cffi import lib
-
     table = client._api.table
     for buffer in buffers:
         lib.pjrt_shim_buffer_destroy(table, buffer)
@@ -128,7 +139,7 @@ def device_put(x, device: Device | Sharding | None = None) -> Array:
             return x
         if isinstance(x, Array) and len(x._devices) == 1:
             return x.copy_to_device(device)
-        return device.client.buffer_from_pyval(np.asarray(x), device)
+        return device.client.buffer_from_pyval(x, device)
     if not isinstance(device, Sharding):
         raise TypeError(f"device_put places on a Device or a Sharding, not {type(device).__name__}")
     sharding = device
@@ -153,11 +164,17 @@ def batched_copy_array_to_devices_with_sharding(arrays: Sequence[Array],
         if array.sharding == sharding or (
                 len(array._devices) == len(sharding._device_assignment)
                 and array._devices == tuple(sharding._device_assignment)
-                and array.sharding.is_equivalent_to(sharding, array.ndim)):
+                and array.sharding.is_equivalent_to(sharding, array.ndim)
+                and _same_memory(array, sharding)):
             results.append(array)
             continue
         results.append(_reshard(array, sharding))
     return results
+
+
+def _same_memory(array: Array, sharding: Sharding) -> bool:
+    kind = sharding.memory_kind
+    return kind is None or array.memory_kind == kind
 
 
 def _reshard(array: Array, sharding: Sharding) -> Array:
@@ -175,16 +192,29 @@ def _reshard(array: Array, sharding: Sharding) -> Array:
         for device, index in target.items():
             candidates = sources.get(_index_key(index), {})
             shard = candidates.get(device) or next(iter(candidates.values()), None)
+            memory = _memory_for(sharding, device)
             if shard is not None:
-                copied = api.call_new("PJRT_Buffer_CopyToDevice", buffer=shard.data._live_buffers()[0],
-                                      dst_device=device._handle)
+                source = shard.data._live_buffers()[0]
+                if memory is not None:
+                    copied = api.call_new("PJRT_Buffer_CopyToMemory", buffer=source,
+                                          dst_memory=memory._handle)
+                else:
+                    copied = api.call_new("PJRT_Buffer_CopyToDevice", buffer=source,
+                                          dst_device=device._handle)
+                    if sharding.memory_kind is not None and \
+                            shard.data.memory_kind != sharding.memory_kind:
+                        # A copy to a device lands in its default memory; from a host memory
+                        # back to device memory, ask for that memory by name.
+                        lib.pjrt_shim_buffer_destroy(api.table, copied.dst_buffer)
+                        copied = api.call_new("PJRT_Buffer_CopyToMemory", buffer=source,
+                                              dst_memory=device.default_memory()._handle)
                 buffers.append(copied.dst_buffer)
                 holds.append(None)
                 continue
             if host is None:
                 host = np.asarray(array)
             buffer, hold = put_buffer(client, np.ascontiguousarray(host[index]) if host.ndim
-                                      else host, device, 0)
+                                      else host, device, 0, memory)
             buffers.append(buffer)
             holds.append(hold)
     except BaseException:
