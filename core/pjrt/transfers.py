@@ -6,6 +6,7 @@ exists, and taken through the host only for shards that do not.
 """
 from __future__ import annotations
 
+import enum
 import os
 from typing import TYPE_CHECKING, Sequence
 
@@ -19,6 +20,17 @@ from .sharding import GSPMDSharding, PmapSharding, Sharding
 
 if TYPE_CHECKING:
     from .client import Client
+
+
+class ArrayCopySemantics(enum.IntEnum):
+    """What a copy to new shardings may do with its input (jaxlib's enum)."""
+
+    #: Always make new buffers, even where the input is already placed as asked.
+    ALWAYS_COPY = 0
+    #: Return the input itself where it is already placed as asked (the default).
+    REUSE_INPUT = 1
+    #: Like REUSE_INPUT, and an input that was copied is deleted afterwards.
+    DONATE_INPUT = 2
 
 
 def _client_of(sharding: Sharding) -> "Client":
@@ -151,16 +163,33 @@ def device_put(x, device: Device | Sharding | None = None) -> Array:
     return batched_device_put(host.shape, sharding, [host[indices[d]] for d in devices], devices)
 
 
-def batched_copy_array_to_devices_with_sharding(arrays: Sequence[Array],
-                                                shardings: Sequence[Sharding]) -> list[Array]:
+def batched_copy_array_to_devices_with_sharding(
+        arrays: Sequence[Array], shardings: Sequence[Sharding],
+        array_copy_semantics: Sequence[ArrayCopySemantics] | None = None) -> list[Array]:
     """Reshard each array to its sharding: shard by shard, device to device where the source
     has a shard with the same index, through the host otherwise.
 
+    Args:
+      arrays, shardings: one target sharding per array.
+      array_copy_semantics: one :class:`ArrayCopySemantics` per array (REUSE_INPUT when
+        None).
+
     Raises:
-      ValueError: a target sharding's devices belong to another client.
+      ValueError: a target sharding's devices belong to another client, or the sequences
+        differ in length.
     """
+    if array_copy_semantics is None:
+        array_copy_semantics = [ArrayCopySemantics.REUSE_INPUT] * len(arrays)
+    if not len(arrays) == len(shardings) == len(array_copy_semantics):
+        raise ValueError(f"{len(arrays)} arrays, {len(shardings)} shardings and "
+                         f"{len(array_copy_semantics)} copy semantics: give one of each per "
+                         f"array")
     results = []
-    for array, sharding in zip(arrays, shardings):
+    for array, sharding, semantics in zip(arrays, shardings, array_copy_semantics):
+        semantics = ArrayCopySemantics(semantics)
+        if semantics == ArrayCopySemantics.ALWAYS_COPY:
+            results.append(_reshard(array, sharding))
+            continue
         if array.sharding == sharding or (
                 len(array._devices) == len(sharding._device_assignment)
                 and array._devices == tuple(sharding._device_assignment)
@@ -169,6 +198,8 @@ def batched_copy_array_to_devices_with_sharding(arrays: Sequence[Array],
             results.append(array)
             continue
         results.append(_reshard(array, sharding))
+        if semantics == ArrayCopySemantics.DONATE_INPUT:
+            array.delete()
     return results
 
 
@@ -223,9 +254,12 @@ def _reshard(array: Array, sharding: Sharding) -> Array:
     return Array(client, buffers, tuple(target), array.shape, array.dtype, holds, sharding)
 
 
-def reorder_shards(x: Array, dst_sharding: Sharding) -> Array:
+def reorder_shards(x: Array, dst_sharding: Sharding,
+                   array_copy_semantics: ArrayCopySemantics = ArrayCopySemantics.REUSE_INPUT
+                   ) -> Array:
     """``x`` with its shards moved to ``dst_sharding``'s devices (same layout, other order)."""
-    return batched_copy_array_to_devices_with_sharding([x], [dst_sharding])[0]
+    return batched_copy_array_to_devices_with_sharding([x], [dst_sharding],
+                                                       [array_copy_semantics])[0]
 
 
 def replicate(x, devices: Sequence[Device]) -> Array:
@@ -247,6 +281,6 @@ def batched_block_until_ready(arrays: Sequence[Array]) -> list[Array]:
 
 block_until_ready = batched_block_until_ready
 
-__all__ = ["device_put", "batched_device_put", "batched_copy_array_to_devices_with_sharding",
+__all__ = ["ArrayCopySemantics", "device_put", "batched_device_put", "batched_copy_array_to_devices_with_sharding",
            "reorder_shards", "replicate", "shard_along_axis", "batched_block_until_ready",
            "block_until_ready"]
