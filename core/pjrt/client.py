@@ -21,6 +21,7 @@ from ._pjrt_cffi import ffi
 from .device import Device, Memory, handle_key
 from .errors import ClosedClientError
 from .handles import ClientHandle, fork_generation
+from .layouts import default_layout
 from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
 
 if TYPE_CHECKING:
@@ -183,6 +184,20 @@ class Client:
             args.client = handle.pointer
             self._api.call("PJRT_Client_DefaultDeviceAssignment", args)
         return np.array(list(ids), dtype=np.int64).reshape(num_replicas, num_partitions)
+
+    def get_default_layout(self, dtype, shape: Sequence[int], device: Device | None = None):
+        """The :class:`~pjrt.layouts.PjRtLayout` this client gives a new buffer of ``dtype``
+        and ``shape`` (``device`` is accepted for jaxlib's signature: a PJRT client has one
+        default layout for all its devices).
+
+        Raises:
+          UnsupportedFeatureError: the plugin has no layouts extension.
+          TypeError: ``dtype`` has no PJRT equivalent.
+        """
+        if device is not None and device.client is not self:
+            raise ValueError(f"{device} belongs to another client")
+        with self._handle.calling() as handle:
+            return default_layout(self._api, handle.pointer, dtype, shape)
 
     # -- transfers and compilation (see array.py and executable.py) ------------------------
 

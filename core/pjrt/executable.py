@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import _hlo, dtypes, handles, serialization
+from . import _hlo, dtypes, handles, layouts, serialization
 from ._c import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi, lib
 from .array import Array
@@ -358,6 +358,34 @@ class LoadedExecutable:
                                          executable=self._executable_ptr())
         return [to_str(args.memory_kinds[i], args.memory_kind_sizes[i])
                 for i in range(args.num_outputs)]
+
+    def get_output_memory_kinds(self) -> list[list[str]]:
+        """jaxlib's form of :meth:`output_memory_kinds`: one list per program (one here)."""
+        return [self.output_memory_kinds()]
+
+    @handles.native_method
+    def get_parameter_layouts(self) -> list[layouts.PjRtLayout]:
+        """The memory layout the program expects of each parameter (the plugin's layouts
+        extension, else the optimised module's program shape)."""
+        return self._layouts("parameters")
+
+    @handles.native_method
+    def get_output_layouts(self) -> list[layouts.PjRtLayout]:
+        """The memory layout of each output (as :meth:`get_parameter_layouts`)."""
+        return self._layouts("outputs")
+
+    def _layouts(self, which: str) -> list[layouts.PjRtLayout]:
+        api = self._handle.api
+        try:
+            return layouts.executable_layouts(api, self._executable_ptr(), which)
+        except UnsupportedFeatureError:
+            module = self._optimized_module_bytes()
+            if module is None:
+                raise
+            return list(layouts.module_layouts(module)[which == "outputs"])
+
+    input_layouts = property(get_parameter_layouts, doc="Tuple-free list of parameter layouts.")
+    output_layouts = property(get_output_layouts, doc="List of output layouts.")
 
     @handles.native_method
     def optimized_module_proto(self) -> bytes:

@@ -362,3 +362,47 @@ def buffer_layout(api: _c.Api, buffer) -> PjRtLayout:
         tiles.append(tuple(tiled.tile_dims[at + i] for i in range(size)))
         at += size
     return PjRtLayout(Layout(order, tiles))
+
+
+def module_layouts(serialized_module: bytes) -> tuple[list[PjRtLayout], list[PjRtLayout]]:
+    """The parameter and output layouts of a compiled program, read from its optimised
+    ``HloModuleProto`` (``host_program_shape``): what plugins whose layouts extension lacks
+    the executable entries still say about them. A tuple-shaped result gives one layout per
+    element.
+
+    Raises:
+      ValueError: the module has no program shape, or a shape without a layout.
+    """
+    parameters: list[PjRtLayout] = []
+    outputs: list[PjRtLayout] = []
+    program = None
+    for number, wire_type, raw in pw.decode(bytes(serialized_module)):
+        if number == 4 and wire_type == pw.LEN:
+            program = raw
+    if program is None:
+        raise ValueError("the compiled module carries no program shape")
+    for number, wire_type, raw in pw.decode(program):
+        if number == 1 and wire_type == pw.LEN:
+            parameters.extend(_shape_layouts(raw))
+        elif number == 2 and wire_type == pw.LEN:
+            outputs.extend(_shape_layouts(raw))
+    return parameters, outputs
+
+
+def _shape_layouts(shape: bytes) -> list[PjRtLayout]:
+    """The layouts of a ``ShapeProto``'s leaves (tuples flattened)."""
+    element_type, tuples, layout, rank = 0, [], None, 0
+    for number, wire_type, raw in pw.decode(shape):
+        if number == 2 and wire_type == pw.VARINT:
+            element_type = raw
+        elif number == 3:
+            rank += len(pw.read_varints(wire_type, raw, "ShapeProto.dimensions"))
+        elif number == 4 and wire_type == pw.LEN:
+            tuples.append(raw)
+        elif number == 5 and wire_type == pw.LEN:
+            layout = Layout.from_proto(raw)
+    if element_type == dtypes.XLA_TUPLE_TYPE:
+        return [leaf for element in tuples for leaf in _shape_layouts(element)]
+    if layout is None:
+        layout = Layout(tuple(range(rank - 1, -1, -1)))
+    return [PjRtLayout(layout)]
