@@ -701,8 +701,10 @@ def backend_errors() -> dict[str, str]:
     return default_registry.backend_errors()
 
 
-def get_backend(platform: str | None = None) -> Client:
-    """The client for ``platform`` (the default backend when None)."""
+def get_backend(platform: str | Client | None = None) -> Client:
+    """The client for ``platform`` (the default backend when None; a Client, as is)."""
+    if isinstance(platform, Client):  # jaxlib's functions take a backend client too
+        return platform
     return default_registry.get_backend(platform)
 
 
@@ -735,12 +737,15 @@ def devices(backend: str | None = None) -> list:
     return get_backend(backend).devices()
 
 
-def local_devices(process_index: int | None = None, backend: str | None = None) -> list:
-    """The devices of ``backend`` that belong to ``process_index`` (this process by default).
+def local_devices(process_index: int | None = None, backend: str | Client | None = None,
+                  host_id: int | None = None) -> list:
+    """The devices of ``backend`` that belong to ``process_index`` (this process by default;
+    ``host_id`` is jax's older name for it).
 
     Raises:
       ValueError: ``process_index`` is not one of the backend's processes.
     """
+    process_index = host_id if process_index is None else process_index
     client = get_backend(backend)
     if process_index is None:
         process_index = client.process_index()
