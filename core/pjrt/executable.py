@@ -21,7 +21,8 @@ from . import _hlo, dtypes, handles, layouts, serialization
 from ._c import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi, lib
 from .array import Array
-from .errors import (ClosedClientError, DeviceAssignmentMismatchError, UnsupportedFeatureError,
+from .errors import (ClosedClientError, DeviceAssignmentMismatchError, ErrorCode,
+                     UnsupportedFeatureError,
                      XlaRuntimeError, consume)
 from .hlo_sharding import HloSharding
 from .options import named_values_to_dict
@@ -125,6 +126,7 @@ class LoadedExecutable:
                                               executable=self._executable).num_replicas)
             self._input_shardings = self._output_shardings = None
             self._output_global_shapes = None
+            self._layout_checks = _layouts_to_check(self)
         except BaseException:
             self._release()
             raise
@@ -360,8 +362,14 @@ class LoadedExecutable:
                 for i in range(args.num_outputs)]
 
     def get_output_memory_kinds(self) -> list[list[str]]:
-        """jaxlib's form of :meth:`output_memory_kinds`: one list per program (one here)."""
-        return [self.output_memory_kinds()]
+        """jaxlib's form of :meth:`output_memory_kinds`: one list per program (one here); the
+        devices' default memory for plugins that cannot say (XLA's CPU plugin at 0.81)."""
+        try:
+            return [self.output_memory_kinds()]
+        except XlaRuntimeError as error:
+            if error.code != ErrorCode.UNIMPLEMENTED:
+                raise
+            return [[self._devices[0].default_memory().kind] * self._num_outputs]
 
     @handles.native_method
     def get_parameter_layouts(self) -> list[layouts.PjRtLayout]:
@@ -384,9 +392,8 @@ class LoadedExecutable:
                 raise
             return list(layouts.module_layouts(module)[which == "outputs"])
 
-    input_layouts = property(get_parameter_layouts, doc="Tuple-free list of parameter layouts.")
-    output_layouts = property(get_output_layouts, doc="List of output layouts.")
-
+    input_layouts = property(get_parameter_layouts, doc="The parameters' layouts.")
+    output_layouts = property(get_output_layouts, doc="The outputs' layouts.")
     @handles.native_method
     def optimized_module_proto(self) -> bytes:
         """The optimised program as a serialised ``xla.HloModuleProto``."""
@@ -423,6 +430,9 @@ class LoadedExecutable:
             raise TypeError(f"argument {index} is a {type(argument).__name__}; execute takes "
                             f"pjrt Arrays (use client.buffer_from_pyval or pjrt.compile)")
         buffers = argument._live_buffers()
+        if index in self._layout_checks and argument.layout != self._layout_checks[index]:
+            raise ValueError(f"argument {index} is laid out as {argument.layout}; the program "
+                             f"was compiled to take {self._layout_checks[index]}")
         if argument._handle is not self._handle:
             raise ValueError(f"argument {index} belongs to another client ({argument.client!r}) "
                              f"than this executable ({self._client!r}); copy it with "
@@ -487,7 +497,7 @@ class LoadedExecutable:
                     buffers = argument._buffers
                     spec = specs[i] if specs is not None else None
                     if (buffers is not None and argument._devices[0] is device
-                            and len(buffers) == 1 and (spec is None or (
+                            and len(buffers) == 1 and not self._layout_checks and (spec is None or (
                                 argument.shape == spec[0] and argument.dtype == spec[1]))):
                         argument_array[i] = buffers[0]
                         continue
@@ -779,3 +789,12 @@ def _global_shape(sharding, shard_shape: tuple) -> tuple:
         return tuple(shard_shape)
     tiles = hlo.tile_assignment_dimensions[:len(shard_shape)]
     return tuple(int(n) * int(t) for n, t in zip(shard_shape, tiles))
+
+
+def _layouts_to_check(executable: LoadedExecutable) -> dict:
+    """index -> layout of parameters compiled (``argument_layouts``) to take a non-row-major one."""
+    try:
+        found = executable._layouts("parameters")
+    except (UnsupportedFeatureError, XlaRuntimeError, ValueError):
+        return {}
+    return {i: layout for i, layout in enumerate(found) if not layout.layout.is_row_major()}
