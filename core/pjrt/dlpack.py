@@ -148,9 +148,10 @@ def _view(tensor: _dlpack.Consumed, target: Device, *, must: bool) -> Array | No
         args.client = handle.pointer
         try:
             check(api, api.table.PJRT_Client_CreateViewOfDeviceBuffer(args))
-        except XlaRuntimeError:
+        except XlaRuntimeError as error:
             if must:
-                raise
+                raise BufferError(f"copy=False, but the {client.platform} plugin cannot view "
+                                  f"this memory: {error}") from error
             return None  # the plugin did not take the callback: the tensor is still ours
         tensor.handed_over = True  # the plugin runs the deleter when it frees the buffer
         return Array(client, [args.buffer], (target,), tensor.shape, tensor.dtype)
