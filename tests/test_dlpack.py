@@ -198,3 +198,11 @@ def test_torch_both_ways(device):
     assert array.unsafe_buffer_pointer() == tensor.data_ptr()
     back = torch.from_dlpack(array)
     assert torch.equal(back, tensor)
+    assert back.data_ptr() == array.unsafe_buffer_pointer()
+    for dtype in (torch.bfloat16, torch.float16, torch.int8, torch.bool, torch.complex64,
+                  torch.uint8, torch.int64, torch.float64):
+        source = (torch.randn(5, 3) * 7).to(dtype)
+        mine = from_dlpack(source, device)
+        assert _bits(mine) == source.view(torch.uint8).numpy().tobytes() if dtype not in (
+            torch.bool,) else np.array_equal(np.asarray(mine), source.numpy())
+        assert torch.equal(torch.from_dlpack(mine), source)
