@@ -206,3 +206,9 @@ def test_torch_both_ways(device):
         assert _bits(mine) == source.view(torch.uint8).numpy().tobytes() if dtype not in (
             torch.bool,) else np.array_equal(np.asarray(mine), source.numpy())
         assert torch.equal(torch.from_dlpack(mine), source)
+
+
+def test_default_device_is_the_cpu_backends_first():
+    array = from_dlpack(np.arange(3.0))
+    assert array.device == pjrt.get_backend("cpu").local_devices()[0]
+    assert array.tolist() == [0.0, 1.0, 2.0]

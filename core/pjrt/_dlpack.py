@@ -110,7 +110,9 @@ def is_row_major(shape: tuple, strides: tuple | None) -> bool:
 
 # -- capsules through CPython's C API ------------------------------------------------------
 
-_api = ctypes.pythonapi
+# A private view of CPython's C API: ``ctypes.pythonapi`` caches one function object per
+# name for the whole process, and other code may set other argtypes on it.
+_api = ctypes.PyDLL("libpython", handle=ctypes.pythonapi._handle)
 _capsule_new = _api.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]

@@ -21,7 +21,6 @@ from ._pjrt_cffi import ffi
 from .device import Device, Memory, handle_key
 from .errors import ClosedClientError
 from .handles import ClientHandle, fork_generation
-from .layouts import default_layout
 from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
 
 if TYPE_CHECKING:
@@ -194,6 +193,9 @@ class Client:
           UnsupportedFeatureError: the plugin has no layouts extension.
           TypeError: ``dtype`` has no PJRT equivalent.
         """
+        # Imported here: layouts need numpy, which making a client must not import.
+        from .layouts import default_layout
+
         if device is not None and device.client is not self:
             raise ValueError(f"{device} belongs to another client")
         with self._handle.calling() as handle:

@@ -29,7 +29,7 @@ from ._pjrt_cffi import ffi, lib
 from .errors import UnsupportedFeatureError, check
 
 __all__ = ["Layout", "PjRtLayout", "Format", "layouts_extension", "has_layouts_extension",
-           "buffer_layout", "default_layout", "executable_layouts"]
+           "buffer_layout", "default_layout", "executable_layouts", "module_layouts"]
 
 _NULL = ffi.NULL
 
@@ -243,8 +243,8 @@ def _parse_serialized(data: bytes) -> Layout:
 
 # -- the layouts extension -------------------------------------------------------------------
 
-#: Bytes of PJRT_Layouts_Extension up to the end of each entry: an older extension is shorter.
 def _entry_end(entry: str) -> int:
+    """Bytes of PJRT_Layouts_Extension up to the end of ``entry``: older ones are shorter."""
     return ffi.offsetof("PJRT_Layouts_Extension", entry) + ffi.sizeof("void *")
 
 
