@@ -60,7 +60,8 @@ def main(argv=None) -> int:
     import pjrt_cpu
     from pjrt._pjrt_cffi import lib
     from pjrt.transfers import batched_copy_array_to_devices_with_sharding, device_put
-    from pjrt.executable import check_device_sets, _global_shape
+    from pjrt.array import check_device_sets
+    from pjrt.executable import _global_shape
 
     pjrt.load_pjrt_plugin_dynamically("cpu", pjrt_cpu.library_path())
     client = pjrt.make_c_api_client("cpu", {"cpu_device_count": NUM_DEVICES})

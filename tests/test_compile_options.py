@@ -453,9 +453,9 @@ def test_float_efforts_are_stored_as_float32():
 
 def test_from_serialized_strict_and_lenient():
     good = CompileOptions(num_replicas=2).SerializeAsString()
-    # argument_layouts (field 1) is not modelled: strict refuses, lenient skips.
-    extra = pw.message_field(1, b"") + good
-    with pytest.raises(ValueError, match="argument_layouts"):
+    # target_config (field 8) is not modelled: strict refuses, lenient skips.
+    extra = pw.message_field(8, b"") + good
+    with pytest.raises(ValueError, match="target_config"):
         CompileOptions.from_serialized(extra)
     assert CompileOptions.from_serialized(extra, strict=False) == CompileOptions(num_replicas=2)
     # An unmodelled field inside the build options (result_layout, 2) is named too.
@@ -628,12 +628,6 @@ def test_unknown_attributes_and_kwargs_are_rejected():
         opts.num_replica = 2  # misspelt: must not be silently ignored
     with pytest.raises(TypeError, match="num_replica"):
         CompileOptions(num_replica=2)
-
-
-def test_argument_layouts_are_not_supported():
-    assert CompileOptions().argument_layouts is None
-    with pytest.raises(NotImplementedError, match="argument_layouts"):
-        CompileOptions().argument_layouts = []
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,7 @@ PUBLIC = {
     "make_cpu_client", "make_pjrt_topology",
     # arrays and transfers
     "Array", "Shard", "HostBufferSemantics", "device_put", "replicate", "shard_along_axis",
-    "block_until_ready",
+    "block_until_ready", "from_dlpack", "Layout", "Format",
     # arrays across processes
     "make_array_from_callback", "make_array_from_process_local_data",
     "make_array_from_single_device_arrays",
@@ -65,7 +65,8 @@ JAXLIB_NAMES = {
     "batched_block_until_ready", "batched_copy_array_to_devices_with_sharding",
     "reorder_shards", "Sharding", "NamedSharding", "SingleDeviceSharding", "GSPMDSharding",
     "PmapSharding", "HloSharding", "OpShardingType", "register_custom_call_target",
-    "custom_call_targets", "XlaRuntimeError",
+    "custom_call_targets", "XlaRuntimeError", "Shape", "PrimitiveType", "Layout", "PjRtLayout",
+    "ArrayCopySemantics", "check_and_canonicalize_memory_kind", "CustomCallTargetTraits",
 }
 
 #: Old pjrt names -> the module to import them from now.

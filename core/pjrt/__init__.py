@@ -37,6 +37,8 @@ _LAZY = {
     "executable": ["LoadedExecutable"],
     "ffi": ["custom_call_targets", "register_custom_call_target"],
     "exported": ["deserialize_exported"],
+    "dlpack": ["from_dlpack"],
+    "layouts": ["Layout", "Format"],
     "compilation_cache": ["set_compilation_cache_dir"],
     "global_arrays": ["make_array_from_callback", "make_array_from_process_local_data",
                       "make_array_from_single_device_arrays"],
@@ -87,7 +89,7 @@ __all__ = [
     "make_cpu_client", "make_pjrt_topology",
     # arrays and transfers
     "Array", "Shard", "HostBufferSemantics", "device_put", "replicate", "shard_along_axis",
-    "block_until_ready",
+    "block_until_ready", "from_dlpack", "Layout", "Format",
     # arrays across processes
     "make_array_from_callback", "make_array_from_process_local_data",
     "make_array_from_single_device_arrays",
@@ -108,7 +110,8 @@ __all__ = [
 #: Submodules reachable as attributes (``pjrt.ffi``, ``pjrt.sharding``...) before any import.
 _SUBMODULES = frozenset(_LAZY) | {"dtypes", "demo", "cli", "discovery", "options",
                                    "plugin_api", "xla_client", "distributed", "kv_store",
-                                   "exported", "compilation_cache"}
+                                   "exported", "compilation_cache",
+                                   "dlpack", "layouts", "shapes", "hosts"}
 
 
 def __getattr__(name: str) -> Any:
@@ -159,6 +162,8 @@ if TYPE_CHECKING:  # for type checkers and editors: every lazy name, from where 
                            Sharding as Sharding, SingleDeviceSharding as SingleDeviceSharding)
     from .topology import DeviceTopology as DeviceTopology  # noqa: F401
     from .exported import deserialize_exported as deserialize_exported  # noqa: F401
+    from .dlpack import from_dlpack as from_dlpack  # noqa: F401
+    from .layouts import Format as Format, Layout as Layout  # noqa: F401
     from .compilation_cache import (  # noqa: F401
         set_compilation_cache_dir as set_compilation_cache_dir)
     from .global_arrays import (  # noqa: F401

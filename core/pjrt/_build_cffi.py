@@ -41,13 +41,17 @@ def declarations_from_header(text: str) -> str:
 
 HEADER_DIR = _find_header_dir()
 _header_text = (HEADER_DIR / "pjrt_c_api.h").read_text()
-#: Headers declared after pjrt_c_api.h, in this order: XLA FFI (custom-call handlers) and the
-#: PJRT FFI extension that registers them (see pjrt/ffi.py).
-_EXTRA_HEADERS = ("xla_ffi_c_api.h", "pjrt_c_api_ffi_extension.h")
+#: Headers declared after pjrt_c_api.h, in this order: XLA FFI (custom-call handlers), the
+#: PJRT FFI extension that registers them (see pjrt/ffi.py) and the layouts extension (see
+#: pjrt/layouts.py).
+_EXTRA_HEADERS = ("xla_ffi_c_api.h", "pjrt_c_api_ffi_extension.h",
+                  "pjrt_c_api_layouts_extension.h")
 _shim_declarations = (NATIVE_DIR / "shim.h").read_text()
 #: The key-value callbacks of multi-process clients: C helpers (kv.h, kv.c) and the Python
 #: callbacks cffi makes C entry points for (kv_python.cdef; see pjrt/kv_callbacks.py).
 _kv_declarations = (NATIVE_DIR / "kv.h").read_text()
+#: DLPack's structs and the capsule helpers (see pjrt/dlpack.py).
+_dlpack_declarations = (NATIVE_DIR / "dlpack.h").read_text()
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(declarations_from_header(_header_text))
@@ -56,6 +60,7 @@ for _extra in _EXTRA_HEADERS:
 ffibuilder.cdef(_shim_declarations)
 ffibuilder.cdef(_kv_declarations)
 ffibuilder.cdef((NATIVE_DIR / "kv_python.cdef").read_text())
+ffibuilder.cdef(declarations_from_header(_dlpack_declarations))
 ffibuilder.set_source(
     "pjrt._pjrt_cffi",
     '#include "pjrt_c_api.h"\n'
@@ -64,7 +69,11 @@ ffibuilder.set_source(
     + "\n"
     + (NATIVE_DIR / "shim.c").read_text()
     + "\n" + _kv_declarations + "\n"
-    + (NATIVE_DIR / "kv.c").read_text(),
+    + (NATIVE_DIR / "kv.c").read_text()
+    + "\n"
+    + _dlpack_declarations
+    + "\n"
+    + (NATIVE_DIR / "dlpack.c").read_text(),
     include_dirs=[str(HEADER_DIR)],
     libraries=["dl"],
     extra_compile_args=["-O2", "-Wall"],

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import threading
 import weakref
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import dtypes, handles
+from . import _dlpack, dtypes, handles, layouts
 from ._pjrt_cffi import ffi, lib
 from .device import Device, Memory
-from .errors import ClosedClientError, DeletedArrayError, check
+from .errors import ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError, check
 from .handles import HostBufferSemantics
 from .staging import adoptable_copy
 from .waits import wait_buffer_ready
@@ -258,6 +257,44 @@ class Array:
             args = handle.api.call_new("PJRT_Buffer_Memory", buffer=self._live_buffers()[0])
             return self._client._memory(args.memory).kind
 
+    @property
+    def committed(self) -> bool:
+        """Whether the array is tied to its devices (jaxlib's meaning). Every pjrt Array is:
+        pjrt places nothing implicitly, so an array never moves unless asked."""
+        return True
+
+    @property
+    def layout(self) -> layouts.PjRtLayout:
+        """The memory layout of the array's buffer (of each shard; they share one).
+
+        Raises:
+          UnsupportedFeatureError: the plugin cannot report buffer layouts.
+        """
+        with self._handle.calling() as handle:
+            return layouts.buffer_layout(handle.api, self._live_buffers()[0])
+
+    @property
+    def format(self) -> layouts.Format:
+        """The array's :class:`~pjrt.layouts.Format`: its layout and its sharding."""
+        return layouts.Format(self.layout, self.sharding)
+
+    def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
+        """A DLPack capsule of the (single-device) array, sharing its memory (the protocol's
+        method; see :mod:`pjrt.dlpack`). A versioned capsule when ``max_version >= (1, 0)``.
+
+        Raises:
+          BufferError: the array spans several devices, or cannot be shared as asked.
+        """
+        return _dlpack.export(self, stream=stream, max_version=max_version,
+                              dl_device=dl_device, copy=copy)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """``(DLPack device type, device id)`` of the array's memory."""
+        if len(self._devices) != 1:
+            raise BufferError(f"this array has {len(self._devices)} shards on different "
+                              f"devices; ask each of addressable_shards")
+        return _dlpack.device_of(self)
+
     @handles.native_method
     def on_device_size_in_bytes(self) -> int:
         """Bytes the plugin uses for the array on its device(s), padding included."""
@@ -378,6 +415,23 @@ class Array:
     def to_py(self) -> np.ndarray:
         """The value as a (read-only) numpy array."""
         return self._value()
+
+    def copy_to_host_async(self) -> None:
+        """Start reading the value to the host, so that a later ``np.asarray`` does not wait
+        for it (jaxlib's method). Host-resident buffers (CPU plugins) are read in place and
+        need no copy, so this only waits for nothing there."""
+        if self._host_copy is not None or self.is_deleted():
+            return
+        if self._client.platform == "cpu":
+            return  # read as a view of the buffer itself when asked for
+
+        def fetch():
+            try:
+                self._value()
+            except Exception:  # noqa: BLE001 - the error shows again on the real read
+                pass
+
+        threading.Thread(target=fetch, name="pjrt-copy-to-host", daemon=True).start()
 
     def tolist(self):
         return self._value().tolist()
@@ -500,7 +554,15 @@ def _placement_device(client: "Client", device: "Device | None",
 
 
 def native_host(value) -> np.ndarray:
-    """``value`` as a numpy array in this machine's byte order (plugins read no other)."""
+    """``value`` as a numpy array in this machine's byte order (plugins read no other).
+
+    Raises:
+      TypeError: ``value`` is a numpy masked array (a device array has no mask, and dropping
+        it silently would change the values' meaning).
+    """
+    if isinstance(value, np.ma.MaskedArray):
+        raise TypeError("numpy masked arrays cannot be placed on a device (the mask would be "
+                        "lost); pass value.filled(fill) or value.data explicitly")
     host = np.asarray(value)
     if not host.dtype.isnative:
         host = host.astype(host.dtype.newbyteorder("="))
@@ -537,3 +599,28 @@ def put_buffer(client: "Client", host: np.ndarray, device: "Device",
         memory._handle if memory is not None else _NULL, out, done))
     return out[0], ((host, done[0]) if semantics >= HostBufferSemantics.ZERO_COPY
                        else None)
+
+
+def check_device_sets(arguments: Sequence[Array], devices: tuple, *,
+                       host_values_allowed: bool = False) -> None:
+    """Raise DeviceAssignmentMismatchError listing arguments that sit on other devices
+    (numbered by their position in ``arguments``; host values are skipped when allowed)."""
+    expected = set(devices)
+    wrong = []
+    for i, argument in enumerate(arguments):
+        if not isinstance(argument, Array):
+            if host_values_allowed:
+                continue
+            raise TypeError(f"argument {i} is a {type(argument).__name__}; pass pjrt Arrays")
+        if set(argument._devices) != expected:
+            wrong.append(f"argument {i} is on {_device_text(argument._devices)}")
+    if wrong:
+        raise DeviceAssignmentMismatchError(
+            "the program runs on " + _device_text(devices) + ", but " + "; ".join(wrong)
+            + ". Move the arguments with pjrt.device_put(x, sharding) first.")
+
+
+def _device_text(devices) -> str:
+    ids = [d.id for d in devices]
+    platform = devices[0].platform if devices else "?"
+    return f"{platform} devices {ids}" if len(ids) > 1 else f"{devices[0]}"

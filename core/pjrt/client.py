@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from . import distributed, multiprocess
 from . import plugin as plugin_module
-from ._c import Api, to_str
+from ._c import to_str
 from ._pjrt_cffi import ffi
 from .device import Device, Memory, handle_key
 from .errors import ClosedClientError
@@ -176,6 +176,23 @@ class Client:
             args.client = handle.pointer
             self._api.call("PJRT_Client_DefaultDeviceAssignment", args)
         return np.array(list(ids), dtype=np.int64).reshape(num_replicas, num_partitions)
+
+    def get_default_layout(self, dtype, shape: Sequence[int], device: Device | None = None):
+        """The :class:`~pjrt.layouts.PjRtLayout` this client gives a new buffer of ``dtype``
+        and ``shape`` (``device`` is accepted for jaxlib's signature: a PJRT client has one
+        default layout for all its devices).
+
+        Raises:
+          UnsupportedFeatureError: the plugin has no layouts extension.
+          TypeError: ``dtype`` has no PJRT equivalent.
+        """
+        # Imported here: layouts need numpy, which making a client must not import.
+        from .layouts import default_layout
+
+        if device is not None and device.client is not self:
+            raise ValueError(f"{device} belongs to another client")
+        with self._handle.calling() as handle:
+            return default_layout(self._api, handle.pointer, dtype, shape)
 
     # -- transfers and compilation (see array.py and executable.py) ------------------------
 

@@ -69,6 +69,7 @@ from ._proto_message import (BOOL, BYTES, FLOAT, INT32, INT32_MAX, INT32_MIN, IN
                              PACKED_BOOL, PACKED_INT64, REPEATED_STRING, STRING,
                              UNMODELLED, Field, Kind, Message, check_int, check_list,
                              check_str, float32, is_bool, is_int, message_kind, slots)
+from .shapes import Shape
 
 __all__ = [
     "CompileOptions",
@@ -485,12 +486,21 @@ _OVERRIDE_MAP = Kind("map<string, OptionOverrideProto>", pw.LEN, _check_override
                      _encode_overrides, _decode_override_entry, repeated=True)
 
 
-def _check_argument_layouts(name: str, value: Any) -> None:
-    if value is not None:
-        raise NotImplementedError(
-            f"{name} is not supported yet (ShapeProto layouts are not modelled); leave it None"
-        )
-    return None
+def _check_argument_layouts(name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(s, Shape) for s in value):
+        raise TypeError(f"{name} must be None or a list of pjrt.shapes.Shape (one per "
+                        f"argument, each with its layout), not {value!r}")
+    return list(value)
+
+
+#: ``repeated xla.ShapeProto``; None (XLA picks default layouts) reads and writes as empty.
+_SHAPE_LIST = Kind("repeated ShapeProto", pw.LEN, _check_argument_layouts, None,
+                   lambda number, shapes: b"".join(pw.message_field(number, s.to_proto())
+                                                   for s in shapes or ()),
+                   lambda wt, raw, what: [Shape.from_proto(raw)], repeated=True,
+                   is_zero=lambda value: not value)
 
 
 _BUILD_OPTIONS = message_kind(ExecutableBuildOptions, parse=ExecutableBuildOptions._from_wire)
@@ -512,7 +522,6 @@ class CompileOptions(Message):
     Raises (on assignment):
         TypeError: a value of the wrong type, naming the attribute.
         ValueError: a value out of range, or a repeated override key.
-        NotImplementedError: ``argument_layouts`` set to anything but None.
     """
 
     PROTO_NAME = "CompileOptionsProto"
@@ -520,9 +529,9 @@ class CompileOptions(Message):
                          9: "allow_in_place_mlir_modification",
                          10: "matrix_unit_operand_precision", 11: "compiler_variant"}
 
-    argument_layouts = Field(1, UNMODELLED, None, "must stay None (argument layouts are not "
-                             "modelled; XLA then picks default layouts).",
-                             check=_check_argument_layouts)
+    argument_layouts = Field(1, _SHAPE_LIST, None, "None (XLA picks default layouts) or a "
+                             "list of :class:`~pjrt.shapes.Shape`, one per argument, whose "
+                             "layouts the program must take.")
     parameter_is_tupled_arguments = Field(2, BOOL, False, "bool; the program takes one tuple "
                                           "parameter holding all arguments.")
     # Always present: an absent build-options message would read as

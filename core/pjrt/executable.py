@@ -15,14 +15,12 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
-
-from . import _hlo, dtypes, handles, serialization
+from . import _hlo, dtypes, handles, layouts, serialization
 from ._c import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi, lib
-from .array import Array
-from .errors import (ClosedClientError, DeviceAssignmentMismatchError, UnsupportedFeatureError,
-                     XlaRuntimeError, consume)
+from .array import Array, check_device_sets
+from .errors import (ClosedClientError, ErrorCode, UnsupportedFeatureError, XlaRuntimeError,
+                     consume)
 from .hlo_sharding import HloSharding
 from .options import named_values_to_dict
 from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
@@ -130,6 +128,7 @@ class LoadedExecutable:
                                               executable=self._executable).num_replicas)
             self._input_shardings = self._output_shardings = None
             self._output_global_shapes = None
+            self._layout_checks = _layouts_to_check(self)
         except BaseException:
             self._release()
             raise
@@ -369,6 +368,39 @@ class LoadedExecutable:
         return [to_str(args.memory_kinds[i], args.memory_kind_sizes[i])
                 for i in range(args.num_outputs)]
 
+    def get_output_memory_kinds(self) -> list[list[str]]:
+        """jaxlib's form of :meth:`output_memory_kinds`: one list per program (one here); the
+        devices' default memory for plugins that cannot say (XLA's CPU plugin at 0.81)."""
+        try:
+            return [self.output_memory_kinds()]
+        except XlaRuntimeError as error:
+            if error.code != ErrorCode.UNIMPLEMENTED:
+                raise
+            return [[self._devices[0].default_memory().kind] * self._num_outputs]
+
+    @handles.native_method
+    def get_parameter_layouts(self) -> list[layouts.PjRtLayout]:
+        """The memory layout the program expects of each parameter (the plugin's layouts
+        extension, else the optimised module's program shape)."""
+        return self._layouts("parameters")
+
+    @handles.native_method
+    def get_output_layouts(self) -> list[layouts.PjRtLayout]:
+        """The memory layout of each output (as :meth:`get_parameter_layouts`)."""
+        return self._layouts("outputs")
+
+    def _layouts(self, which: str) -> list[layouts.PjRtLayout]:
+        api = self._handle.api
+        try:
+            return layouts.executable_layouts(api, self._executable_ptr(), which)
+        except UnsupportedFeatureError:
+            module = self._optimized_module_bytes()
+            if module is None:
+                raise
+            return list(layouts.module_layouts(module)[which == "outputs"])
+
+    input_layouts = property(get_parameter_layouts, doc="The parameters' layouts.")
+    output_layouts = property(get_output_layouts, doc="The outputs' layouts.")
     @handles.native_method
     def optimized_module_proto(self) -> bytes:
         """The optimised program as a serialised ``xla.HloModuleProto``."""
@@ -405,6 +437,9 @@ class LoadedExecutable:
             raise TypeError(f"argument {index} is a {type(argument).__name__}; execute takes "
                             f"pjrt Arrays (use client.buffer_from_pyval or pjrt.compile)")
         buffers = argument._live_buffers()
+        if index in self._layout_checks and argument.layout != self._layout_checks[index]:
+            raise ValueError(f"argument {index} is laid out as {argument.layout}; the program "
+                             f"was compiled to take {self._layout_checks[index]}")
         if argument._handle is not self._handle:
             raise ValueError(f"argument {index} belongs to another client ({argument.client!r}) "
                              f"than this executable ({self._client!r}); copy it with "
@@ -469,7 +504,7 @@ class LoadedExecutable:
                     buffers = argument._buffers
                     spec = specs[i] if specs is not None else None
                     if (buffers is not None and argument._devices[0] is device
-                            and len(buffers) == 1 and (spec is None or (
+                            and len(buffers) == 1 and not self._layout_checks and (spec is None or (
                                 argument.shape == spec[0] and argument.dtype == spec[1]))):
                         argument_array[i] = buffers[0]
                         continue
@@ -706,13 +741,6 @@ class LoadedExecutable:
         return f"LoadedExecutable(outputs={self._num_outputs}, devices=[{devices}])"
 
 
-def _args(api, struct_name: str, **fields):
-    args = api.new_args(struct_name)
-    for name, value in fields.items():
-        setattr(args, name, value)
-    return args
-
-
 def _buffer_metadata(client: "Client", buffer) -> tuple:
     """``(shape, dtype)`` of a buffer, read from the plugin."""
     api = client._handle.api
@@ -728,31 +756,6 @@ def _array_from_buffer(client: "Client", buffer, devices: tuple) -> Array:
     return Array(client, [buffer], devices, shape, dtype)
 
 
-def check_device_sets(arguments: Sequence[Array], devices: tuple, *,
-                       host_values_allowed: bool = False) -> None:
-    """Raise DeviceAssignmentMismatchError listing arguments that sit on other devices
-    (numbered by their position in ``arguments``; host values are skipped when allowed)."""
-    expected = set(devices)
-    wrong = []
-    for i, argument in enumerate(arguments):
-        if not isinstance(argument, Array):
-            if host_values_allowed:
-                continue
-            raise TypeError(f"argument {i} is a {type(argument).__name__}; pass pjrt Arrays")
-        if set(argument._devices) != expected:
-            wrong.append(f"argument {i} is on {_device_text(argument._devices)}")
-    if wrong:
-        raise DeviceAssignmentMismatchError(
-            "the program runs on " + _device_text(devices) + ", but " + "; ".join(wrong)
-            + ". Move the arguments with pjrt.device_put(x, sharding) first.")
-
-
-def _device_text(devices) -> str:
-    ids = [d.id for d in devices]
-    platform = devices[0].platform if devices else "?"
-    return f"{platform} devices {ids}" if len(ids) > 1 else f"{devices[0]}"
-
-
 def _global_shape(sharding, shard_shape: tuple) -> tuple:
     """The global shape of an output whose per-device shards have ``shard_shape``."""
     if isinstance(sharding, PmapSharding):
@@ -762,3 +765,12 @@ def _global_shape(sharding, shard_shape: tuple) -> tuple:
         return tuple(shard_shape)
     tiles = hlo.tile_assignment_dimensions[:len(shard_shape)]
     return tuple(int(n) * int(t) for n, t in zip(shard_shape, tiles))
+
+
+def _layouts_to_check(executable: LoadedExecutable) -> dict:
+    """index -> layout of parameters compiled (``argument_layouts``) to take a non-row-major one."""
+    try:
+        found = executable._layouts("parameters")
+    except (UnsupportedFeatureError, XlaRuntimeError, ValueError):
+        return {}
+    return {i: layout for i, layout in enumerate(found) if not layout.layout.is_row_major()}

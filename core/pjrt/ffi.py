@@ -30,6 +30,7 @@ callbacks made here are never freed.
 from __future__ import annotations
 
 import ctypes
+import enum
 import logging
 import numbers
 import threading
@@ -46,7 +47,7 @@ from .errors import ErrorCode, UnsupportedFeatureError, XlaRuntimeError, check
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "HANDLER_FFI_VERSION", "bind_plugin_platform", "custom_call_targets", "ffi_extension",
+    "CustomCallTargetTraits", "HANDLER_FFI_VERSION", "bind_plugin_platform", "custom_call_targets", "ffi_extension",
     "has_ffi_extension", "register_custom_call_target",
 ]
 
@@ -357,8 +358,16 @@ def bind_plugin_platform(plugin: plugin_module.Plugin, platform: str) -> None:
             _register_with_plugin(plugin, registration)
 
 
+class CustomCallTargetTraits(enum.IntFlag):
+    """Traits of a custom-call handler (``XLA_FFI_Handler_Traits`` bits; jaxlib's enum)."""
+
+    DEFAULT = 0
+    #: The handler may be captured into a GPU command buffer (CUDA graph).
+    COMMAND_BUFFER_COMPATIBLE = 1
+
+
 def register_custom_call_target(name: str, fn, platform: str = "cpu", api_version: int = 1,
-                                traits: int = 0) -> None:
+                                traits: int = CustomCallTargetTraits.DEFAULT) -> None:
     """Register ``fn`` as the handler of custom-call target ``name`` on ``platform``.
 
     The handler reaches every plugin already serving ``platform`` now, and every plugin found
@@ -388,6 +397,12 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
       UnsupportedFeatureError, XlaRuntimeError: a plugin already serving ``platform`` cannot
         take the handler (the registration is kept for other plugins).
     """
+    if api_version == 0:
+        raise NotImplementedError(
+            f"custom call {name!r}: api_version=0 is XLA's legacy custom-call ABI (an untyped "
+            f"C function kept in the registry of the XLA linked into the host process); the "
+            f"PJRT C API offers no way to register such a function with a plugin, which "
+            f"carries its own XLA. Write the handler against XLA FFI and pass api_version=1")
     if api_version != 1:
         raise NotImplementedError(
             f"custom call {name!r}: api_version={api_version} is not supported; PJRT plugins "

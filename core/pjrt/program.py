@@ -17,7 +17,8 @@ from .client import Client
 from .device import Device
 from .errors import DeviceAssignmentMismatchError
 from .transfers import device_put
-from .executable import LoadedExecutable, check_device_sets
+from .array import check_device_sets
+from .executable import LoadedExecutable
 
 if TYPE_CHECKING:
     from .compile_options import CompileOptions

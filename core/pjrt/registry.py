@@ -18,7 +18,6 @@ import dataclasses
 import logging
 import os
 import threading
-import warnings
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from . import discovery, plugin_logging
@@ -33,7 +32,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 # Platform names, aliases and PJRT_PLATFORMS, re-exported here where the registry's users look.
-from .platforms import (NON_EXPERIMENTAL_PLATFORMS, PLATFORM_ALIASES, PLATFORMS_ENV,  # noqa: E402
+from .platforms import (NON_EXPERIMENTAL_PLATFORMS, PLATFORM_ALIASES, PLATFORMS_ENV,  # noqa: E402,F401
                         expand_platform_alias, is_gpu, parse_platforms)
 
 _NVIDIA_DEVICE_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")
@@ -699,8 +698,10 @@ def backend_logs() -> dict[str, str]:
     return default_registry.plugin_output.as_dict()
 
 
-def get_backend(platform: str | None = None) -> Client:
-    """The client for ``platform`` (the default backend when None)."""
+def get_backend(platform: str | Client | None = None) -> Client:
+    """The client for ``platform`` (the default backend when None; a Client, as is)."""
+    if isinstance(platform, Client):  # jaxlib's functions take a backend client too
+        return platform
     return default_registry.get_backend(platform)
 
 
@@ -733,13 +734,15 @@ def devices(backend: str | None = None) -> list[Device]:
     return get_backend(backend).devices()
 
 
-def local_devices(process_index: int | None = None,
-                  backend: str | None = None) -> list[Device]:
-    """The devices of ``backend`` that belong to ``process_index`` (this process by default).
+def local_devices(process_index: int | None = None, backend: str | Client | None = None,
+                  host_id: int | None = None) -> list[Device]:
+    """The devices of ``backend`` that belong to ``process_index`` (this process by default;
+    ``host_id`` is jax's older name for it).
 
     Raises:
       ValueError: ``process_index`` is not one of the backend's processes.
     """
+    process_index = host_id if process_index is None else process_index
     client = get_backend(backend)
     if process_index is None:
         process_index = client.process_index()

@@ -6,11 +6,13 @@ exists, and taken through the host only for shards that do not.
 """
 from __future__ import annotations
 
+import enum
 import os
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from ._pjrt_cffi import lib
 from .array import Array, native_host, put_buffer
 from .handles import HostBufferSemantics
 from .staging import TRANSFER_THREAD_PREFIX, staging_pool, staging_size
@@ -21,6 +23,17 @@ if TYPE_CHECKING:
     from .client import Client
 
 
+class ArrayCopySemantics(enum.IntEnum):
+    """What a copy to new shardings may do with its input (jaxlib's enum)."""
+
+    #: Always make new buffers, even where the input is already placed as asked.
+    ALWAYS_COPY = 0
+    #: Return the input itself where it is already placed as asked (the default).
+    REUSE_INPUT = 1
+    #: Like REUSE_INPUT, and an input that was copied is deleted afterwards.
+    DONATE_INPUT = 2
+
+
 def _client_of(sharding: Sharding) -> "Client":
     devices = sharding._device_assignment
     client = devices[0].client
@@ -28,6 +41,16 @@ def _client_of(sharding: Sharding) -> "Client":
         if device.client is not client:
             raise ValueError("a sharding's devices must all belong to one client")
     return client
+
+
+def _memory_for(sharding: Sharding, device: Device):
+    """The memory of ``device`` that ``sharding``'s memory kind names; None for the device's
+    default memory (so that plugins without memory spaces keep working)."""
+    kind = sharding.memory_kind
+    if kind is None:
+        return None
+    memory = device.memory(kind)
+    return None if memory == device.default_memory() else memory
 
 
 def _index_key(index) -> tuple:
@@ -61,9 +84,11 @@ def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequenc
     with client._handle.calling():
         placed: list = [None] * len(hosts)
 
+        memories = [_memory_for(sharding, device) for device in devices]
+
         def put(i: int) -> None:
             placed[i] = put_buffer(client, hosts[i], devices[i],
-                                   HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
+                                   HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL, memories[i])
 
         try:
             if (len(hosts) > 1 and sum(h.nbytes for h in hosts) >= _PARALLEL_THRESHOLD_BYTES
@@ -99,8 +124,6 @@ def _copy_workers() -> int:
 def _free(client: "Client", buffers: list, holds: list) -> None:
     """Free buffers made before a failure, then wait until the plugin is done with their host
     memory (the caller's references keep it alive until then)."""
-    from ._pjrt_cffi import lib
-
     table = client._api.table
     for buffer in buffers:
         lib.pjrt_shim_buffer_destroy(table, buffer)
@@ -132,7 +155,7 @@ def device_put(x, device: Device | Sharding | None = None) -> Array:
             return x
         if isinstance(x, Array) and len(x._devices) == 1:
             return x.copy_to_device(device)
-        return device.client.buffer_from_pyval(np.asarray(x), device)
+        return device.client.buffer_from_pyval(x, device)
     if not isinstance(device, Sharding):
         raise TypeError(f"device_put places on a Device or a Sharding, not {type(device).__name__}")
     sharding = device
@@ -144,24 +167,49 @@ def device_put(x, device: Device | Sharding | None = None) -> Array:
     return batched_device_put(host.shape, sharding, [host[indices[d]] for d in devices], devices)
 
 
-def batched_copy_array_to_devices_with_sharding(arrays: Sequence[Array],
-                                                shardings: Sequence[Sharding]) -> list[Array]:
+def batched_copy_array_to_devices_with_sharding(
+        arrays: Sequence[Array], shardings: Sequence[Sharding],
+        array_copy_semantics: Sequence[ArrayCopySemantics] | None = None) -> list[Array]:
     """Reshard each array to its sharding: shard by shard, device to device where the source
     has a shard with the same index, through the host otherwise.
 
+    Args:
+      arrays, shardings: one target sharding per array.
+      array_copy_semantics: one :class:`ArrayCopySemantics` per array (REUSE_INPUT when
+        None).
+
     Raises:
-      ValueError: a target sharding's devices belong to another client.
+      ValueError: a target sharding's devices belong to another client, or the sequences
+        differ in length.
     """
+    if array_copy_semantics is None:
+        array_copy_semantics = [ArrayCopySemantics.REUSE_INPUT] * len(arrays)
+    if not len(arrays) == len(shardings) == len(array_copy_semantics):
+        raise ValueError(f"{len(arrays)} arrays, {len(shardings)} shardings and "
+                         f"{len(array_copy_semantics)} copy semantics: give one of each per "
+                         f"array")
     results = []
-    for array, sharding in zip(arrays, shardings):
+    for array, sharding, semantics in zip(arrays, shardings, array_copy_semantics):
+        semantics = ArrayCopySemantics(semantics)
+        if semantics == ArrayCopySemantics.ALWAYS_COPY:
+            results.append(_reshard(array, sharding))
+            continue
         if array.sharding == sharding or (
                 len(array._devices) == len(sharding._device_assignment)
                 and array._devices == tuple(sharding._device_assignment)
-                and array.sharding.is_equivalent_to(sharding, array.ndim)):
+                and array.sharding.is_equivalent_to(sharding, array.ndim)
+                and _same_memory(array, sharding)):
             results.append(array)
             continue
         results.append(_reshard(array, sharding))
+        if semantics == ArrayCopySemantics.DONATE_INPUT:
+            array.delete()
     return results
+
+
+def _same_memory(array: Array, sharding: Sharding) -> bool:
+    kind = sharding.memory_kind
+    return kind is None or array.memory_kind == kind
 
 
 def _reshard(array: Array, sharding: Sharding) -> Array:
@@ -180,9 +228,22 @@ def _reshard(array: Array, sharding: Sharding) -> Array:
             for device, index in target.items():
                 candidates = sources.get(_index_key(index), {})
                 shard = candidates.get(device) or next(iter(candidates.values()), None)
+                memory = _memory_for(sharding, device)
                 if shard is not None:
-                    copied = api.call_new("PJRT_Buffer_CopyToDevice", buffer=shard.data._live_buffers()[0],
-                                          dst_device=device._handle)
+                    source = shard.data._live_buffers()[0]
+                    if memory is not None:
+                        copied = api.call_new("PJRT_Buffer_CopyToMemory", buffer=source,
+                                              dst_memory=memory._handle)
+                    else:
+                        copied = api.call_new("PJRT_Buffer_CopyToDevice", buffer=source,
+                                              dst_device=device._handle)
+                        if sharding.memory_kind is not None and \
+                                shard.data.memory_kind != sharding.memory_kind:
+                            # A copy to a device lands in its default memory; from a host memory
+                            # back to device memory, ask for that memory by name.
+                            lib.pjrt_shim_buffer_destroy(api.table, copied.dst_buffer)
+                            copied = api.call_new("PJRT_Buffer_CopyToMemory", buffer=source,
+                                                  dst_memory=device.default_memory()._handle)
                     buffers.append(copied.dst_buffer)
                     holds.append(None)
                     continue
@@ -190,7 +251,7 @@ def _reshard(array: Array, sharding: Sharding) -> Array:
                     host = np.asarray(array)
                 buffer, hold = put_buffer(client, np.ascontiguousarray(host[index]) if host.ndim
                                           else host, device,
-                                          HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
+                                          HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL, memory)
                 buffers.append(buffer)
                 holds.append(hold)
         except BaseException:
@@ -199,9 +260,12 @@ def _reshard(array: Array, sharding: Sharding) -> Array:
         return Array(client, buffers, tuple(target), array.shape, array.dtype, holds, sharding)
 
 
-def reorder_shards(x: Array, dst_sharding: Sharding) -> Array:
+def reorder_shards(x: Array, dst_sharding: Sharding,
+                   array_copy_semantics: ArrayCopySemantics = ArrayCopySemantics.REUSE_INPUT
+                   ) -> Array:
     """``x`` with its shards moved to ``dst_sharding``'s devices (same layout, other order)."""
-    return batched_copy_array_to_devices_with_sharding([x], [dst_sharding])[0]
+    return batched_copy_array_to_devices_with_sharding([x], [dst_sharding],
+                                                       [array_copy_semantics])[0]
 
 
 def replicate(x, devices: Sequence[Device]) -> Array:
@@ -223,6 +287,6 @@ def batched_block_until_ready(arrays: Sequence[Array]) -> list[Array]:
 
 block_until_ready = batched_block_until_ready
 
-__all__ = ["device_put", "batched_device_put", "batched_copy_array_to_devices_with_sharding",
+__all__ = ["ArrayCopySemantics", "device_put", "batched_device_put", "batched_copy_array_to_devices_with_sharding",
            "reorder_shards", "replicate", "shard_along_axis", "batched_block_until_ready",
            "block_until_ready"]

@@ -31,6 +31,11 @@ from .registry import make_cpu_client
 from .sharding import (GSPMDSharding, NamedSharding, PmapSharding, Sharding,
                        SingleDeviceSharding)
 from .topology import DeviceTopology
+from .ffi import CustomCallTargetTraits
+from .layouts import Layout, PjRtLayout
+from .shapes import PrimitiveType, Shape
+from .sharding import check_and_canonicalize_memory_kind
+from .transfers import ArrayCopySemantics
 from .transfers import (batched_block_until_ready, batched_copy_array_to_devices_with_sharding,
                         batched_device_put, reorder_shards)
 
@@ -48,6 +53,10 @@ __all__ = [
     # shardings
     "Sharding", "NamedSharding", "SingleDeviceSharding", "GSPMDSharding", "PmapSharding",
     "HloSharding", "OpShardingType",
+    # shapes, element types and layouts
+    "Shape", "PrimitiveType", "Layout", "PjRtLayout", "ArrayCopySemantics",
+    "check_and_canonicalize_memory_kind",
     # custom calls and errors
-    "register_custom_call_target", "custom_call_targets", "XlaRuntimeError",
+    "register_custom_call_target", "custom_call_targets", "CustomCallTargetTraits",
+    "XlaRuntimeError",
 ]

@@ -34,14 +34,14 @@ f = pjrt.compile(program, device)       # the one-liner: a callable taking numpy
 np.asarray(f(np.ones(8, np.float32), np.ones(8, np.float32)))
 
 # -- README block 2 --
+pjrt.set_platforms("cpu")               # optional, before the first question (or PJRT_PLATFORMS=cpu)
 pjrt.devices()                          # the default backend's devices (cpu here)
 pjrt.backends(), pjrt.backend_errors()  # what came up, and why the others did not
-pjrt.set_platforms("cpu")               # or PJRT_PLATFORMS=cpu: bring up only these
 
 # -- README block 3 --
-mesh = pjrt.Mesh(np.array(pjrt.devices()[:8]).reshape(2, 4), ("x", "y"))
+mesh = pjrt.Mesh(np.array(client.devices()[:8]).reshape(2, 4), ("x", "y"))
 x = pjrt.device_put(np.ones((8, 16), np.float32), pjrt.NamedSharding(mesh, pjrt.P("x", "y")))
 w = np.ones((16, 8), np.float32)                      # host arrays are placed as needed
-layer = pjrt.compile(open("mlp.mlir").read(), mesh)   # jax.jit(f, in_shardings=...).lower(...)
+layer = pjrt.compile(open("examples/programs/mlp.mlir").read(), mesh)  # lowered by jax.jit
 y = layer(x, w)                                       # a global Array
 y.sharding, [(s.device, s.index) for s in y.addressable_shards]

@@ -1,0 +1,342 @@
+"""DLPack capsules: the C structs behind ``__dlpack__`` and ``from_dlpack``, both ways.
+
+The protocol: a producer hands out a PyCapsule named ``"dltensor_versioned"`` (DLPack 1.x, a
+``DLManagedTensorVersioned*``) or ``"dltensor"`` (legacy, a ``DLManagedTensor*``). A consumer
+that takes the tensor renames the capsule ``"used_..."`` and owns it from then on: it calls the
+tensor's deleter when done. A capsule nobody consumed deletes the tensor when it is collected.
+
+Exporting (:func:`export`): the capsule's tensor keeps a strong reference to a small
+:class:`_Export` object that holds the pjrt Array, and the array's client records the export
+as a view of the array's buffers (``ClientHandle.add_view``), so ``delete()`` or closing the
+client leaves the memory in place until the consumer lets go: a buffer is freed only through
+``ClientHandle.release_buffers``, once the last Array and the last view are gone.
+
+Importing (:func:`consume`): the tensor's description is read and the capsule is renamed. The
+caller then either wraps the memory in a buffer (``PJRT_Client_CreateViewOfDeviceBuffer``,
+whose ``on_delete_callback`` runs the producer's deleter when the plugin frees the buffer) or
+copies it and calls :meth:`Consumed.release` itself.
+
+This module knows no Array class: it reads what it needs from the object it is given, so that
+``array.py`` can use it without an import cycle.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import math
+
+import numpy as np
+
+from . import dtypes
+from ._pjrt_cffi import ffi, lib
+from .layouts import buffer_layout
+
+_NULL = ffi.NULL
+
+#: DLPack device types by PJRT platform name (device memory), and for their host memories.
+DEVICE_TYPES = {"cpu": lib.kDLCPU, "cuda": lib.kDLCUDA, "rocm": lib.kDLROCM}
+HOST_DEVICE_TYPES = {"cuda": lib.kDLCUDAHost, "rocm": lib.kDLROCMHost}
+#: Platform names by DLPack device type.
+PLATFORMS = {lib.kDLCPU: "cpu", lib.kDLCUDA: "cuda", lib.kDLROCM: "rocm"}
+
+#: The newest DLPack ABI this side speaks.
+VERSION = (lib.PJRT_DLPACK_MAJOR, lib.PJRT_DLPACK_MINOR)
+
+# (DLPack type code, bits) by dtype name; only types DLPack defines and ml_dtypes holds in
+# whole bytes (sub-byte types are unpacked on the host, which DLPack cannot describe).
+_CODES = {
+    "bool": (lib.kDLBool, 8),
+    "int8": (lib.kDLInt, 8), "int16": (lib.kDLInt, 16), "int32": (lib.kDLInt, 32),
+    "int64": (lib.kDLInt, 64),
+    "uint8": (lib.kDLUInt, 8), "uint16": (lib.kDLUInt, 16), "uint32": (lib.kDLUInt, 32),
+    "uint64": (lib.kDLUInt, 64),
+    "float16": (lib.kDLFloat, 16), "float32": (lib.kDLFloat, 32), "float64": (lib.kDLFloat, 64),
+    "bfloat16": (lib.kDLBfloat, 16),
+    "complex64": (lib.kDLComplex, 64), "complex128": (lib.kDLComplex, 128),
+    "float8_e3m4": (lib.kDLFloat8_e3m4, 8), "float8_e4m3": (lib.kDLFloat8_e4m3, 8),
+    "float8_e4m3b11fnuz": (lib.kDLFloat8_e4m3b11fnuz, 8),
+    "float8_e4m3fn": (lib.kDLFloat8_e4m3fn, 8), "float8_e4m3fnuz": (lib.kDLFloat8_e4m3fnuz, 8),
+    "float8_e5m2": (lib.kDLFloat8_e5m2, 8), "float8_e5m2fnuz": (lib.kDLFloat8_e5m2fnuz, 8),
+    "float8_e8m0fnu": (lib.kDLFloat8_e8m0fnu, 8),
+}
+_DTYPE_CODES = {np.dtype(d): code for d in dtypes.SUPPORTED_DTYPES
+                for name, code in _CODES.items() if np.dtype(d).name == name}
+_CODE_DTYPES = {code: dtype for dtype, code in _DTYPE_CODES.items()}
+#: Dtypes that travel through DLPack both ways.
+SUPPORTED_DTYPES: tuple = tuple(sorted(_DTYPE_CODES, key=lambda d: d.name))
+# Older producers (DLPack < 0.8) spell bool as an unsigned 8-bit integer of code 6 or as
+# kDLUInt with 1 bit; both read as bool.
+_CODE_DTYPES.setdefault((lib.kDLUInt, 1), np.dtype(np.bool_))
+
+
+def dtype_code(dtype: np.dtype) -> tuple[int, int]:
+    """``(DLDataTypeCode, bits)`` for a dtype; BufferError when DLPack cannot carry it."""
+    try:
+        return _DTYPE_CODES[np.dtype(dtype)]
+    except KeyError:
+        names = ", ".join(sorted(d.name for d in _DTYPE_CODES))
+        raise BufferError(f"DLPack cannot carry arrays of dtype {dtype}; it can carry "
+                          f"{names}") from None
+
+
+def dtype_of(code: int, bits: int, lanes: int) -> np.dtype:
+    """The dtype of a DLPack ``DLDataType``; BufferError for one pjrt cannot hold."""
+    if lanes != 1:
+        raise BufferError(f"DLPack tensors with {lanes} lanes per element (vector types) "
+                          f"have no pjrt dtype")
+    dtype = _CODE_DTYPES.get((code, bits))
+    if dtype is None:
+        raise BufferError(f"the DLPack type (code {code}, {bits} bits) has no pjrt dtype")
+    return dtype
+
+
+def row_major_strides(shape: tuple) -> tuple:
+    """Element strides of a dense row-major array of ``shape``."""
+    strides, step = [], 1
+    for extent in reversed(shape):
+        strides.append(step)
+        step *= max(int(extent), 1)
+    return tuple(reversed(strides))
+
+
+def is_row_major(shape: tuple, strides: tuple | None) -> bool:
+    """Whether element ``strides`` describe a dense row-major array (strides of dimensions of
+    extent 1, and of empty arrays, do not matter)."""
+    if strides is None or math.prod(shape) == 0:
+        return True
+    expected = row_major_strides(shape)
+    return all(extent == 1 or s == e for extent, s, e in zip(shape, strides, expected))
+
+
+# -- capsules through CPython's C API ------------------------------------------------------
+
+# A private view of CPython's C API: ``ctypes.pythonapi`` caches one function object per
+# name for the whole process, and other code may set other argtypes on it.
+_api = ctypes.PyDLL("libpython", handle=ctypes.pythonapi._handle)
+_capsule_new = _api.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+_capsule_is_valid = _api.PyCapsule_IsValid
+_capsule_is_valid.restype = ctypes.c_int
+_capsule_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_get_pointer = _api.PyCapsule_GetPointer
+_capsule_get_pointer.restype = ctypes.c_void_p
+_capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_set_name = _api.PyCapsule_SetName
+_capsule_set_name.restype = ctypes.c_int
+_capsule_set_name.argtypes = [ctypes.py_object, ctypes.c_void_p]
+
+
+def _address(pointer) -> int:
+    return int(ffi.cast("uintptr_t", pointer))
+
+
+# Static C strings: a capsule keeps a pointer to its name for as long as it lives.
+_NAMES = [_address(lib.pjrt_dlpack_capsule_name(i)) for i in range(4)]
+_NAME_BYTES = [b"dltensor", b"dltensor_versioned"]
+_DESTRUCTOR = _address(ffi.addressof(lib, "pjrt_dlpack_capsule_destructor"))
+
+
+class _Export:
+    """What an exported capsule keeps alive: the Array whose buffer it shares."""
+
+    __slots__ = ("array", "__weakref__")
+
+    def __init__(self, array):
+        self.array = array
+
+
+def make_capsule(owner, data: int, device: tuple[int, int], dtype: np.dtype, shape: tuple,
+                 strides: tuple, *, versioned: bool, read_only: bool, copied: bool):
+    """A new DLPack capsule over ``data`` whose tensor keeps ``owner`` alive until deleted."""
+    code, bits = dtype_code(dtype)
+    ndim = len(shape)
+    c_shape = ffi.new("int64_t[]", [int(d) for d in shape]) if ndim else _NULL
+    c_strides = ffi.new("int64_t[]", [int(s) for s in strides]) if ndim else _NULL
+    flags = ((lib.PJRT_DLPACK_FLAG_READ_ONLY if read_only else 0)
+             | (lib.PJRT_DLPACK_FLAG_IS_COPIED if copied else 0))
+    managed = lib.pjrt_dlpack_export(id(owner), ffi.cast("void *", data), device[0], device[1],
+                                     code, bits, ndim, c_shape, c_strides, flags,
+                                     int(versioned))
+    if managed == _NULL:
+        raise MemoryError("no memory for a DLPack tensor")
+    try:
+        return _capsule_new(_address(managed), _NAMES[int(versioned)], _DESTRUCTOR)
+    except BaseException:
+        lib.pjrt_dlpack_export_abandon(managed, int(versioned))
+        raise
+
+
+def export(array, *, stream=None, max_version=None, dl_device=None, copy=None):
+    """``array.__dlpack__(...)``: a capsule sharing (or, when asked or needed, copying) the
+    memory of a single-device Array.
+
+    Raises:
+      BufferError: the array spans several devices, cannot be shared as asked (``copy=False``
+        where a copy is needed, a ``dl_device`` it cannot reach), or has a dtype DLPack
+        cannot carry.
+    """
+    if len(array._devices) != 1:
+        raise BufferError(f"this array has {len(array._devices)} shards on different devices; "
+                          f"DLPack carries one buffer: export each of addressable_shards")
+    versioned = max_version is not None and int(tuple(max_version)[0]) >= 1
+    dtype_code(array.dtype)  # refuse before doing any work
+    own = device_of(array)
+    if stream is not None and own[0] == lib.kDLCPU:
+        raise BufferError(f"stream={stream!r} was passed for an array in host memory; DLPack "
+                          f"wants stream=None there")
+    if dl_device is not None and tuple(dl_device) != own:
+        if int(tuple(dl_device)[0]) != lib.kDLCPU:
+            raise BufferError(f"cannot export to DLPack device {tuple(dl_device)}; this array "
+                              f"is on {own} and can also be exported to the host (1, 0)")
+        if copy is False:
+            raise BufferError("exporting to the host needs a copy, and copy=False was asked for")
+        host = np.array(array)  # a private, writeable copy
+        return make_capsule(host, host.ctypes.data, (lib.kDLCPU, 0), host.dtype, host.shape,
+                            row_major_strides(host.shape), versioned=versioned,
+                            read_only=False, copied=True)
+    source = array.copy_to_device(array.device) if copy else array
+    pointer, strides = shared_memory(source, allow_copy=copy is not False)
+    if pointer is None:  # a layout DLPack cannot describe: hand out a dense copy
+        source = array.copy_to_device(array.device)  # the plugin's default (dense) layout
+        pointer, strides = shared_memory(source, allow_copy=False)
+        if pointer is None:
+            raise BufferError(f"this array's buffer is laid out as {source.layout}, which "
+                              f"DLPack cannot describe")
+        copy = True
+    holder = _Export(source)
+    handle = source._handle
+    handle.add_view(source._owner_id(), holder)
+    return make_capsule(holder, pointer, own, source.dtype, source.shape, strides,
+                        versioned=versioned, read_only=True, copied=bool(copy))
+
+
+def device_of(array) -> tuple[int, int]:
+    """``array.__dlpack_device__()``: ``(DLDeviceType, device id)``."""
+    device = array.device
+    platform = device.client.platform
+    kind = array.memory_kind if platform != "cpu" else "device"
+    if kind != "device" and platform in HOST_DEVICE_TYPES:
+        return (HOST_DEVICE_TYPES[platform], 0)
+    device_type = DEVICE_TYPES.get(platform)
+    if device_type is None:
+        raise BufferError(f"DLPack has no device type for {platform} devices")
+    if device_type == lib.kDLCPU:
+        return (device_type, 0)
+    hardware_id = device.local_hardware_id
+    return (device_type, int(hardware_id if hardware_id is not None else device.id))
+
+
+def shared_memory(array, *, allow_copy: bool) -> tuple:
+    """``(address, element strides)`` of a ready single-device array's buffer, or
+    ``(None, None)`` when its layout is tiled or packed (no DLPack strides describe it)."""
+    with array._handle.calling() as handle:
+        api = handle.api
+        buffer = array._live_buffers()[0]
+        layout = None
+        if api.has("PJRT_Buffer_GetMemoryLayout"):
+            layout = buffer_layout(api, buffer).layout
+        array.block_until_ready()
+        pointer = int(api.call_new("PJRT_Buffer_UnsafePointer", buffer=buffer).buffer_pointer)
+    shape = array.shape
+    if layout is None or layout.is_row_major():
+        return pointer, row_major_strides(shape)
+    if layout.tiling() and any(any(d != 1 for d in tile) for tile in layout.tiling()):
+        return None, None
+    if layout.element_size_in_bits():
+        return None, None
+    strides = [0] * len(shape)
+    step = 1
+    for dimension in layout.minor_to_major():
+        strides[dimension] = step
+        step *= max(int(shape[dimension]), 1)
+    return pointer, tuple(strides)
+
+
+# -- importing -----------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Consumed:
+    """A DLPack tensor taken from a capsule: the caller owns it and must either hand
+    :attr:`managed` to a buffer's ``on_delete_callback`` or call :meth:`release`."""
+
+    managed: object
+    versioned: bool
+    data: int
+    device: tuple
+    dtype: np.dtype
+    shape: tuple
+    strides: tuple | None
+    read_only: bool
+    released: bool = False
+    #: Set once a buffer's on_delete_callback owns the tensor.
+    handed_over: bool = False
+
+    @property
+    def deleter(self):
+        """The C callback that runs the producer's deleter (for ``on_delete_callback``)."""
+        return (lib.pjrt_dlpack_release_versioned if self.versioned
+                else lib.pjrt_dlpack_release_legacy)
+
+    def release(self) -> None:
+        """Run the producer's deleter (once)."""
+        if not self.released and not self.handed_over:
+            self.released = True
+            self.deleter(_NULL, self.managed)
+
+    def host_view(self) -> np.ndarray:
+        """A numpy view of the tensor's memory (host memory only; valid until release)."""
+        itemsize = self.dtype.itemsize
+        shape = self.shape
+        strides = self.strides if self.strides is not None else row_major_strides(shape)
+        if math.prod(shape) == 0:
+            return np.empty(shape, self.dtype)
+        low = sum(min(0, (n - 1) * s) for n, s in zip(shape, strides)) * itemsize
+        high = (sum(max(0, (n - 1) * s) for n, s in zip(shape, strides)) + 1) * itemsize
+        raw = ffi.buffer(ffi.cast("char *", self.data + low), high - low)
+        flat = np.frombuffer(raw, dtype=np.uint8)
+        return np.ndarray(shape, dtype=self.dtype, buffer=flat, offset=-low,
+                          strides=tuple(s * itemsize for s in strides))
+
+
+def consume(capsule) -> Consumed:
+    """Take the tensor out of a DLPack capsule (renaming it ``used_...``).
+
+    Raises:
+      BufferError: the object is not an unconsumed DLPack capsule, or the tensor has a
+        dtype or lane count pjrt cannot hold (the capsule is then left to its producer).
+    """
+    versioned = None
+    for flag, name in ((True, _NAME_BYTES[1]), (False, _NAME_BYTES[0])):
+        try:
+            if _capsule_is_valid(capsule, name):
+                versioned = flag
+                break
+        except ctypes.ArgumentError:
+            break
+    if versioned is None:
+        raise BufferError("expected an unconsumed DLPack capsule ('dltensor' or "
+                          "'dltensor_versioned'); a capsule can be consumed only once")
+    address = _capsule_get_pointer(capsule, _NAME_BYTES[int(versioned)])
+    if versioned:
+        managed = ffi.cast("DLManagedTensorVersioned *", address)
+        if managed.version.major > VERSION[0]:
+            raise BufferError(f"the producer's DLPack version {managed.version.major}."
+                              f"{managed.version.minor} is newer than this side's "
+                              f"{VERSION[0]}.{VERSION[1]}")
+        tensor = managed.dl_tensor
+        read_only = bool(managed.flags & lib.PJRT_DLPACK_FLAG_READ_ONLY)
+    else:
+        managed = ffi.cast("DLManagedTensor *", address)
+        tensor = managed.dl_tensor
+        read_only = False
+    dtype = dtype_of(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
+    ndim = int(tensor.ndim)
+    shape = tuple(int(tensor.shape[i]) for i in range(ndim))
+    strides = (tuple(int(tensor.strides[i]) for i in range(ndim))
+               if tensor.strides != _NULL and ndim else None)
+    data = _address(tensor.data) + int(tensor.byte_offset)
+    device = (int(tensor.device.device_type), int(tensor.device.device_id))
+    if _capsule_set_name(capsule, _NAMES[2 + int(versioned)]) != 0:
+        raise BufferError("could not mark the DLPack capsule as consumed")
+    return Consumed(managed, bool(versioned), data, device, dtype, shape, strides, read_only)

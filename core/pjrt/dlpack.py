@@ -1,0 +1,173 @@
+"""DLPack interchange: pjrt Arrays to and from numpy, jax, PyTorch and any DLPack producer.
+
+Exporting is ``Array.__dlpack__`` / ``Array.__dlpack_device__`` (so ``np.from_dlpack(x)``,
+``jnp.from_dlpack(x)`` and ``torch.from_dlpack(x)`` read a pjrt Array without a copy where they
+can). Importing is :func:`from_dlpack`: it wraps the producer's memory in a pjrt buffer when the
+plugin can view foreign memory on the target device (``PJRT_Client_CreateViewOfDeviceBuffer``;
+on CPU plugins host memory is device memory), and copies it otherwise.
+
+Lifetimes, both ways: an exported capsule keeps the Array's buffer (see :mod:`pjrt._dlpack`);
+an imported view keeps the producer's tensor until the plugin frees the buffer, which happens
+only through the client's ownership rules (:mod:`pjrt.handles`), at which point the plugin
+calls back and the producer's deleter runs.
+
+An Array made by :func:`from_dlpack` without a copy shares memory with the producer: writes the
+producer makes later show through it (as with jax).
+"""
+from __future__ import annotations
+
+from . import _dlpack, dtypes
+from ._pjrt_cffi import ffi, lib
+from .array import Array
+from .client import HostBufferSemantics
+from .device import Device
+from .errors import XlaRuntimeError, check
+
+__all__ = ["from_dlpack", "SUPPORTED_DTYPES"]
+
+_NULL = ffi.NULL
+
+#: Dtypes that travel through DLPack both ways.
+SUPPORTED_DTYPES = _dlpack.SUPPORTED_DTYPES
+
+
+def from_dlpack(external, device: Device | None = None, copy: bool | None = None) -> Array:
+    """An Array holding the data of a DLPack producer (an object with ``__dlpack__``, or a
+    legacy ``"dltensor"`` capsule).
+
+    Args:
+      external: the producer: a numpy array, a jax or PyTorch tensor, a pjrt Array, ...
+      device: the device to place the Array on; None picks the producer's own device (the
+        first CPU device of the default ``cpu`` backend for host memory).
+      copy: True always copies; False never does (BufferError where sharing is impossible);
+        None shares memory where the plugin can view it and copies otherwise.
+
+    Returns:
+      A single-device :class:`~pjrt.array.Array`.
+
+    Raises:
+      BufferError: the producer's dtype or layout cannot be taken as asked, or ``copy=False``
+        where the memory cannot be shared.
+      TypeError: ``external`` is not a DLPack producer.
+    """
+    if device is not None and not isinstance(device, Device):
+        raise TypeError(f"device must be a pjrt Device or None, not {type(device).__name__}")
+    capsule = _capsule_of(external, copy)
+    tensor = _dlpack.consume(capsule)
+    try:
+        target = device if device is not None else _default_device(tensor.device)
+        array = None
+        if copy is not True and _can_view(tensor, target):
+            array = _view(tensor, target, must=copy is False)
+            if array is not None:
+                return array
+        if copy is False:
+            raise BufferError(
+                f"copy=False, but the data cannot be shared with {target}: "
+                f"{_why_not_shared(tensor, target)}")
+        return _copy(tensor, target)
+    finally:
+        if not tensor.handed_over:
+            tensor.release()
+
+
+def _capsule_of(external, copy):
+    if not hasattr(external, "__dlpack__"):
+        if type(external).__name__ == "PyCapsule":
+            return external  # the legacy protocol: a capsule handed over directly
+        raise TypeError(f"from_dlpack takes an object with __dlpack__ (or a DLPack capsule), "
+                        f"not {type(external).__name__}")
+    kwargs = {"max_version": _dlpack.VERSION}
+    if copy is not None:
+        kwargs["copy"] = copy
+    try:
+        return external.__dlpack__(**kwargs)
+    except TypeError:
+        # A producer of the protocol before DLPack 1.0 takes no max_version or copy.
+        return external.__dlpack__()
+
+
+def _default_device(dl_device: tuple) -> Device:
+    from .registry import get_backend
+
+    device_type, device_id = dl_device
+    platform = _dlpack.PLATFORMS.get(device_type)
+    if platform is None:
+        if device_type in (lib.kDLCUDAHost, lib.kDLROCMHost, lib.kDLCUDAManaged):
+            platform = "cpu"  # host memory any CPU device can read
+        else:
+            raise BufferError(f"DLPack device type {device_type} has no pjrt platform; pass "
+                              f"device= to copy it somewhere")
+    devices = get_backend(platform).local_devices()
+    if platform == "cpu":
+        return devices[0]
+    for candidate in devices:
+        if candidate.local_hardware_id == device_id:
+            return candidate
+    raise BufferError(f"no local {platform} device has hardware id {device_id}")
+
+
+def _host_readable(tensor: _dlpack.Consumed) -> bool:
+    return tensor.device[0] in (lib.kDLCPU, lib.kDLCUDAHost, lib.kDLROCMHost,
+                                lib.kDLCUDAManaged)
+
+
+def _can_view(tensor: _dlpack.Consumed, target: Device) -> bool:
+    return _why_not_shared(tensor, target) is None
+
+
+def _why_not_shared(tensor: _dlpack.Consumed, target: Device) -> str | None:
+    client = target.client
+    if not client._api.has("PJRT_Client_CreateViewOfDeviceBuffer"):
+        return f"the {client.platform} plugin cannot view foreign memory"
+    own = _dlpack.DEVICE_TYPES.get(client.platform)
+    if own is None or tensor.device[0] != own:
+        return f"the data is on DLPack device {tensor.device}, not on a {client.platform} device"
+    if own != lib.kDLCPU and target.local_hardware_id != tensor.device[1]:
+        return f"the data is on device {tensor.device[1]}, not on {target}"
+    if not _dlpack.is_row_major(tensor.shape, tensor.strides):
+        return f"its strides {tensor.strides} are not dense row-major"
+    return None
+
+
+def _view(tensor: _dlpack.Consumed, target: Device, *, must: bool) -> Array | None:
+    """Wrap the tensor's memory in a buffer on ``target``; None when the plugin refuses (e.g.
+    memory it finds misaligned) and a copy may be made instead."""
+    client = target.client
+    api = client._api
+    args = api.new_args("PJRT_Client_CreateViewOfDeviceBuffer_Args")
+    dims = ffi.new("int64_t[]", list(tensor.shape)) if tensor.shape else _NULL
+    args.device_buffer_ptr = ffi.cast("void *", tensor.data)
+    args.dims = dims
+    args.num_dims = len(tensor.shape)
+    args.element_type = dtypes.to_pjrt_type(tensor.dtype)
+    args.device = target._handle
+    args.on_delete_callback = tensor.deleter
+    args.on_delete_callback_arg = tensor.managed
+    with client._handle.calling() as handle:
+        args.client = handle.pointer
+        try:
+            check(api, api.table.PJRT_Client_CreateViewOfDeviceBuffer(args))
+        except XlaRuntimeError as error:
+            if must:
+                raise BufferError(f"copy=False, but the {client.platform} plugin cannot view "
+                                  f"this memory: {error}") from error
+            return None  # the plugin did not take the callback: the tensor is still ours
+        tensor.handed_over = True  # the plugin runs the deleter when it frees the buffer
+        return Array(client, [args.buffer], (target,), tensor.shape, tensor.dtype)
+
+
+def _copy(tensor: _dlpack.Consumed, target: Device) -> Array:
+    client = target.client
+    if _host_readable(tensor):
+        # IMMUTABLE_ONLY_DURING_CALL: the plugin has its own copy when the call returns.
+        return client.buffer_from_pyval(tensor.host_view(), target,
+                                        host_buffer_semantics=
+                                        HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
+    source_platform = _dlpack.PLATFORMS.get(tensor.device[0])
+    if source_platform is None or not _dlpack.is_row_major(tensor.shape, tensor.strides):
+        raise BufferError(f"cannot copy a tensor on DLPack device {tensor.device} with "
+                          f"strides {tensor.strides} to {target}")
+    source = _default_device(tensor.device)
+    view = _view(tensor, source, must=True)
+    return view.copy_to_device(target)

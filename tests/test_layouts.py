@@ -1,0 +1,167 @@
+"""Layouts, Shapes and PrimitiveType, checked against jaxlib (the oracle) and the real plugins."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pjrt
+from pjrt import _c
+from pjrt._pjrt_cffi import lib
+from pjrt.compile_options import CompileOptions
+from pjrt.errors import UnsupportedFeatureError
+from pjrt.layouts import Format, Layout, PjRtLayout, has_layouts_extension
+from pjrt.shapes import PrimitiveType, Shape
+
+jax = pytest.importorskip("jax")
+jnp = jax.numpy
+import jax.extend  # noqa: E402  (the backend's get_default_layout is the oracle)
+from jax._src.lib import xla_client as xc  # noqa: E402
+
+
+# -- Layout ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [((1, 0),), ((0, 1),), ((),), ((2, 0, 1),),
+                                  ((0,), ((1024,),), 4), ((1, 0), ((8, 128),), 0)])
+def test_layout_spelling_matches_jaxlib(args):
+    ours = Layout(*args)
+    theirs = xc.Layout(*args) if len(args) != 2 else None
+    if theirs is not None:
+        assert ours.to_string() == theirs.to_string()
+        assert ours.minor_to_major() == tuple(theirs.minor_to_major())
+        assert [tuple(t) for t in ours.tiling()] == [tuple(t) for t in theirs.tiling()]
+        assert ours.element_size_in_bits() == theirs.element_size_in_bits()
+    assert Layout.from_string(ours.to_string()) == ours
+    assert Layout.from_proto(ours.to_proto()) == ours
+    assert hash(Layout.from_proto(ours.to_proto())) == hash(ours)
+
+
+def test_layout_validation():
+    with pytest.raises(ValueError, match="permutation"):
+        Layout((0, 0))
+    with pytest.raises(ValueError, match="below 1"):
+        Layout((0,), ((0,),))
+    with pytest.raises(ValueError, match="layout"):
+        Layout.from_string("1,0")
+    assert Layout((1, 0)).is_row_major() and not Layout((0, 1)).is_row_major()
+
+
+# -- client and array layouts ----------------------------------------------------------------
+
+def test_both_cpu_plugins_have_the_layouts_extension(cpu_plugin):
+    assert _c.find_extension(cpu_plugin.api, lib.PJRT_Extension_Type_Layouts) is not None
+    assert has_layouts_extension(cpu_plugin.api)
+    # 0.81's extension predates executable parameter layouts; 0.106's has them.
+    assert has_layouts_extension(cpu_plugin.api,
+                                 "PJRT_Layouts_PJRT_Executable_GetParameterLayouts") == (
+        cpu_plugin.api.version >= (0, 106))
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (2, 3), (2, 3, 4)])
+@pytest.mark.parametrize("dtype", [np.float32, np.int8, np.complex128])
+def test_default_layout_matches_jax(client, shape, dtype):
+    backend = jax.extend.backend.get_backend("cpu")
+    theirs = backend.get_default_layout(np.dtype(dtype), shape, jax.devices("cpu")[0])
+    ours = client.get_default_layout(dtype, shape, client.local_devices()[0])
+    assert isinstance(ours, PjRtLayout)
+    assert str(ours) == str(theirs)
+    assert ours._xla_layout().to_string() == theirs._xla_layout().to_string()
+    assert PjRtLayout.deserialize(ours.serialize()) == ours
+
+
+def test_array_format_and_layout(client):
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    array = client.buffer_from_pyval(host)
+    oracle = jnp.asarray(host)
+    assert str(array.layout) == str(oracle.format.layout.major_to_minor and "{1,0}")
+    assert array.layout.layout.minor_to_major() == tuple(
+        reversed(oracle.format.layout.major_to_minor))
+    assert isinstance(array.format, Format)
+    assert array.format.layout == array.layout
+    assert array.format.sharding == array.sharding
+
+
+def _program(fn, *args) -> str:
+    return jax.jit(fn).lower(*args).as_text()
+
+
+def test_executable_layouts_match_jax(client):
+    x = jnp.ones((2, 3), jnp.float32)
+    fn = lambda a, b: (a.T, a + b, jnp.sum(a))  # noqa: E731
+    compiled = jax.jit(fn).lower(x, x).compile()
+    executable = client.compile_and_load(_program(fn, x, x), client.local_devices()[:1])
+    runtime = compiled.runtime_executable()
+    assert [str(layout) for layout in executable.get_parameter_layouts()] == [
+        str(layout) for layout in runtime.get_parameter_layouts()]
+    assert [str(layout) for layout in executable.get_output_layouts()] == [
+        str(layout) for layout in runtime.get_output_layouts()]
+    assert executable.input_layouts == executable.get_parameter_layouts()
+    assert executable.output_layouts == executable.get_output_layouts()
+    assert executable.get_output_memory_kinds() == runtime.get_output_memory_kinds()
+
+
+def test_argument_layouts_compile_and_are_enforced(client):
+    x = jnp.ones((2, 3), jnp.float32)
+    text = _program(lambda a: a * 2, x)
+    options = CompileOptions()
+    options.argument_layouts = [Shape.array_shape(np.float32, (2, 3), (0, 1))]
+    round_trip = CompileOptions.from_serialized(options.SerializeAsString())
+    assert round_trip.argument_layouts == options.argument_layouts
+    executable = client.compile_and_load(text, client.local_devices()[:1], options)
+    assert [str(layout) for layout in executable.get_parameter_layouts()] == ["{0,1}"]
+    row_major = client.buffer_from_pyval(np.arange(6, dtype=np.float32).reshape(2, 3))
+    with pytest.raises(ValueError, match=r"laid out as \{1,0\}.*\{0,1\}"):
+        executable.execute([row_major])
+    with pytest.raises(TypeError, match="Shape"):
+        options.argument_layouts = [(0, 1)]
+
+
+def test_an_entry_the_plugin_lacks_is_a_clear_error(cpu_plugin):
+    # 0.81's layouts extension ends before the executable parameter layouts entry: asking
+    # for it names what is missing; 0.106's has it.
+    from pjrt.layouts import layouts_extension
+
+    entry = "PJRT_Layouts_PJRT_Executable_GetParameterLayouts"
+    if cpu_plugin.api.version < (0, 106):
+        with pytest.raises(UnsupportedFeatureError, match="older version without this entry"):
+            layouts_extension(cpu_plugin.api, entry)
+    else:
+        assert layouts_extension(cpu_plugin.api, entry) is not None
+
+
+# -- Shape and PrimitiveType -----------------------------------------------------------------
+
+def test_primitive_type_matches_jaxlib():
+    theirs = {name: int(value) for name, value in xc.PrimitiveType.__members__.items()}
+    for name, number in theirs.items():
+        assert int(PrimitiveType[name]) == number, name
+
+
+@pytest.mark.parametrize("text", ["f32[2,3]", "f32[2,3]{0,1}", "s32[]", "pred[7]",
+                                  "(f32[2], s32[])", "bf16[4,1]{1,0}"])
+def test_shape_text_matches_jaxlib(text):
+    ours, theirs = Shape(text), xc.Shape(text)
+    assert str(ours) == str(theirs)
+    assert ours.is_tuple() == theirs.is_tuple() and ours.is_array() == theirs.is_array()
+    if ours.is_array():
+        assert ours.dimensions() == tuple(theirs.dimensions())
+        assert ours.rank() == theirs.rank()
+        assert ours.numpy_dtype() == theirs.numpy_dtype()
+    assert Shape.from_proto(ours.to_proto()) == ours
+
+
+def test_shape_constructors_match_jaxlib():
+    ours = Shape.array_shape(np.float32, (2, 3), (0, 1))
+    theirs = xc.Shape.array_shape(np.dtype(np.float32), (2, 3), (0, 1))
+    assert str(ours) == str(theirs)
+    pair = Shape.tuple_shape([ours, Shape.array_shape(PrimitiveType.S32, ())])
+    assert str(pair) == str(xc.Shape.tuple_shape(
+        [theirs, xc.Shape.array_shape(xc.PrimitiveType.S32, ())]))
+    assert pair.leaf_count() == 2 and pair.tuple_shapes()[0] == ours
+    with pytest.raises(ValueError, match="shape"):
+        Shape("f32(2)")
+    with pytest.raises(ValueError, match="element type"):
+        Shape("q9[2]")
+
+
+def test_format_and_pjrt_names_exist():
+    assert pjrt.layouts.Format(None).sharding is None
