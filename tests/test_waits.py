@@ -99,7 +99,7 @@ def test_ctrl_c_interrupts_a_wait_and_the_result_arrives_later(cpu_plugin):
     outcome = json.loads(result.stdout.splitlines()[-1])
     assert outcome["interrupted"] is not None, outcome
     assert not outcome["ready_then"], outcome  # the wait ended before the program did
-    assert outcome["interrupted"] < outcome["total"] / 2, outcome
+    assert outcome["interrupted"] < 0.2 + 1.0, outcome  # within a second of the signal
     assert outcome["finite"]
     np.testing.assert_allclose(outcome["again"], np.tanh(2.0), rtol=1e-6)
 
