@@ -15,7 +15,6 @@ found here is the one ``dlsym`` will find.
 from __future__ import annotations
 
 import os
-import platform
 import struct
 import sys
 
@@ -102,7 +101,7 @@ def check_plugin_library(path: str, plugin_name: str) -> None:
 
 def host_machine() -> int | None:
     """The ELF machine number of this process's machine; None for one not known here."""
-    return _HOST_MACHINES.get(platform.machine().lower())
+    return _HOST_MACHINES.get(os.uname().machine.lower())
 
 
 def _machine_name(machine: int) -> str:

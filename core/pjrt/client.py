@@ -14,7 +14,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 
-from . import distributed, multiprocess
+from . import distributed
 from . import plugin as plugin_module
 from ._c import to_str
 from ._pjrt_cffi import ffi
@@ -351,6 +351,8 @@ def create_client(plugin: plugin_module.Plugin,
     """
     callbacks = None
     if distributed_client is not None or distributed.is_initialized():
+        from . import multiprocess  # jobs of several processes only: keep it off start-up
+
         options, callbacks = multiprocess.prepare(plugin, options, distributed_client)
     named = NamedValues(check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types}))
     _check_not_inherited(plugin)

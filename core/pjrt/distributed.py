@@ -27,12 +27,12 @@ Environment fallbacks, read when an argument is None (``pjrt launch`` sets them)
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from .kv_store import KeyValueStore, RedisStore, SQLiteStore, as_store
+if TYPE_CHECKING:
+    from .kv_store import KeyValueStore
 
 __all__ = ["initialize", "shutdown", "is_initialized", "global_state", "DistributedState",
            "COORDINATOR_ENV", "NUM_PROCESSES_ENV", "PROCESS_ID_ENV", "LOCAL_DEVICE_IDS_ENV",
@@ -46,7 +46,6 @@ TIMEOUT_ENV = "PJRT_DISTRIBUTED_TIMEOUT"
 DEFAULT_TIMEOUT_SECONDS = 300.0
 
 
-@dataclasses.dataclass
 class DistributedState:
     """What :func:`initialize` set up for this process.
 
@@ -57,20 +56,33 @@ class DistributedState:
       process_id: this process's id.
       local_device_ids: the local devices this process uses, or None for all.
       timeout: seconds to wait for the other processes.
+      generation: how many times this process initialised (names its barriers, which are
+        used once).
+      client_counts: plugin name -> clients made with this store so far (names each client's
+        key prefix).
+      owns_store: whether this module opened the store (closed by shutdown); a store passed
+        in belongs to its caller.
     """
 
-    store: KeyValueStore | None = None
-    coordinator: object = None
-    num_processes: int = 1
-    process_id: int = 0
-    local_device_ids: tuple[int, ...] | None = None
-    timeout: float = DEFAULT_TIMEOUT_SECONDS
-    #: How many times this process initialised (names its barriers, which are used once).
-    generation: int = 0
-    #: plugin name -> clients made with this store so far (names each client's key prefix).
-    client_counts: dict = dataclasses.field(default_factory=dict)
-    #: stores this module opened (closed by shutdown); a store passed in belongs to its caller.
-    owns_store: bool = False
+    # A plain class, not a dataclass: client creation reads it, and start-up stays light.
+    def __init__(self, store: "KeyValueStore | None" = None, coordinator: object = None,
+                 num_processes: int = 1, process_id: int = 0,
+                 local_device_ids: tuple[int, ...] | None = None,
+                 timeout: float = DEFAULT_TIMEOUT_SECONDS, generation: int = 0,
+                 client_counts: dict | None = None, owns_store: bool = False):
+        self.store = store
+        self.coordinator = coordinator
+        self.num_processes = num_processes
+        self.process_id = process_id
+        self.local_device_ids = local_device_ids
+        self.timeout = timeout
+        self.generation = generation
+        self.client_counts = {} if client_counts is None else client_counts
+        self.owns_store = owns_store
+
+    def __repr__(self) -> str:
+        return (f"DistributedState(num_processes={self.num_processes}, "
+                f"process_id={self.process_id}, coordinator={self.coordinator!r})")
 
 
 #: The state of this process; read it, change it only through initialize/shutdown.
@@ -99,13 +111,16 @@ def _env_device_ids() -> tuple[int, ...] | None:
                          f"numbers such as 0,1") from None
 
 
-def open_store(coordinator) -> tuple[KeyValueStore, bool]:
+def open_store(coordinator) -> tuple["KeyValueStore", bool]:
     """The store ``coordinator`` names (see the module docstring), and whether it was opened
     here (and so is closed by :func:`shutdown`).
 
     Raises:
       ValueError: the coordinator names no kind of store pjrt knows.
     """
+    # Imported here: a process that never spans processes never loads sqlite3 or redis.
+    from .kv_store import RedisStore, SQLiteStore, as_store
+
     if not isinstance(coordinator, (str, os.PathLike)):
         return as_store(coordinator), False
     text = os.fspath(coordinator)

@@ -28,19 +28,24 @@ See docs/vendors.md.
 """
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import sys
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from . import __version__ as core_version
-from . import client, discovery, plugin, registry, topology
-from .client import Client
+from . import plugin
 from .errors import PluginLoadError
 from .plugin import Plugin
 from .plugin_support import check_plugin_version, find_module_library
-from .topology import DeviceTopology
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .topology import DeviceTopology
+
+# The registry, discovery, clients and topologies are imported when first used, not here: a
+# plugin package imports this module when it is imported, and ``import pjrt_cpu`` followed
+# by a client of its library must stay as quick as the core alone.
 
 logger = logging.getLogger(__name__)
 
@@ -52,12 +57,45 @@ __all__ = ["PluginDeclaration", "Plugin", "PluginLoadError", "Client", "DeviceTo
 #: Where JAX keeps its backend registry; JAX's own discovery runs from there.
 JAX_BRIDGE_MODULE = "jax._src.xla_bridge"
 
-#: True while pjrt's discovery is calling plugin modules' ``initialize()``.
-discovering = discovery.discovering
+def discovering() -> bool:
+    """True while pjrt's discovery is calling plugin modules' ``initialize()``."""
+    from . import discovery
 
-register_plugin = registry.register_plugin
-register_backend_factory = registry.register_backend_factory
-register_unavailable = registry.register_unavailable
+    return discovery.discovering()
+
+
+def register_plugin(*args: Any, **kwargs: Any) -> Plugin | None:
+    """Load a plugin library and register it as a backend (see
+    :func:`pjrt.registry.register_plugin`)."""
+    from . import registry
+
+    return registry.register_plugin(*args, **kwargs)
+
+
+def register_backend_factory(*args: Any, **kwargs: Any) -> None:
+    """Register a backend factory (see :func:`pjrt.registry.register_backend_factory`)."""
+    from . import registry
+
+    registry.register_backend_factory(*args, **kwargs)
+
+
+def register_unavailable(*args: Any, **kwargs: Any) -> None:
+    """Record that a backend cannot come up, and why (see
+    :func:`pjrt.registry.register_unavailable`)."""
+    from . import registry
+
+    registry.register_unavailable(*args, **kwargs)
+
+
+def __getattr__(name: str) -> Any:
+    # Client and DeviceTopology, for plugin packages' annotations, without importing them here.
+    if name == "Client":
+        from .client import Client
+        return Client
+    if name == "DeviceTopology":
+        from .topology import DeviceTopology
+        return DeviceTopology
+    raise AttributeError(f"module 'pjrt.plugin_api' has no attribute {name!r}")
 
 
 def load_plugin(platform: str, library_path: str | os.PathLike) -> Plugin:
@@ -73,12 +111,16 @@ def load_pjrt_plugin_with_c_api(platform: str, c_api: Any) -> Plugin:
 
 def create_client(loaded: Plugin, options: Mapping[str, Any] | None = None) -> Client:
     """Initialise a loaded plugin if needed and create a client of it with ``options``."""
+    from . import client
+
     return client.create_client(loaded, options)
 
 
 def make_topology(loaded: Plugin, topology_name: str = "",
                   options: Mapping[str, Any] | None = None) -> DeviceTopology:
     """Ask a loaded plugin to describe ``topology_name`` (compiling without its devices)."""
+    from . import topology
+
     return topology.make_topology(loaded, topology_name, options)
 
 
@@ -104,7 +146,6 @@ def jax_is_calling() -> Any | None:
     return bridge if not done and lock.locked() else None
 
 
-@dataclasses.dataclass(frozen=True)
 class PluginDeclaration:
     """A plugin as its package declares it, once, for pjrt and for JAX.
 
@@ -113,40 +154,62 @@ class PluginDeclaration:
     ``explain_load_error`` are pjrt's alone: JAX makes its clients its own way).
     """
 
-    #: The platform name the plugin is registered under, in both hosts.
-    platform: str
-    #: The plugin's shared library, or a function that finds it (raising FileNotFoundError
-    #: with what to install when it is missing). Called at each registration, not at import.
-    library: str | os.PathLike | Callable[[], str] | None = None
-    #: Instead of ``library``: a function returning the plugin's ``PJRT_Api*`` as a PyCapsule.
-    c_api: Callable[[], Any] | None = None
-    #: Default-backend priority in both hosts: cpu 0, tpu 300, cuda and rocm 500.
-    priority: int = 400
-    #: Client create options, or a function returning them, called each time a client is
-    #: made (so that a bad environment variable is the backend's reason, not a lost plugin).
-    options: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None
-    #: ``make_client(plugin, options) -> Client``: code around client creation (check
-    #: libraries, time it). :func:`create_client` when None.
-    make_client: Callable[[Plugin, dict], Client] | None = None
-    #: ``make_topology(plugin, topology_name, options)``; :func:`make_topology` when None.
-    make_topology: Callable[[Plugin, str, dict], Any] | None = None
-    #: ``new_client(plugin, **settings) -> Client``: a client of its own from settings the
-    #: package defines (``pjrt.make_cpu_client(num_devices)`` calls the ``cpu`` one).
-    new_client: Callable[..., Client] | None = None
-    #: Turns the PluginLoadError of a library that cannot be loaded into a clearer one (what
-    #: to install); returning the error unchanged keeps it.
-    explain_load_error: Callable[[PluginLoadError], PluginLoadError] | None = None
-    #: The package's version; when given, a package that does not match the core's major and
-    #: minor version is not registered with pjrt (and says so).
-    version: str | None = None
-    #: Whether JAX calling ``initialize()`` registers the library with JAX. False for a
-    #: platform JAX already serves another way (its own CPU backend, its own CUDA wheel).
-    serve_jax: bool = True
+    # A plain class rather than a dataclass: plugin packages import this module when they
+    # are imported, and dataclasses would add its import time to every start-up.
+    __slots__ = ("platform", "library", "c_api", "priority", "options", "make_client",
+                 "make_topology", "new_client", "explain_load_error", "version", "serve_jax")
 
-    def __post_init__(self):
+    def __init__(self, platform: str, *,
+                 library: str | os.PathLike | Callable[[], str] | None = None,
+                 c_api: Callable[[], Any] | None = None,
+                 priority: int = 400,
+                 options: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
+                 make_client: Callable[[Plugin, dict], Client] | None = None,
+                 make_topology: Callable[[Plugin, str, dict], Any] | None = None,
+                 new_client: Callable[..., Client] | None = None,
+                 explain_load_error: Callable[[PluginLoadError], PluginLoadError] | None = None,
+                 version: str | None = None,
+                 serve_jax: bool = True):
+        #: The platform name the plugin is registered under, in both hosts.
+        object.__setattr__(self, "platform", platform)
+        #: The plugin's shared library, or a function that finds it (raising FileNotFoundError
+        #: with what to install when it is missing). Called at each registration, not at import.
+        object.__setattr__(self, "library", library)
+        #: Instead of ``library``: a function returning the plugin's ``PJRT_Api*`` as a PyCapsule.
+        object.__setattr__(self, "c_api", c_api)
+        #: Default-backend priority in both hosts: cpu 0, tpu 300, cuda and rocm 500.
+        object.__setattr__(self, "priority", priority)
+        #: Client create options, or a function returning them, called each time a client is
+        #: made (so that a bad environment variable is the backend's reason, not a lost plugin).
+        object.__setattr__(self, "options", options)
+        #: ``make_client(plugin, options) -> Client``: code around client creation (check
+        #: libraries, time it). :func:`create_client` when None.
+        object.__setattr__(self, "make_client", make_client)
+        #: ``make_topology(plugin, topology_name, options)``; :func:`make_topology` when None.
+        object.__setattr__(self, "make_topology", make_topology)
+        #: ``new_client(plugin, **settings) -> Client``: a client of its own from settings the
+        #: package defines (``pjrt.make_cpu_client(num_devices)`` calls the ``cpu`` one).
+        object.__setattr__(self, "new_client", new_client)
+        #: Turns the PluginLoadError of a library that cannot be loaded into a clearer one (what
+        #: to install); returning the error unchanged keeps it.
+        object.__setattr__(self, "explain_load_error", explain_load_error)
+        #: The package's version; when given, a package that does not match the core's major and
+        #: minor version is not registered with pjrt (and says so).
+        object.__setattr__(self, "version", version)
+        #: Whether JAX calling ``initialize()`` registers the library with JAX. False for a
+        #: platform JAX already serves another way (its own CPU backend, its own CUDA wheel).
+        object.__setattr__(self, "serve_jax", serve_jax)
         if (self.library is None) == (self.c_api is None):
             raise ValueError(f"the plugin declaration of {self.platform!r} needs exactly one "
                              f"of library and c_api")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a PluginDeclaration is immutable; make a new one to change {name}")
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__
+                          if n == "platform" or getattr(self, n) is not None)
+        return f"PluginDeclaration({given})"
 
     def initialize(self) -> str | None:
         """Register the plugin with whichever host is calling; the package's ``initialize()``.

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from typing import Any, Iterator, Mapping
 
 #: The environment variable that sets how much plugins may print.
@@ -116,6 +115,8 @@ def capture_stderr(sink: list[str]) -> Iterator[None]:
         yield
         return
     try:
+        import tempfile  # only when output is kept back
+
         with tempfile.TemporaryFile() as captured:
             os.dup2(captured.fileno(), 2)
             try:

@@ -9,7 +9,6 @@ import dataclasses
 import warnings
 from typing import TYPE_CHECKING, Mapping
 
-from . import serialization
 from ._c import to_str
 from ._pjrt_cffi import ffi
 from .errors import check
@@ -117,6 +116,8 @@ class DeviceTopology:
             destroy = api.new_args("PJRT_Executable_Destroy_Args")
             destroy.executable = args.executable
             check(api, api.table.PJRT_Executable_Destroy(destroy))
+        from . import serialization  # hashing and JSON: only when compiling
+
         return serialization.pack(payload, serialization.plugin_identity(
             self._plugin, self.platform, self.platform_version))
 
