@@ -319,7 +319,6 @@ class Array:
 
     # -- synchronisation -------------------------------------------------------------------
 
-    @handles.native_method
     def block_until_ready(self) -> "Array":
         """Wait until the computation producing the array has finished; returns self.
 
@@ -328,9 +327,17 @@ class Array:
         Raises:
           XlaRuntimeError: the computation failed.
         """
-        api = self._handle.api
-        for buffer in self._live_buffers():
-            wait_buffer_ready(api, buffer)
+        handle = self._handle
+        ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined on this hot path
+        handle.active[ticket] = None
+        try:
+            api = handle.api
+            for buffer in self._live_buffers():  # raises once the client is closed
+                wait_buffer_ready(api, buffer)
+        finally:
+            del handle.active[ticket]
+            if handle.parked or handle.closed:
+                handle.settle()
         return self
 
     @handles.native_method
@@ -351,11 +358,14 @@ class Array:
 
     def _value(self) -> np.ndarray:
         handle = self._handle
-        ticket = handle.begin()
+        ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined on this hot path
+        handle.active[ticket] = None
         try:
-            return self._read(handle)
+            return self._read(handle)  # raises once the client is closed
         finally:
-            handle.end(ticket)
+            del handle.active[ticket]
+            if handle.parked or handle.closed:
+                handle.settle()
 
     def _read(self, handle) -> np.ndarray:
         buffers = self._live_buffers()  # a deleted array is not read, even from a cache

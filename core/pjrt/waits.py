@@ -59,20 +59,29 @@ def wait_event(api: Api, event) -> None:
 
 
 def wait_buffer_ready(api: Api, buffer) -> None:
-    """Wait until ``buffer``'s value is computed; raise the computation's error."""
-    if not api.has("PJRT_Event_OnReady"):
-        error = lib.pjrt_shim_buffer_await_ready(api.table, buffer)
+    """Wait until ``buffer``'s value is computed; raise the computation's error.
+
+    The first slice is waited in the same C call that asks for the buffer's event, so a
+    value that is ready, or nearly, costs one call.
+    """
+    outs = getattr(_outs, "pair", None)
+    if outs is None:
+        outs = _outs.pair = (ffi.new("pjrt_shim_waiter **"), ffi.new("PJRT_Error **"))
+    waiter_out, error_out = outs
+    if lib.pjrt_shim_buffer_wait(api.table, buffer, WAIT_SLICE_MS, waiter_out, error_out):
+        error = error_out[0]
         if error != _NULL:
+            error_out[0] = _NULL
             raise consume(api, error)
         return
-    waiter_out = ffi.new("pjrt_shim_waiter **")
-    error_out = ffi.new("PJRT_Error **")
-    ready = lib.pjrt_shim_buffer_ready_waiter(api.table, buffer, waiter_out, error_out)
-    if ready:
-        if error_out[0] != _NULL:
-            raise consume(api, error_out[0])
-        return
-    wait_for_waiter(api, waiter_out[0])
+    waiter = waiter_out[0]
+    waiter_out[0] = _NULL
+    wait_for_waiter(api, waiter)
+
+
+#: Each thread's out-parameters for :func:`wait_buffer_ready` (allocating them per call
+#: would cost more than a wait on a ready value).
+_outs = threading.local()
 
 
 #: Stack of the compile threads. XLA's compiler recurses once per nested region of a

@@ -180,7 +180,6 @@ PJRT_Error* pjrt_shim_buffer_host_address(const PJRT_Api* api,
     return error;
   /* Padded, tiled or packed (sub-byte) layouts differ in size: not dense. */
   if (device_size.on_device_size_in_bytes != size) return NULL;
-  if ((error = pjrt_shim_buffer_await_ready(api, buffer)) != NULL) return error;
   SHIM_ARGS(PJRT_Buffer_UnsafePointer_Args, pointer, buffer_pointer);
   pointer.buffer = buffer;
   if ((error = api->PJRT_Buffer_UnsafePointer(&pointer)) != NULL) return error;
@@ -359,4 +358,22 @@ PJRT_Error* pjrt_shim_waiter_finish(pjrt_shim_waiter* waiter) {
   }
   shim_waiter_unref_locked(waiter);
   return error;
+}
+
+int pjrt_shim_buffer_wait(const PJRT_Api* api, PJRT_Buffer* buffer, int64_t slice_ms,
+                          pjrt_shim_waiter** waiter_out, PJRT_Error** error_out) {
+  *waiter_out = NULL;
+  *error_out = NULL;
+  if (!pjrt_shim_has_entry(api, offsetof(PJRT_Api, PJRT_Event_OnReady))) {
+    *error_out = pjrt_shim_buffer_await_ready(api, buffer);
+    return 1;
+  }
+  pjrt_shim_waiter* waiter = NULL;
+  if (pjrt_shim_buffer_ready_waiter(api, buffer, &waiter, error_out)) return 1;
+  if (pjrt_shim_waiter_wait(waiter, slice_ms)) {
+    *error_out = pjrt_shim_waiter_finish(waiter);
+    return 1;
+  }
+  *waiter_out = waiter;
+  return 0;
 }

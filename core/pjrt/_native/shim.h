@@ -64,10 +64,11 @@ PJRT_Error* pjrt_shim_buffer_from_host(
     PJRT_Memory* memory, PJRT_Buffer** buffer_out, PJRT_Event** done_out);
 
 /* Copies `buffer` into `destination` (dense row-major, `size` bytes) and
- * waits for the copy to finish. A buffer that lives in host memory
- * (PJRT_Buffer_IsOnCpu) and whose on-device size is exactly `size` is read
- * directly once it is ready: a plain memcpy, which on CPU plugins is several
- * times faster than the plugin's asynchronous ToHostBuffer. */
+ * waits for the copy to finish. The caller has already waited for the buffer
+ * to be ready (pjrt_shim_buffer_wait, which Ctrl-C can interrupt). A buffer
+ * that lives in host memory (PJRT_Buffer_IsOnCpu) and whose on-device size is
+ * exactly `size` is read directly: a plain memcpy, which on CPU plugins is
+ * several times faster than the plugin's asynchronous ToHostBuffer. */
 PJRT_Error* pjrt_shim_buffer_to_host(const PJRT_Api* api, PJRT_Buffer* buffer,
                                      void* destination, size_t size);
 
@@ -76,9 +77,9 @@ PJRT_Error* pjrt_shim_buffer_await_ready(const PJRT_Api* api,
                                          PJRT_Buffer* buffer);
 
 /* If `buffer` lives in host memory (PJRT_Buffer_IsOnCpu) as a dense array of
- * exactly `size` bytes, waits for it to be ready and sets *address_out to its
- * first byte; otherwise sets *address_out to 0. Host-resident buffers can then
- * be read without a copy. */
+ * exactly `size` bytes, sets *address_out to its first byte; otherwise sets
+ * *address_out to 0. The caller has already waited for the buffer to be ready.
+ * Host-resident buffers can then be read without a copy. */
 PJRT_Error* pjrt_shim_buffer_host_address(const PJRT_Api* api,
                                           PJRT_Buffer* buffer, size_t size,
                                           uintptr_t* address_out);
@@ -121,3 +122,11 @@ int pjrt_shim_waiter_wait(pjrt_shim_waiter* waiter, int64_t timeout_ms);
 /* Drops the caller's reference. Returns the event's error when it has fired
  * (owned by the caller), else NULL; an error arriving later is freed. */
 PJRT_Error* pjrt_shim_waiter_finish(pjrt_shim_waiter* waiter);
+
+/* Waits up to `slice_ms` for `buffer` to be ready, in one call. Returns 1 when
+ * the wait is over (*error_out holds the computation's error, or NULL), and 0
+ * when the slice passed first: *waiter_out then continues the wait (see
+ * pjrt_shim_waiter_wait and pjrt_shim_waiter_finish). A plugin without
+ * PJRT_Event_OnReady is waited for without slices. */
+int pjrt_shim_buffer_wait(const PJRT_Api* api, PJRT_Buffer* buffer, int64_t slice_ms,
+                          pjrt_shim_waiter** waiter_out, PJRT_Error** error_out);
