@@ -31,7 +31,7 @@ BOTH_PLUGINS = sorted(CPU_PLUGINS)
 ONE_PLUGIN = "xla_cpu_0_106"
 
 #: Put at the top of every child script: argv[1] is the plugin library, argv[2] the directory
-#: of the stress programs.
+#: of the stress programs, argv[3:] the test's own arguments.
 PRELUDE = textwrap.dedent("""\
     import json, os, random, signal, sys, threading, time
     import numpy as np
@@ -58,13 +58,14 @@ PRELUDE = textwrap.dedent("""\
 """)
 
 
-def run_child(tmp_path, plugin: str, body: str, *, timeout: float = 60,
-              expect_code: int = 0) -> subprocess.CompletedProcess:
+def run_child(tmp_path, plugin: str, body: str, *, timeout: float = 60, args=(),
+              expect_code: int = 0, allow_traceback: bool = False,
+              helpers: str = "") -> subprocess.CompletedProcess:
     """Run ``PRELUDE + body`` in a fresh interpreter against ``plugin``; fail with its output
     unless it exits with ``expect_code`` (a crash is a negative code: the signal)."""
     script = tmp_path / f"child_{len(list(tmp_path.iterdir()))}.py"
-    script.write_text(PRELUDE + textwrap.dedent(body))
-    command = [sys.executable, str(script), cpu_plugin_path(plugin), STRESS_DIR]
+    script.write_text(PRELUDE + textwrap.dedent(helpers) + textwrap.dedent(body))
+    command = [sys.executable, str(script), cpu_plugin_path(plugin), STRESS_DIR, *args]
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as expired:
@@ -73,8 +74,9 @@ def run_child(tmp_path, plugin: str, body: str, *, timeout: float = 60,
     report = (f"child exit code {result.returncode}\nstdout:\n{result.stdout[-3000:]}\n"
               f"stderr:\n{result.stderr[-6000:]}")
     assert result.returncode == expect_code, report
-    for sign in ("Check failed", "Fatal Python error", "terminate called", "Segmentation fault",
-                 "Traceback", "Exception ignored"):
+    signs = ["Check failed", "Fatal Python error", "terminate called", "Segmentation fault",
+             "Exception ignored"] + ([] if allow_traceback else ["Traceback"])
+    for sign in signs:
         assert sign not in result.stderr, report
     return result
 
@@ -239,11 +241,12 @@ def test_close_a_client_while_threads_execute_transfer_and_read(tmp_path, plugin
 def test_clear_backends_while_threads_compile_and_run(tmp_path):
     # The default backend is the CPU plugin pjrt_cpu discovers, whichever build that is.
     result = run_child(tmp_path, ONE_PLUGIN, """
-        bad, counts = [], {"ok": 0, "closed": 0}
-        stop = threading.Event()
+        bad, counts = [], {"ok": 0, "closed": 0, "ok after": 0}
+        cleared = threading.Event()
 
         def compile_and_run():
-            while not stop.is_set():
+            while counts["ok after"] < 2:
+                after = cleared.is_set()
                 try:
                     y = pjrt.compile(programs.TINY)(X, X)
                     value = np.asarray(y)
@@ -255,21 +258,21 @@ def test_clear_backends_while_threads_compile_and_run(tmp_path):
                     return
                 if not np.allclose(value, WANT, rtol=1e-6):
                     bad.append(f"wrong value {value}")
-                counts["ok"] += 1
+                counts["ok after" if after else "ok"] += 1
 
         threads = [threading.Thread(target=compile_and_run) for _ in range(2)]
         for thread in threads:
             thread.start()
         for _ in range(8):
-            time.sleep(random.uniform(0.05, 0.25))
+            time.sleep(random.uniform(0.05, 0.3))
             pjrt.clear_backends()
-        stop.set()
+        cleared.set()  # the threads go on until they have run on the backend made last
         join_or_die(threads)
         print(json.dumps({"bad": bad, **counts}))
     """)
     report = last_json(result)
     assert report["bad"] == []
-    assert report["ok"] > 0
+    assert report["ok after"] >= 2
 
 
 # -- 5. interpreter exit with daemon threads still working ---------------------------------
@@ -342,3 +345,318 @@ def test_exit_while_a_daemon_thread_compiles(tmp_path, plugin):
     """)
     # Exit waits a second for running calls, then leaves the compiling client alone.
     assert "compile finished" not in result.stdout
+
+
+# -- 6. fork ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("plugin", BOTH_PLUGINS)
+@pytest.mark.parametrize("child_exit", ["os._exit", "sys.exit"])
+def test_fork_after_a_client_exists(tmp_path, plugin, child_exit):
+    result = run_child(tmp_path, plugin, """
+        import warnings
+        EXIT = sys.argv[3]
+        client = new_client()
+        executable = client.compile_and_load(programs.TINY)
+        a = client.buffer_from_pyval(X)
+        (out,) = executable.execute([a, a])   # not read before the fork: no cached value
+        read_fd, write_fd = os.pipe()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            report = {"warned": False}
+            attempts = {
+                "execute": lambda: executable.execute([a, a]),
+                "read": lambda: np.asarray(out),
+                "block": lambda: out.block_until_ready(),
+                "transfer": lambda: client.buffer_from_pyval(X),
+                "compile": lambda: client.compile_and_load(programs.TINY),
+                "delete": lambda: (a.delete(), a.block_until_ready()),
+            }
+            for name, attempt in attempts.items():
+                try:
+                    attempt()
+                    report[name] = "no error"
+                except ClosedClientError as error:
+                    report[name] = "ClosedClientError" + (" (fork)" if "fork" in str(error) else "")
+                except BaseException as error:
+                    report[name] = f"{type(error).__name__}: {error}"
+            try:
+                new_client()
+                report["new client"] = "no error"
+            except RuntimeError as error:
+                report["new client"] = type(error).__name__ + (" (fork)" if "fork" in str(error) else "")
+            os.write(write_fd, json.dumps(report).encode())
+            os.close(write_fd)
+            if EXIT == "os._exit":
+                os._exit(7)
+            sys.exit(7)
+        os.close(write_fd)
+        with os.fdopen(read_fd) as pipe:
+            report = json.loads(pipe.read())
+        _, status = os.waitpid(pid, 0)
+        report["child status"] = os.waitstatus_to_exitcode(status)
+        report["warned"] = [str(w.message) for w in caught if w.category is RuntimeWarning]
+        # The parent goes on: its client, arrays and executables work.
+        (again,) = executable.execute([a, a])
+        report["parent ok"] = bool(np.allclose(np.asarray(again), WANT, rtol=1e-6)
+                                   and np.allclose(np.asarray(out), WANT, rtol=1e-6)
+                                   and np.allclose(np.asarray(client.compile_and_load(
+                                       programs.TINY).execute([a, a])[0]), WANT, rtol=1e-6))
+        print(json.dumps(report))
+    """, args=[child_exit])
+    report = last_json(result)
+    for name in ("execute", "read", "block", "transfer", "compile", "delete"):
+        assert report[name] in ("ClosedClientError (fork)", "DeletedArrayError"), (name, report)
+    assert report["execute"] == "ClosedClientError (fork)"
+    assert report["read"] == "ClosedClientError (fork)"
+    assert report["new client"] == "RuntimeError (fork)"
+    assert report["child status"] == 7
+    assert len(report["warned"]) == 1 and "fork" in report["warned"][0]
+    assert report["parent ok"] is True
+
+
+@pytest.mark.parametrize("plugin", BOTH_PLUGINS)
+def test_fork_before_any_client_then_a_client_in_the_child(tmp_path, plugin):
+    result = run_child(tmp_path, plugin, """
+        import warnings
+        warnings.simplefilter("error")  # no warning: no client was open at the fork
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_fd)
+            client = new_client()
+            (y,) = client.compile_and_load(programs.TINY).execute([client.buffer_from_pyval(X)] * 2)
+            ok = bool(np.allclose(np.asarray(y), WANT, rtol=1e-6))
+            os.write(write_fd, json.dumps({"child ok": ok}).encode())
+            sys.exit(0)   # the child's client is freed at its exit, as in any process
+        os.close(write_fd)
+        with os.fdopen(read_fd) as pipe:
+            report = json.loads(pipe.read())
+        _, status = os.waitpid(pid, 0)
+        report["child status"] = os.waitstatus_to_exitcode(status)
+        # And the parent can still make its own client afterwards.
+        client = new_client()
+        (y,) = client.compile_and_load(programs.TINY).execute([client.buffer_from_pyval(X)] * 2)
+        report["parent ok"] = bool(np.allclose(np.asarray(y), WANT, rtol=1e-6))
+        print(json.dumps(report))
+    """)
+    assert last_json(result) == {"child ok": True, "child status": 0, "parent ok": True}
+
+
+# -- 7. Ctrl-C ----------------------------------------------------------------------------
+
+#: Sends SIGINT to the child itself ``after`` seconds into ``work()`` and reports how long the
+#: KeyboardInterrupt took to arrive.
+INTERRUPT = """
+def interrupt(name, work, after=1.0):
+    sent = {}
+
+    def send():
+        sent["at"] = time.monotonic()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    timer = threading.Timer(after, send)
+    start = time.monotonic()
+    timer.start()
+    try:
+        work()
+    except KeyboardInterrupt:
+        now = time.monotonic()
+        print(json.dumps({"case": name, "interrupted": True,
+                          "latency": now - sent["at"], "elapsed": now - start}), flush=True)
+        return True
+    timer.cancel()
+    print(json.dumps({"case": name, "interrupted": False,
+                      "elapsed": time.monotonic() - start}), flush=True)
+    return False
+"""
+
+
+def _reports(result) -> dict:
+    """The child's ``{"case": ...}`` lines, by case."""
+    lines = [json.loads(text) for text in result.stdout.splitlines() if text.startswith('{"case"')]
+    return {line["case"]: line for line in lines}
+
+
+@pytest.mark.parametrize("plugin", BOTH_PLUGINS)
+def test_ctrl_c_interrupts_block_until_ready_and_reads(tmp_path, plugin):
+    result = run_child(tmp_path, plugin, helpers=INTERRUPT, body="""
+        client = new_client()
+        d0, d1 = client.local_devices()[:2]
+        # Calibrate a loop to run about 2.5 s here. On 1024 elements the plugin runs it
+        # asynchronously: execute() returns at once and the wait is in pjrt.
+        probe = client.compile_and_load(programs.while_program(50_000, 1024))
+        x = client.buffer_from_pyval(np.zeros(1024, np.float32))
+        start = time.monotonic()
+        probe.execute([x])[0].block_until_ready()
+        iterations = int(2.5 * 50_000 / (time.monotonic() - start))
+        program = programs.while_program(min(iterations, 2**31 - 1), 1024)
+        on_d0 = client.compile_and_load(program, [d0])
+        on_d1 = client.compile_and_load(program, [d1])
+
+        (y,) = on_d0.execute([x])
+        interrupt("block_until_ready", y.block_until_ready)
+        (z,) = on_d1.execute([client.buffer_from_pyval(np.zeros(1024, np.float32), d1)])
+        interrupt("asarray", lambda: np.asarray(z))
+        # The programs go on running; the client works meanwhile, and exit waits for them.
+        (w,) = client.compile_and_load(programs.TINY).execute([client.buffer_from_pyval(X)] * 2)
+        print(json.dumps({"case": "after", "ok": bool(np.allclose(np.asarray(w), WANT, rtol=1e-6))}))
+    """)
+    reports = _reports(result)
+    for case in ("block_until_ready", "asarray"):
+        assert reports[case]["interrupted"], reports[case]
+        assert reports[case]["latency"] < 1.5, reports[case]
+    assert reports["after"]["ok"]
+
+
+@pytest.mark.parametrize("plugin", BOTH_PLUGINS)
+def test_ctrl_c_interrupts_a_slow_compile(tmp_path, plugin):
+    # The KeyboardInterrupt is left uncaught here: Python then ends by SIGINT (-2).
+    result = run_child(tmp_path, plugin, helpers=INTERRUPT, body="""
+        client = new_client()
+        program = programs.unrolled_program(3000)  # compiles for several seconds
+        done = interrupt("compile", lambda: client.compile_and_load(program))
+        (w,) = client.compile_and_load(programs.TINY).execute([client.buffer_from_pyval(X)] * 2)
+        print(json.dumps({"case": "after", "ok": bool(np.allclose(np.asarray(w), WANT, rtol=1e-6))}),
+              flush=True)
+        if done:
+            raise KeyboardInterrupt
+    """, expect_code=-2, allow_traceback=True)
+    reports = _reports(result)
+    if not reports["compile"]["interrupted"]:
+        pytest.skip(f"the program compiled in {reports['compile']['elapsed']:.1f} s on this "
+                    f"machine, before the signal")
+    assert reports["compile"]["latency"] < 1.5, reports["compile"]
+    assert reports["after"]["ok"]
+    assert result.stderr.rstrip().endswith("KeyboardInterrupt")
+
+
+# -- 8. deeply nested programs -------------------------------------------------------------
+
+def test_deeply_nested_program_compiles_from_a_small_stack_thread(tmp_path):
+    # Each nesting level takes a few KiB of the compiler's stack: 800 need more than 2 MiB.
+    # Compiling from a thread with a 512 KiB stack (a common default outside glibc) works
+    # because the compiler runs on pjrt's own large-stack thread.
+    result = run_child(tmp_path, ONE_PLUGIN, """
+        client = new_client()
+        depth = 800
+        program = programs.nested_case_program(depth)
+        answer = {}
+
+        def compile_and_run():
+            executable = client.compile_and_load(program)
+            (y,) = executable.execute([client.buffer_from_pyval(np.float32(0.5))])
+            answer["value"] = float(np.asarray(y))
+
+        threading.stack_size(512 << 10)
+        thread = threading.Thread(target=compile_and_run)
+        thread.start()
+        join_or_die([thread], 120)
+        print(json.dumps(answer))
+    """, timeout=150)
+    assert last_json(result) == {"value": 800.5}
+
+
+# -- 9. memories of another client --------------------------------------------------------
+
+def test_memories_of_another_client(cpu_plugin, client):
+    other = pjrt.make_c_api_client(cpu_plugin.name, {"cpu_device_count": 2})
+    x = np.arange(6, dtype=np.float32)
+    big = np.arange(1 << 15, dtype=np.float32)  # read as a view of the buffer
+    foreign = other.local_devices()[1].default_memory()
+    with pytest.raises(ValueError, match="another client"):
+        client.buffer_from_pyval(x, memory=foreign)
+    a = client.buffer_from_pyval(x)
+    copy = a.copy_to_memory(foreign)
+    assert copy.client is other and copy.device == other.local_devices()[1]
+    np.testing.assert_array_equal(np.asarray(copy), x)
+    unread = client.buffer_from_pyval(big).copy_to_memory(foreign)
+    mine = client.buffer_from_pyval(big)
+    other.close()
+    for gone in (copy, unread):
+        with pytest.raises(pjrt.ClosedClientError):
+            np.asarray(gone)
+    # This client is untouched: its arrays read, its programs run.
+    np.testing.assert_array_equal(np.asarray(mine), big)
+    np.testing.assert_array_equal(np.asarray(a), x)
+    (y,) = client.compile_and_load(programs.TINY).execute(
+        [client.buffer_from_pyval(np.ones(8, np.float32))] * 2)
+    np.testing.assert_allclose(np.asarray(y), programs.tiny_reference(*[np.ones(8, np.float32)] * 2),
+                               rtol=1e-6)
+    d0, d1 = client.local_devices()[:2]
+    with pytest.raises(ValueError, match="not a memory of"):
+        client.buffer_from_pyval(x, d0, memory=d1.default_memory())
+
+
+# -- 10. host values are read-only, all the way down -------------------------------------
+
+def _assert_never_writeable(value: np.ndarray) -> None:
+    assert value.size, "an empty array has no memory to protect"
+    array = value
+    while isinstance(array, np.ndarray):
+        assert not array.flags.writeable
+        with pytest.raises(ValueError):
+            array.flags.writeable = True
+        array = array.base
+
+
+def test_read_values_cannot_be_made_writeable(client):
+    small = client.buffer_from_pyval(np.arange(8, dtype=np.int32))
+    large = client.buffer_from_pyval(np.arange(1 << 15, dtype=np.float32))
+    (result,) = client.compile_and_load(programs.TINY).execute([client.buffer_from_pyval(
+        np.ones(8, np.float32))] * 2)
+    mesh = pjrt.Mesh(np.array(client.devices()).reshape(2, 4), ("x", "y"))
+    host = np.arange(8 * 12, dtype=np.float32).reshape(8, 12)
+    sharded = pjrt.device_put(host, pjrt.NamedSharding(mesh, pjrt.P("x", "y")))
+    for array in (small, large, result, sharded):
+        for value in (np.asarray(array), array.to_py(), np.asarray(array)):  # cached too
+            _assert_never_writeable(value)
+    np.testing.assert_array_equal(np.asarray(sharded), host)
+    for shard in sharded.addressable_shards:
+        _assert_never_writeable(np.asarray(shard.data))
+
+
+# -- 11. memory stays flat over many rounds in threads -------------------------------------
+
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.parametrize("cpu_plugin", [ONE_PLUGIN], indirect=True)
+def test_threads_looping_do_not_grow_memory(client):
+    executable = client.compile_and_load(programs.TINY)
+    x = np.linspace(-1, 1, 8, dtype=np.float32)
+    want = programs.tiny_reference(x, x)
+    errors = []
+
+    def rounds(count):
+        try:
+            for _ in range(count):
+                a = client.buffer_from_pyval(x)
+                (out,) = executable.execute([a, a])
+                if not np.allclose(np.asarray(out), want, rtol=1e-6):
+                    errors.append("wrong value")
+                a.delete()
+                out.delete()
+        except BaseException as error:  # noqa: BLE001 - reported by the test
+            errors.append(repr(error))
+
+    def in_two_threads(total):
+        threads = [threading.Thread(target=rounds, args=(total // 2,)) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    in_two_threads(4000)  # warm up: each thread's allocator arena and the plugin's pools settle
+    gc.collect()
+    before = _resident_bytes()
+    in_two_threads(20000)
+    gc.collect()
+    grown = _resident_bytes() - before
+    assert errors == []
+    # As in test_lifetimes: one leaked buffer per round would show as several MB.
+    assert grown < 4 << 20, f"resident memory grew by {grown / 2**20:.1f} MiB"
