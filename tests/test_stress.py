@@ -175,6 +175,59 @@ def test_delete_an_executable_while_threads_execute_it(tmp_path, plugin):
     assert report["deleted"] == 50 and report["ok"] > 0
 
 
+# -- 2b. calls begin and end in some threads while others free arrays ----------------------
+
+@pytest.mark.parametrize("plugin", BOTH_PLUGINS)
+def test_calls_and_releases_interleave_in_threads(tmp_path, plugin):
+    # The ticket bookkeeping is lock-free on the hot path: switching threads every few
+    # bytecodes makes each step of it meet every other. Nothing may raise, and afterwards
+    # nothing may be left parked or owned that no array holds.
+    result = run_child(tmp_path, plugin, """
+        client = new_client()
+        handle = client._handle
+        executable = client.compile_and_load(programs.TINY)
+        a = client.buffer_from_pyval(X)
+        stop = threading.Event()
+        bad, counts = [], {"executed": 0, "released": 0}
+
+        def execute():
+            try:
+                while not stop.is_set():
+                    (out,) = executable.execute([a, a])
+                    counts["executed"] += 1
+            except BaseException as error:
+                bad.append(f"execute: {error!r}")
+
+        def churn():
+            try:
+                while not stop.is_set():
+                    b = client.buffer_from_pyval(X)
+                    c = client.buffer_from_pyval(X)
+                    b.delete()
+                    del c  # freed by the finaliser
+                    counts["released"] += 2
+            except BaseException as error:
+                bad.append(f"churn: {error!r}")
+
+        sys.setswitchinterval(1e-6)
+        threads = [threading.Thread(target=target) for target in (execute, execute, churn, churn)]
+        for thread in threads:
+            thread.start()
+        time.sleep(2.5)
+        stop.set()
+        join_or_die(threads)
+        sys.setswitchinterval(0.005)
+        handle.settle()
+        owned = sorted(handle.buffers) == sorted([id(a)])
+        print(json.dumps({"bad": bad, "parked": len(handle.parked), "only a owned": owned,
+                          "active": len(handle.active), **counts}))
+    """)
+    report = last_json(result)
+    assert report["bad"] == []
+    assert report["parked"] == 0 and report["active"] == 0 and report["only a owned"]
+    assert report["executed"] > 0 and report["released"] > 0
+
+
 # -- 3. close a client while threads execute, transfer and read ---------------------------
 
 @pytest.mark.parametrize("plugin", BOTH_PLUGINS)
