@@ -4,7 +4,7 @@ Every scenario that could take the process down runs in a child interpreter (a s
 ``tmp_path``), so a crash shows as a failed test with the child's stderr instead of killing the
 run; a hang shows as a timeout. The children repeat their race many times inside, so that one
 run of this file is likely to hit the interleavings that used to crash. The programs come from
-``tests/stress/programs.py``.
+``tests/stress/stress_programs.py``.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from conftest import CPU_PLUGINS, cpu_plugin_path
 
 STRESS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stress")
 sys.path.insert(0, STRESS_DIR)
-import programs  # noqa: E402  (tests/stress/programs.py)
+import stress_programs as programs  # noqa: E402
 
 BOTH_PLUGINS = sorted(CPU_PLUGINS)
 #: Lengths of ``programs.unrolled_program`` that take each build several seconds to compile
@@ -41,8 +41,9 @@ PRELUDE = textwrap.dedent("""\
     import pjrt
     from pjrt import ClosedClientError, DeletedArrayError
     sys.path.insert(0, sys.argv[2])
-    import programs
-    # Not named "cpu": the plugin discovery would register for the default backend.
+    import stress_programs as programs
+    # Not named "cpu": discovery (pjrt.compile's default backend) loads pjrt_cpu's library
+    # under that name, and a name can stand for one library only.
     pjrt.load_pjrt_plugin_dynamically("stress_cpu", sys.argv[1])
     X = np.linspace(-1, 1, 8, dtype=np.float32)
     WANT = programs.tiny_reference(X, X)
@@ -369,7 +370,8 @@ def test_exit_while_daemon_threads_execute_read_and_wait(tmp_path, plugin):
                 print("BAD wrong value", flush=True)
 
         def wait_on_slow():
-            slow.execute([client.buffer_from_pyval(np.zeros(1024, np.float32))])[0].block_until_ready()
+            zeros = client.buffer_from_pyval(np.zeros(1024, np.float32))
+            slow.execute([zeros])[0].block_until_ready()
 
         for step in (execute, read, wait_on_slow):
             until_closed(step)
@@ -444,7 +446,8 @@ def test_fork_after_a_client_exists(tmp_path, plugin, child_exit):
                 new_client()
                 report["new client"] = "no error"
             except RuntimeError as error:
-                report["new client"] = type(error).__name__ + (" (fork)" if "fork" in str(error) else "")
+                says_fork = " (fork)" if "fork" in str(error) else ""
+                report["new client"] = type(error).__name__ + says_fork
             os.write(write_fd, json.dumps(report).encode())
             os.close(write_fd)
             if EXIT == "os._exit":
@@ -560,7 +563,8 @@ def test_ctrl_c_interrupts_block_until_ready_and_reads(tmp_path, plugin):
         interrupt("asarray", lambda: np.asarray(z))
         # The programs go on running; the client works meanwhile, and exit waits for them.
         (w,) = client.compile_and_load(programs.TINY).execute([client.buffer_from_pyval(X)] * 2)
-        print(json.dumps({"case": "after", "ok": bool(np.allclose(np.asarray(w), WANT, rtol=1e-6))}))
+        ok = bool(np.allclose(np.asarray(w), WANT, rtol=1e-6))
+        print(json.dumps({"case": "after", "ok": ok}))
     """)
     reports = _reports(result)
     for case in ("block_until_ready", "asarray"):
@@ -578,8 +582,8 @@ def test_ctrl_c_interrupts_a_slow_compile(tmp_path, plugin):
         program = programs.unrolled_program(int(sys.argv[3]))  # compiles for seconds
         done = interrupt("compile", lambda: client.compile_and_load(program))
         (w,) = client.compile_and_load(programs.TINY).execute([client.buffer_from_pyval(X)] * 2)
-        print(json.dumps({"case": "after", "ok": bool(np.allclose(np.asarray(w), WANT, rtol=1e-6))}),
-              flush=True)
+        ok = bool(np.allclose(np.asarray(w), WANT, rtol=1e-6))
+        print(json.dumps({"case": "after", "ok": ok}), flush=True)
         if done:
             raise KeyboardInterrupt
     """, expect_code=-2, allow_traceback=True, accept_codes=(0,))
@@ -641,10 +645,9 @@ def test_memories_of_another_client(cpu_plugin, client):
     # This client is untouched: its arrays read, its programs run.
     np.testing.assert_array_equal(np.asarray(mine), big)
     np.testing.assert_array_equal(np.asarray(a), x)
-    (y,) = client.compile_and_load(programs.TINY).execute(
-        [client.buffer_from_pyval(np.ones(8, np.float32))] * 2)
-    np.testing.assert_allclose(np.asarray(y), programs.tiny_reference(*[np.ones(8, np.float32)] * 2),
-                               rtol=1e-6)
+    ones = np.ones(8, np.float32)
+    (y,) = client.compile_and_load(programs.TINY).execute([client.buffer_from_pyval(ones)] * 2)
+    np.testing.assert_allclose(np.asarray(y), programs.tiny_reference(ones, ones), rtol=1e-6)
     d0, d1 = client.local_devices()[:2]
     with pytest.raises(ValueError, match="not a memory of"):
         client.buffer_from_pyval(x, d0, memory=d1.default_memory())
