@@ -8,13 +8,11 @@ run of this file is likely to hit the interleavings that used to crash. The prog
 """
 from __future__ import annotations
 
-import gc
 import json
 import os
 import subprocess
 import sys
 import textwrap
-import threading
 
 import numpy as np
 import pytest
@@ -683,43 +681,48 @@ def test_read_values_cannot_be_made_writeable(client):
 
 # -- 11. memory stays flat over many rounds in threads -------------------------------------
 
-def _resident_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def test_threads_looping_do_not_grow_memory(tmp_path):
+    # In a child of its own: the test process's memory moves with whatever ran before.
+    result = run_child(tmp_path, ONE_PLUGIN, """
+        import gc
 
+        def resident_bytes():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
-@pytest.mark.parametrize("cpu_plugin", [ONE_PLUGIN], indirect=True)
-def test_threads_looping_do_not_grow_memory(client):
-    executable = client.compile_and_load(programs.TINY)
-    x = np.linspace(-1, 1, 8, dtype=np.float32)
-    want = programs.tiny_reference(x, x)
-    errors = []
+        client = new_client()
+        executable = client.compile_and_load(programs.TINY)
+        errors = []
 
-    def rounds(count):
-        try:
-            for _ in range(count):
-                a = client.buffer_from_pyval(x)
-                (out,) = executable.execute([a, a])
-                if not np.allclose(np.asarray(out), want, rtol=1e-6):
-                    errors.append("wrong value")
-                a.delete()
-                out.delete()
-        except BaseException as error:  # noqa: BLE001 - reported by the test
-            errors.append(repr(error))
+        def rounds(count):
+            try:
+                for _ in range(count):
+                    a = client.buffer_from_pyval(X)
+                    (out,) = executable.execute([a, a])
+                    if not np.allclose(np.asarray(out), WANT, rtol=1e-6):
+                        errors.append("wrong value")
+                    a.delete()
+                    del out  # freed by the finaliser
+            except BaseException as error:
+                errors.append(repr(error))
 
-    def in_two_threads(total):
-        threads = [threading.Thread(target=rounds, args=(total // 2,)) for _ in range(2)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        def in_two_threads(total):
+            threads = [threading.Thread(target=rounds, args=(total // 2,)) for _ in range(2)]
+            for thread in threads:
+                thread.start()
+            join_or_die(threads, 120)
 
-    in_two_threads(4000)  # warm up: each thread's allocator arena and the plugin's pools settle
-    gc.collect()
-    before = _resident_bytes()
-    in_two_threads(20000)
-    gc.collect()
-    grown = _resident_bytes() - before
-    assert errors == []
+        in_two_threads(4000)  # warm up: allocator arenas and the plugin's pools settle
+        gc.collect()
+        before = resident_bytes()
+        in_two_threads(20000)
+        gc.collect()
+        handle = client._handle
+        print(json.dumps({"errors": errors, "grown": resident_bytes() - before,
+                          "owned": len(handle.buffers), "parked": len(handle.parked)}))
+    """, timeout=150)
+    report = last_json(result)
+    assert report["errors"] == []
+    assert report["owned"] == 0 and report["parked"] == 0
     # As in test_lifetimes: one leaked buffer per round would show as several MB.
-    assert grown < 4 << 20, f"resident memory grew by {grown / 2**20:.1f} MiB"
+    assert report["grown"] < 4 << 20, f"resident memory grew by {report['grown'] / 2**20:.1f} MiB"
