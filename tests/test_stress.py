@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import pjrt
-from conftest import CPU_PLUGINS, cpu_plugin_path
+from conftest import CPU_PLUGINS, child_env, cpu_plugin_path
 
 STRESS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stress")
 sys.path.insert(0, STRESS_DIR)
@@ -70,7 +70,8 @@ def run_child(tmp_path, plugin: str, body: str, *, timeout: float = 60, args=(),
     script.write_text(PRELUDE + textwrap.dedent(helpers) + textwrap.dedent(body))
     command = [sys.executable, str(script), cpu_plugin_path(plugin), STRESS_DIR, *args]
     try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
+                                env=child_env())
     except subprocess.TimeoutExpired as expired:
         pytest.fail(f"child hung for {timeout} s\nstdout:\n{_text(expired.stdout)[-3000:]}\n"
                     f"stderr:\n{_text(expired.stderr)[-6000:]}")
