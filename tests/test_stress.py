@@ -725,5 +725,5 @@ def test_threads_looping_do_not_grow_memory(tmp_path):
     report = last_json(result)
     assert report["errors"] == []
     assert report["owned"] == 0 and report["parked"] == 0
-    # As in test_lifetimes: one leaked buffer per round would show as several MB.
+    # As in test_handles: one leaked buffer per round would show as several MB.
     assert report["grown"] < 4 << 20, f"resident memory grew by {report['grown'] / 2**20:.1f} MiB"
