@@ -203,22 +203,28 @@ class ClientHandle:
     def _has_freeable(self) -> bool:
         if self.generation != _fork_generation or self.pointer == _NULL:
             return False
-        oldest = next(iter(self.active), None)
+        oldest = _oldest(self.active)
         if any(oldest is None or entry[0] < oldest for entry in self.parked):
             return True
         if not self.closed or oldest is not None:
             return False
-        # Buffers numpy still reads wait for their views; anything else can go now.
-        return bool(self.executables) or any(not self._is_viewed(o) for o in self.buffers)
+        # Buffers numpy still reads wait for their views; anything else can go now. The keys
+        # are copied in one step: other threads add arrays while this looks at views.
+        return bool(self.executables) or any(not self._is_viewed(o) for o in list(self.buffers))
 
     def _settle_locked(self) -> None:
         if self.generation != _fork_generation or self.pointer == _NULL:
             return  # the parent's client, or already freed: nothing may be called
-        oldest = next(iter(self.active), None)
+        # ``oldest`` is read after ``limit`` is taken, so it covers every running call older
+        # than an entry parked before ``limit``; entries parked later wait for the next round
+        # (settle() loops), since a call may have begun after ``oldest`` was read.
+        limit = next(self.tickets)
+        oldest = _oldest(self.active)
         if self.parked:
             # Removed one by one from the same list: other threads append to it without the
             # lock, and an append to a list replaced meanwhile would be lost.
-            for entry in [e for e in self.parked if oldest is None or e[0] < oldest]:
+            for entry in [e for e in self.parked
+                          if e[0] < limit and (oldest is None or e[0] < oldest)]:
                 self.parked.remove(entry)
                 self._free(entry[1], entry[2])
         if self.closed and oldest is None:
@@ -379,6 +385,30 @@ class _Call:
         self.handle.end(self.ticket)
 
 
+def _oldest(active: dict) -> int | None:
+    """The ticket of the oldest running call in ``active``, or None when none runs.
+
+    Other threads add and remove tickets without a lock, and a dict iterator whose dict
+    changed size since it was made raises RuntimeError: retry then (a thread switch can fall
+    between ``iter()`` and ``next()``).
+    """
+    while True:
+        try:
+            return next(iter(active), None)
+        except RuntimeError:
+            continue
+
+
+def _live_handles_now() -> list:
+    """Every live handle; retried if another thread adds or frees one meanwhile (iterating
+    a WeakSet is not one step, and its set must not change size under the walk)."""
+    while True:
+        try:
+            return list(_live_handles)
+        except RuntimeError:
+            continue
+
+
 def _event_is_ready(api: Api, event) -> bool:
     args = api.new_args("PJRT_Event_IsReady_Args")
     args.event = event
@@ -406,7 +436,7 @@ def _destroy_executable(api: Api, loaded, executable) -> None:
 def _after_fork_in_child() -> None:
     global _fork_generation
     _fork_generation += 1
-    for handle in list(_live_handles):
+    for handle in _live_handles_now():
         handle.closed = True
         handle.closed_reason = (
             "this client was created in the parent process before os.fork(); a forked child "
@@ -415,7 +445,7 @@ def _after_fork_in_child() -> None:
 
 
 def _warn_before_fork() -> None:
-    if any(not handle.closed for handle in list(_live_handles)):
+    if any(not handle.closed for handle in _live_handles_now()):
         import warnings
 
         warnings.warn("os.fork() was called while pjrt clients are open; the plugins run "
@@ -439,7 +469,7 @@ def close_all_at_exit(wait_seconds: float = 1.0) -> None:
     """
     import time
 
-    handles = list(_live_handles)
+    handles = _live_handles_now()
     for handle in handles:
         handle.closed = True
         if not handle.closed_reason.startswith("this client was created in the parent"):
