@@ -65,11 +65,9 @@ _MOVED = {
         "transfers": ["batched_block_until_ready", "batched_copy_array_to_devices_with_sharding",
                       "batched_device_put", "reorder_shards"],
     }.items() for name in names},
-    **{name: (module, "pjrt.plugin_api") for module, names in {
-        "plugin": ["load_pjrt_plugin_with_c_api"],
-        "plugin_support": ["check_plugin_version"],
-        "registry": ["register_backend_factory", "register_plugin"],
-    }.items() for name in names},
+    **{name: ("plugin_api", "pjrt.plugin_api") for name in [
+        "load_pjrt_plugin_with_c_api", "check_plugin_version", "register_backend_factory",
+        "register_plugin"]},
     "import_from_plugin": ("plugin_support", "pjrt.plugin_support"),
     **{name: ("registry", "pjrt.registry") for name in [
         "canonicalize_platform", "expand_platform_alias", "is_gpu", "is_known_platform"]},

@@ -163,6 +163,10 @@ class Array:
         self._handle.release_buffers(id(self))
 
     def _live_buffers(self) -> list:
+        # A closed client is reported first: its reason (closed, forked, exiting) says more
+        # than that this one array is gone.
+        if self._handle.closed:
+            raise ClosedClientError(f"this array's client is closed: {self._handle.closed_reason}")
         buffers = self._buffers
         if self._parent is not None and self._parent._buffers is None:
             buffers = None  # a shard of a global array that has been deleted or donated
@@ -171,8 +175,6 @@ class Array:
             raise DeletedArrayError(
                 f"this array has been {self._deleted_reason or 'deleted'}; it can no longer "
                 f"be used (a donated array is consumed by the program it was passed to)")
-        if self._handle.closed:
-            raise ClosedClientError(f"this array's client is closed: {self._handle.closed_reason}")
         return buffers
 
     def delete(self) -> None:

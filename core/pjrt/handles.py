@@ -276,6 +276,24 @@ class ClientHandle:
         args.client = pointer
         check(self.api, self.api.table.PJRT_Client_Destroy(args))
 
+    def computing(self) -> bool:
+        """Whether a program or transfer is still producing one of the buffers owned here."""
+        if self.pointer == _NULL or self.generation != _fork_generation:
+            return False
+        api = self.api
+        try:
+            for buffers in list(self.buffers.values()):
+                for buffer in buffers:
+                    event = api.call_new("PJRT_Buffer_ReadyEvent", buffer=buffer).event
+                    try:
+                        if not api.call_new("PJRT_Event_IsReady", event=event).is_ready:
+                            return True
+                    finally:
+                        lib.pjrt_shim_event_destroy(api.table, event)
+        except Exception:  # noqa: BLE001 - when in doubt at exit, leave the client alone
+            return True
+        return False
+
     # -- host memory the plugin reads ------------------------------------------------------
 
     def hold_host_memory(self, owner_id: int, holds: list) -> None:
@@ -478,5 +496,7 @@ def close_all_at_exit(wait_seconds: float = 1.0) -> None:
     for handle in handles:
         while handle.active and time.monotonic() < deadline:
             time.sleep(0.005)
-        if not handle.active:
+        # A program still computing (one whose caller pressed Ctrl-C, say) would hold up the
+        # client's destruction until it ends: such a client is leaked too.
+        if not handle.active and not handle.computing():
             handle.settle()
