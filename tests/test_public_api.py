@@ -148,8 +148,6 @@ def test_moved_name_warns_and_is_the_same_object(name):
     with pytest.warns(DeprecationWarning, match=rf"pjrt\.{name} is deprecated.*use {home}\.{name}"):
         value = getattr(pjrt, name)
     expected = getattr(importlib.import_module(home), name)
-    if name == "load_pjrt_plugin_with_c_api":  # plugin_api's is a thin wrapper of the same
-        expected = importlib.import_module("pjrt.plugin").load_pjrt_plugin_with_c_api
     assert value is expected
     assert name not in pjrt.__all__
 
