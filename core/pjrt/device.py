@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from ._c import to_str
 from ._pjrt_cffi import ffi
 from .errors import ErrorCode, XlaRuntimeError
+from .handles import native_call
 from .options import named_values_to_dict
 
 if TYPE_CHECKING:
@@ -22,21 +23,9 @@ def _live_api(client: "Client"):
     return client._api
 
 
-def _client_call(method):
-    """Run a Device or Memory method as one native call on its client: their handles belong
-    to the client and are freed with it, so a closed client raises ClosedClientError."""
-    def call(self, *args, **kwargs):
-        handle = self.client._handle
-        ticket = handle.begin()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            handle.end(ticket)
-
-    call.__name__ = method.__name__
-    call.__qualname__ = method.__qualname__
-    call.__doc__ = method.__doc__
-    return call
+#: Device and Memory methods run as one native call on their client: their handles belong to
+#: the client and are freed with it, so a closed client raises ClosedClientError.
+_client_call = native_call(lambda owner: owner.client._handle)  # pyright: ignore
 
 
 class Device:

@@ -359,22 +359,29 @@ class ClientHandle:
             self.close()
 
 
-def native_method(method):
-    """Decorate a method of an object with a ``_handle`` (a :class:`ClientHandle`) so that it
-    runs as one native call on that client (see :meth:`ClientHandle.begin`)."""
-    def call(self, *args, **kwargs):
-        handle = self._handle
-        ticket = handle.begin()
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            handle.end(ticket)
+def native_call(handle_of: Callable[[object], "ClientHandle"]):
+    """A decorator for methods that run as one native call on the handle ``handle_of(self)``
+    returns (see :meth:`ClientHandle.begin`)."""
+    def decorate(method):
+        def call(self, *args, **kwargs):
+            handle = handle_of(self)
+            ticket = handle.begin()
+            try:
+                return method(self, *args, **kwargs)
+            finally:
+                handle.end(ticket)
 
-    call.__name__ = method.__name__
-    call.__qualname__ = method.__qualname__
-    call.__doc__ = method.__doc__
-    call.__wrapped__ = method  # pyright: ignore[reportFunctionMemberAccess]
-    return call
+        call.__name__ = method.__name__
+        call.__qualname__ = method.__qualname__
+        call.__doc__ = method.__doc__
+        call.__wrapped__ = method  # pyright: ignore[reportFunctionMemberAccess]
+        return call
+    return decorate
+
+
+#: For methods of objects whose ``_handle`` is their :class:`ClientHandle` (arrays,
+#: executables, topologies).
+native_method = native_call(lambda owner: owner._handle)  # pyright: ignore
 
 
 class TopologyHandle(ClientHandle):
