@@ -188,3 +188,15 @@ def test_an_overflowing_extent_is_a_value_error_not_an_abort(cpu_plugin):
     assert "2**63 - 1 bytes" in lines[0]
     assert lines[1].startswith("still works ")
     np.testing.assert_allclose(float(lines[1].split()[-1]), np.tanh(2.0), rtol=1e-6)
+
+
+def test_devices_and_a_device_assignment_that_disagree_are_refused(client):
+    from pjrt.compile_options import CompileOptions, DeviceAssignment
+
+    options = CompileOptions()
+    options.executable_build_options.device_assignment = DeviceAssignment.create([[1]])
+    devices = client.devices()
+    with pytest.raises(ValueError, match=r"executable_devices \(ids \[0\]\).*disagree"):
+        client.compile_and_load(TINY.read_text(), [devices[0]], options)
+    executable = client.compile_and_load(TINY.read_text(), [devices[1]], options)
+    assert executable.local_devices() == [devices[1]]

@@ -229,6 +229,15 @@ def compile_program(client: "Client", computation, executable_devices=None,
                              f"partitions but {len(devices)} devices were given")
         ids = np.array([d.id for d in devices], dtype=np.int64).reshape(replicas, partitions)
         build.device_assignment = DeviceAssignment.create(ids)
+    elif executable_devices:
+        # Both name the devices: they must agree, or the caller would get another placement
+        # than the one asked for without a word.
+        given = [d.id for d in _check_devices(client, executable_devices)]
+        assigned = [int(i) for i in
+                    np.asarray(compile_options.device_assignment.device_ids()).reshape(-1)]
+        if given != assigned:
+            raise ValueError(f"executable_devices (ids {given}) and the device assignment in "
+                             f"compile_options (ids {assigned}) disagree; pass one of them")
     serialized_options = compile_options.SerializeAsString()
     declared = signature.result_shapes if signature is not None else None
 
