@@ -234,7 +234,7 @@ def compile_program(client: "Client", computation, executable_devices=None,
         # than the one asked for without a word.
         given = [d.id for d in _check_devices(client, executable_devices)]
         assigned = [int(i) for i in
-                    np.asarray(compile_options.device_assignment.device_ids()).reshape(-1)]
+                    np.asarray(compile_options.device_assignment.device_ids).reshape(-1)]
         if given != assigned:
             raise ValueError(f"executable_devices (ids {given}) and the device assignment in "
                              f"compile_options (ids {assigned}) disagree; pass one of them")
