@@ -20,6 +20,9 @@ import pjrt
 from pjrt import compilation_cache
 from pjrt.compilation_cache import CompilationCache, set_compilation_cache_dir
 
+#: Left out of the quick run: fresh interpreters compiling cold and warm.
+pytestmark = pytest.mark.slow
+
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 

@@ -25,6 +25,9 @@ from pjrt import cli, dtypes
 
 from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT, cpu_plugin_path
 
+#: Left out of the quick run: each run starts worker interpreters.
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).resolve().parent
 
 _spec = importlib.util.spec_from_file_location("fault_plugin_build", HERE / "fault_plugin" / "build.py")

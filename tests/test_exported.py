@@ -15,6 +15,9 @@ import textwrap
 import numpy as np
 import pytest
 
+#: Left out of the quick run: exports made by jax, run in fresh interpreters.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("flatbuffers", reason="pjrt[export] and jax's serialization need it")
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402

@@ -20,6 +20,9 @@ import pytest
 import pjrt
 from conftest import CPU_PLUGINS, child_env, cpu_plugin_path
 
+#: Left out of the quick run: child processes racing threads, forks and signals.
+pytestmark = pytest.mark.slow
+
 STRESS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "stress")
 sys.path.insert(0, STRESS_DIR)
 import stress_programs as programs  # noqa: E402

@@ -111,21 +111,23 @@ class SQLiteStore:
             connection = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
                                          check_same_thread=False)
             connection.execute("PRAGMA busy_timeout = 30000")
-            connection.execute("PRAGMA journal_mode = WAL")
-            connection.execute("CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, "
-                               "value BLOB NOT NULL)")
+            _retry_while_locked(lambda: connection.execute("PRAGMA journal_mode = WAL"))
+            _retry_while_locked(lambda: connection.execute(
+                "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value BLOB NOT NULL)"))
             self._local.connection = connection
             with self._lock:
                 self._connections.append(connection)
         return connection
 
     def set(self, key: str, value: bytes) -> None:
-        self._connection().execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)",
-                                   (key, bytes(value)))
+        connection = self._connection()
+        _retry_while_locked(lambda: connection.execute(
+            "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, bytes(value))))
 
     def try_get(self, key: str) -> bytes | None:
-        row = self._connection().execute("SELECT value FROM kv WHERE key = ?",
-                                         (key,)).fetchone()
+        connection = self._connection()
+        row = _retry_while_locked(lambda: connection.execute(
+            "SELECT value FROM kv WHERE key = ?", (key,)).fetchone())
         return None if row is None else bytes(row[0])
 
     def get(self, key: str, timeout: float) -> bytes:
@@ -144,6 +146,28 @@ class SQLiteStore:
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
+
+
+def _retry_while_locked(statement, seconds: float = 30.0):
+    """Run ``statement()``, again while SQLite says the database is locked or busy.
+
+    SQLite's busy timeout does not cover every case: switching a new file to WAL mode, and the
+    first read of a WAL file another process is recovering, report "database is locked" at
+    once when processes open the store together.
+    """
+    import time
+
+    deadline = time.monotonic() + seconds
+    pause = 0.005
+    while True:
+        try:
+            return statement()
+        except sqlite3.OperationalError as error:
+            text = str(error)
+            if ("locked" not in text and "busy" not in text) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 class RedisStore:
