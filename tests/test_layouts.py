@@ -136,6 +136,23 @@ def test_primitive_type_matches_jaxlib():
         assert int(PrimitiveType[name]) == number, name
 
 
+def test_primitive_type_declaration_for_the_type_checker_matches_the_table():
+    # shapes.py spells the members out under TYPE_CHECKING; the runtime enum is built from
+    # pjrt.dtypes' table. The two must name the same members with the same numbers.
+    import ast
+    import inspect
+
+    from pjrt import shapes
+    tree = ast.parse(inspect.getsource(shapes))
+    declared = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "PrimitiveType":
+            for item in node.body:
+                if isinstance(item, ast.Assign):
+                    declared[item.targets[0].id] = item.value.value
+    assert declared == {m.name: int(m) for m in PrimitiveType}
+
+
 @pytest.mark.parametrize("text", ["f32[2,3]", "f32[2,3]{0,1}", "s32[]", "pred[7]",
                                   "(f32[2], s32[])", "bf16[4,1]{1,0}"])
 def test_shape_text_matches_jaxlib(text):

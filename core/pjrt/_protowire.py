@@ -306,7 +306,7 @@ def iter_fields(data: bytes) -> Iterator[Tuple[int, int, Any]]:
         yield field_number, wire_type, value
 
 
-def decode(data: bytes) -> List[Tuple[int, int, object]]:
+def decode(data: bytes) -> List[Tuple[int, int, Any]]:
     """All fields of one message level as a list (see :func:`iter_fields`).
 
     Unlike the iterator, this checks the whole message before returning.

@@ -170,7 +170,7 @@ def gather_versions(plugin_packages: Sequence[str]) -> dict[str, str | None]:
         "python": f"{platform_module.python_version()} ({platform_module.python_implementation()}"
                   f", {platform_module.system()} {platform_module.machine()})",
     }
-    names = list(_CORE_DISTRIBUTIONS)
+    names: list[str] = list(_CORE_DISTRIBUTIONS)
     for package in plugin_packages:
         names.append(package)
         names.extend(_requirement_names(package))

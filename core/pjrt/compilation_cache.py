@@ -30,6 +30,7 @@ import logging
 import os
 import tempfile
 import threading
+from typing import cast
 
 from .serialization import PluginIdentity
 
@@ -220,7 +221,7 @@ def get_compilation_cache() -> CompilationCache | None:
     global _from_env
     explicit = _explicit
     if explicit is not _UNSET:
-        return explicit
+        return cast("CompilationCache | None", explicit)
     directory = os.environ.get(CACHE_DIR_ENV, "")
     limit = os.environ.get(MAX_BYTES_ENV, "")
     known = _from_env

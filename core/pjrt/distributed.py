@@ -178,6 +178,7 @@ def initialize(coordinator=None, num_processes: int | None = None,
     if missing:
         raise ValueError(f"pjrt.distributed.initialize needs {', '.join(missing)}; or start "
                          f"the processes with `pjrt launch -n N script.py`")
+    assert num_processes is not None and process_id is not None  # `missing` was empty
     if num_processes < 1:
         raise ValueError(f"num_processes must be at least 1, not {num_processes}")
     if not 0 <= process_id < num_processes:
@@ -193,7 +194,7 @@ def initialize(coordinator=None, num_processes: int | None = None,
             store.barrier(f"pjrt/initialize/{generation}", process_id, num_processes, timeout)
         except BaseException:
             if owned and hasattr(store, "close"):
-                store.close()
+                store.close()  # pyright: ignore[reportAttributeAccessIssue]  (hasattr above)
             raise
         global_state.store = store
         global_state.owns_store = owned
@@ -234,7 +235,7 @@ def shutdown(*, wait: bool = True) -> None:
                               global_state.timeout)
         finally:
             if global_state.owns_store and hasattr(store, "close"):
-                store.close()
+                store.close()  # pyright: ignore[reportAttributeAccessIssue]  (hasattr above)
             global_state.store = None
             global_state.owns_store = False
             global_state.num_processes = 1

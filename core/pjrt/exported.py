@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import ml_dtypes
 import numpy as np
@@ -94,8 +94,8 @@ _PLATFORM_ALIASES = {"gpu": ("cuda", "rocm")}
 
 def _flatbuffers():
     try:
-        import flatbuffers  # noqa: F401
-        from flatbuffers import number_types, table
+        import flatbuffers  # noqa: F401  # pyright: ignore[reportMissingImports]  (optional: pjrt[export])
+        from flatbuffers import number_types, table  # pyright: ignore[reportMissingImports]
     except ImportError:
         raise ImportError(
             "reading a serialized jax Exported needs the 'flatbuffers' package (the format "
@@ -367,7 +367,8 @@ def _read_named_sharding(node: _Table, meshes: list, types) -> _NamedSharding:
             raise ValueError("the serialized export names a mesh it does not hold")
         names, sizes, manual = meshes[index]
     else:  # older exports repeat the mesh in each sharding
-        names, sizes, manual = _read_mesh(node.table(_NAMED["mesh"]), types)
+        # jax writes the mesh whenever it writes no mesh index.
+        names, sizes, manual = _read_mesh(cast(_Table, node.table(_NAMED["mesh"])), types)
     spec_node = node.table(_NAMED["spec"])
     partitions = []
     for axis in spec_node.tables(_SPEC["partitions"]):
@@ -453,8 +454,9 @@ def _read_exported(exp: _Table, types) -> "Exported":
     out_avals = avals(f["out_avals_idxs"], f["out_avals"])
     in_shardings = shardings(f["in_shardings_idxs"], f["in_shardings"])
     out_shardings = shardings(f["out_shardings_idxs"], f["out_shardings"])
-    in_tree = _read_tree(exp.table(f["in_tree"]), types)
-    out_tree = _read_tree(exp.table(f["out_tree"]), types)
+    # jax writes both trees in every export.
+    in_tree = _read_tree(cast(_Table, exp.table(f["in_tree"])), types)
+    out_tree = _read_tree(cast(_Table, exp.table(f["out_tree"])), types)
     if in_tree.num_leaves != len(in_avals) or out_tree.num_leaves != len(out_avals):
         raise ValueError("the serialized export's pytree structures do not match its avals")
     nr_devices = (exp.scalar(f["nr_devices"], types.Uint32Flags)

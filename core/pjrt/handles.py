@@ -111,7 +111,7 @@ class ClientHandle:
         self.parked: list = []
         self.generation = _fork_generation
         #: What the plugin may call back into while the client lives (key-value callbacks).
-        self.keep_alive = None
+        self.keep_alive: object = None
         self._lock = threading.Lock()
         _live_handles.add(self)
 

@@ -40,6 +40,7 @@ class KeyValueStore(Protocol):
     def get(self, key: str, timeout: float) -> bytes:
         """The value of ``key``, waiting up to ``timeout`` seconds for another process to set
         it; raises :class:`TimeoutError` when it is still missing then."""
+        ...
 
     def try_get(self, key: str) -> bytes | None:
         """The value of ``key``, or None at once when no process has set it."""
@@ -184,7 +185,7 @@ class RedisStore:
 
     def __init__(self, url: str, namespace: str = "pjrt"):
         try:
-            import redis
+            import redis  # pyright: ignore[reportMissingImports]  (optional: pjrt[redis])
         except ImportError as error:
             raise ImportError("RedisStore needs the redis package: pip install 'pjrt[redis]' "
                               "(or pip install redis)") from error
@@ -230,7 +231,7 @@ class JaxDistributedStore:
 
     def __init__(self, client=None):
         if client is None:
-            from jax._src import distributed as jax_distributed
+            from jax._src import distributed as jax_distributed  # pyright: ignore[reportMissingImports]
 
             client = jax_distributed.global_state.client
             if client is None:

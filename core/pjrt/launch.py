@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .distributed import (COORDINATOR_ENV, LOCAL_DEVICE_IDS_ENV, NUM_PROCESSES_ENV,
                           PROCESS_ID_ENV, TIMEOUT_ENV)
@@ -26,9 +26,9 @@ from .distributed import (COORDINATOR_ENV, LOCAL_DEVICE_IDS_ENV, NUM_PROCESSES_E
 _STOP_GRACE_SECONDS = 5.0
 
 
-def process_environment(base: dict, coordinator: str, num_processes: int, process_id: int,
+def process_environment(base: Mapping[str, str], coordinator: str, num_processes: int, process_id: int,
                         devices_per_process: int | None = None,
-                        timeout: float | None = None) -> dict:
+                        timeout: float | None = None) -> dict[str, str]:
     """The environment of process ``process_id`` of a job (a copy of ``base``)."""
     environment = dict(base)
     environment[COORDINATOR_ENV] = coordinator

@@ -62,6 +62,7 @@ def prepare(plugin, options: Mapping | None, distributed_client) -> tuple[dict, 
     """
     state = distributed.global_state
     store = as_store(distributed_client) if distributed_client is not None else state.store
+    assert store is not None  # create_client calls this with a client or once initialised
     given = dict(options or {})
     if NUM_NODES_OPTION in given or NODE_ID_OPTION in given:
         num_processes = int(given.get(NUM_NODES_OPTION, state.num_processes))

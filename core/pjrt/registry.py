@@ -729,7 +729,7 @@ def clear_backends() -> None:
     default_registry.clear_backends()
 
 
-def devices(backend: str | None = None) -> list[Device]:
+def devices(backend: str | Client | None = None) -> list[Device]:
     """All devices of ``backend`` (the default backend when None)."""
     return get_backend(backend).devices()
 
@@ -752,19 +752,19 @@ def local_devices(process_index: int | None = None, backend: str | Client | None
     return [d for d in client.devices() if d.process_index == process_index]
 
 
-def device_count(backend: str | None = None) -> int:
+def device_count(backend: str | Client | None = None) -> int:
     return get_backend(backend).device_count()
 
 
-def local_device_count(backend: str | None = None) -> int:
+def local_device_count(backend: str | Client | None = None) -> int:
     return get_backend(backend).local_device_count()
 
 
-def process_index(backend: str | None = None) -> int:
+def process_index(backend: str | Client | None = None) -> int:
     return get_backend(backend).process_index()
 
 
-def process_count(backend: str | None = None) -> int:
+def process_count(backend: str | Client | None = None) -> int:
     """The number of processes the backend's devices belong to."""
     return len({d.process_index for d in get_backend(backend).devices()})
 

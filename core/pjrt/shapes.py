@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -32,8 +32,46 @@ def _primitive_type_members() -> dict[str, int]:
 
 #: XLA's element types (``xla.PrimitiveType``), by jaxlib's names: ``PRED``, ``S32``, ``F32``,
 #: ``BF16``, ``TUPLE``, ``TOKEN``, ...
-PrimitiveType = enum.IntEnum("PrimitiveType", _primitive_type_members(), module=__name__)
-PrimitiveType.__doc__ = "XLA's element types (``xla.PrimitiveType``), as jaxlib names them."
+if TYPE_CHECKING:
+    # What the type checker reads: the members the table below yields, spelled out so that
+    # ``PrimitiveType.F32`` is checkable (tests/test_shapes.py keeps the two in step).
+    class PrimitiveType(enum.IntEnum):
+        """XLA's element types (``xla.PrimitiveType``), as jaxlib names them."""
+        PRIMITIVE_TYPE_INVALID = 0
+        PRED = 1
+        S8 = 2
+        S16 = 3
+        S32 = 4
+        S64 = 5
+        U8 = 6
+        U16 = 7
+        U32 = 8
+        U64 = 9
+        F16 = 10
+        F32 = 11
+        F64 = 12
+        TUPLE = 13
+        OPAQUE_TYPE = 14
+        C64 = 15
+        BF16 = 16
+        TOKEN = 17
+        C128 = 18
+        F8E5M2 = 19
+        F8E4M3FN = 20
+        S4 = 21
+        U4 = 22
+        F8E4M3B11FNUZ = 23
+        F8E5M2FNUZ = 24
+        F8E4M3FNUZ = 25
+        S2 = 26
+        U2 = 27
+        F8E4M3 = 28
+        F8E3M4 = 29
+        F4E2M1FN = 32
+        F8E8M0FNU = 33
+else:
+    PrimitiveType = enum.IntEnum("PrimitiveType", _primitive_type_members(), module=__name__)
+    PrimitiveType.__doc__ = "XLA's element types (``xla.PrimitiveType``), as jaxlib names them."
 
 
 def _element_type(value) -> PrimitiveType:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import os
+from typing import Any, Callable, Mapping, Union, cast
 
 from .. import discovery
 from ..plugin_api import PluginDeclaration
@@ -29,13 +30,19 @@ class Target:
     options: dict
 
 
+#: What a package declares: a library path or a function finding it; create options or a
+#: function making them.
+_Library = Union[str, "os.PathLike[str]", Callable[[], str]]
+_Options = Union[Mapping[str, Any], Callable[[], Mapping[str, Any]], None]
+
+
 def _looks_like_path(plugin: str) -> bool:
     return os.sep in plugin or plugin.endswith(".so") or os.path.exists(plugin)
 
 
-def _declarations() -> dict[str, tuple[str, object]]:
+def _declarations() -> dict[str, tuple[_Library, _Options]]:
     """platform -> (library or a function finding it, options) of installed plugin packages."""
-    found: dict[str, tuple[object, object]] = {}
+    found: dict[str, tuple[_Library, _Options]] = {}
     for module, for_jax, directory in discovery.iter_classified(discovery.find_plugin_modules()):
         if for_jax:  # JAX's own wheel: its library sits beside the module
             library = discovery.find_library(directory)
@@ -53,7 +60,7 @@ def _declarations() -> dict[str, tuple[str, object]]:
         platform, finder = getattr(loaded, "PLATFORM", None), getattr(loaded, "library_path", None)
         if not declared and isinstance(platform, str) and callable(finder):
             # A package written before declarations: its platform and library finder.
-            found.setdefault(platform, (finder, None))
+            found.setdefault(platform, (cast(Callable[[], str], finder), None))
     return found
 
 

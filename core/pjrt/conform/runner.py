@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Callable
+from typing import IO, Callable
 
 from ._registry import blocked_by
 from .catalog import load_checks, select as select_checks
@@ -35,8 +35,8 @@ Progress = Callable[[int, int, str], None]
 @dataclasses.dataclass
 class _Worker:
     process: subprocess.Popen
-    reader: object
-    output: object  # the file the worker's stdout and stderr go to
+    reader: IO[bytes]
+    output: IO[bytes]  # the file the worker's stdout and stderr go to
     buffer: bytes = b""
 
     def lines(self, timeout: float) -> list[dict] | None:
