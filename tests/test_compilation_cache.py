@@ -234,3 +234,22 @@ def test_concurrent_writers_leave_whole_entries(tmp_path):
             seen += 1
     assert all(w.wait() == 0 for w in writers)
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".tmp-")]
+
+
+def test_a_new_process_does_not_hash_the_library_again(tmp_path):
+    """The plugin's digest, part of every key, is remembered in the cache directory: a second
+    process reads it instead of the 100+ MB library; a changed library is hashed again."""
+    from pjrt import serialization
+
+    library = tmp_path / "plugin.so"
+    library.write_bytes(b"not a real library, only bytes to hash" * 1000)
+    cache_dir = tmp_path / "cache"
+    first, second = serialization.DigestCache(), serialization.DigestCache()
+    first.remember_in(cache_dir)
+    os.makedirs(cache_dir)
+    digest = first.digest(library)
+    assert first.computed == 1
+    second.remember_in(cache_dir)
+    assert second.digest(library) == digest and second.computed == 0
+    library.write_bytes(b"another build" * 1000)
+    assert second.digest(library) != digest and second.computed == 1

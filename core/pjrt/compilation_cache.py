@@ -32,6 +32,7 @@ import tempfile
 import threading
 from typing import cast
 
+from . import serialization
 from .serialization import PluginIdentity
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,9 @@ class CompilationCache:
         self.directory = os.fspath(directory)
         self.max_bytes = int(max_bytes)
         os.makedirs(self.directory, exist_ok=True)
+        # The plugin's identity is part of every key: remember its library's digest here too,
+        # so that a warm start does not read the library again.
+        serialization.library_digests.remember_in(self.directory)
 
     @staticmethod
     def key(program: bytes, serialized_options: bytes, identity: PluginIdentity) -> str:
@@ -210,6 +214,8 @@ def set_compilation_cache_dir(directory: str | os.PathLike | None, *,
     if directory is not None:
         cache = CompilationCache(directory, max_bytes if max_bytes is not None
                                  else _env_max_bytes())
+    else:
+        serialization.library_digests.remember_in(None)
     with _lock:
         _explicit = cache
     return cache

@@ -106,6 +106,16 @@ class DigestCache:
         self._lock = threading.Lock()
         self._digests: dict[tuple, str] = {}
         self.computed = 0
+        #: A directory where digests are also remembered across processes (see
+        #: :meth:`remember_in`), or None.
+        self.memo_directory: str | None = None
+
+    def remember_in(self, directory: str | os.PathLike | None) -> None:
+        """Also keep digests in ``directory`` (None: only in this process), so that a new
+        process does not read a 100+ MB library again; the persistent compilation cache keeps
+        them beside its entries. A file is still known by its path, size and modification
+        time, so a library replaced on disk is hashed again."""
+        self.memo_directory = None if directory is None else os.fspath(directory)
 
     def digest(self, path: str | os.PathLike) -> str:
         """The hex SHA-256 of the file at ``path`` (read only if not cached).
@@ -123,10 +133,40 @@ class DigestCache:
         with self._lock:
             digest = self._digests.get(key)
             if digest is None:
-                digest = _file_sha256(real)
+                digest = self._remembered(key)
+                if digest is None:
+                    digest = _file_sha256(real)
+                    self.computed += 1
+                    self._remember(key, digest)
                 self._digests[key] = digest
-                self.computed += 1
         return digest
+
+    def _memo_path(self, key: tuple) -> str | None:
+        if self.memo_directory is None:
+            return None
+        name = hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:32]
+        return os.path.join(self.memo_directory, f"library-{name}.sha256")
+
+    def _remembered(self, key: tuple) -> str | None:
+        path = self._memo_path(key)
+        try:
+            with open(path, encoding="ascii") as file:  # type: ignore[arg-type]
+                text = file.read().strip()
+        except (OSError, TypeError, UnicodeDecodeError):
+            return None
+        return text if len(text) == 64 and all(c in "0123456789abcdef" for c in text) else None
+
+    def _remember(self, key: tuple, digest: str) -> None:
+        path = self._memo_path(key)
+        if path is None:
+            return
+        temporary = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(temporary, "w", encoding="ascii") as file:
+                file.write(digest)
+            os.replace(temporary, path)  # whole or absent, whoever writes at the same time
+        except OSError:
+            pass  # remembering is an optimisation: the digest stays right without it
 
     def __contains__(self, path: str | os.PathLike) -> bool:
         real = os.path.realpath(path)
