@@ -74,7 +74,7 @@ def test_ctrl_c_interrupts_a_wait_and_the_result_arrives_later(cpu_plugin):
         import numpy as np, pjrt
         pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
         client = pjrt.make_c_api_client("cpu")
-        executable = client.compile_and_load({_long_loop(1500)!r})
+        executable = client.compile_and_load({_long_loop(12000)!r})  # ~2 s on an idle machine
         x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
 
         def interrupt(signum, frame):
