@@ -497,7 +497,7 @@ def close_all_at_exit(wait_seconds: float = 1.0) -> None:
     handles = _live_handles_now()
     for handle in handles:
         handle.closed = True
-        if not handle.closed_reason.startswith("this client was created in the parent"):
+        if handle.generation == _fork_generation:  # a parent's client keeps its fork reason
             handle.closed_reason = "the interpreter is exiting; pjrt clients are closed"
     deadline = time.monotonic() + wait_seconds
     for handle in handles:
