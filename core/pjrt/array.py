@@ -24,7 +24,7 @@ from ._pjrt_cffi import ffi, lib
 from .device import Device, Memory
 from .errors import ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError, check
 from .handles import HostBufferSemantics
-from .staging import adoptable_copy
+from .staging import adoptable_copy, should_stage
 from .waits import wait_buffer_ready
 
 if TYPE_CHECKING:
@@ -35,10 +35,6 @@ _NULL = ffi.NULL
 #: Arrays at least this large are read through a view of host-resident buffers; a copy is
 #: cheaper than setting up the view below it.
 _VIEW_THRESHOLD_BYTES = 1 << 16
-#: Host arrays at least this large are staged for adoption by host-memory plugins.
-_STAGING_THRESHOLD_BYTES = 1 << 20
-#: Dtypes packed below a byte on the device: the plugin converts them, so it must copy.
-_PACKED_DTYPE_NAMES = frozenset({"int4", "uint4", "int2", "uint2", "float4_e2m1fn"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -595,8 +591,7 @@ def put_buffer(client: "Client", host: np.ndarray, device: "Device",
     host = native_host(host)
     buffer_type = dtypes.to_pjrt_type(host.dtype)
     if (semantics == HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
-            and host.nbytes >= _STAGING_THRESHOLD_BYTES and client.platform == "cpu"
-            and host.dtype.name not in _PACKED_DTYPE_NAMES):
+            and should_stage(client.platform, host)):
         # Copy once into memory the plugin can adopt, rather than let it copy (slowly).
         handle.recycle_host_memory()  # staging the plugin has let go of since
         host, semantics = adoptable_copy(host), HostBufferSemantics.ZERO_COPY

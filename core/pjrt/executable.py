@@ -22,6 +22,7 @@ from .array import Array, check_device_sets
 from .errors import (ClosedClientError, ErrorCode, UnsupportedFeatureError, XlaRuntimeError,
                      consume)
 from .hlo_sharding import HloSharding
+from .host_values import HostCopies, check_shards, host_array
 from .options import named_values_to_dict
 from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
 
@@ -31,16 +32,6 @@ if TYPE_CHECKING:
 
 _NULL = ffi.NULL
 _execute = lib.pjrt_shim_execute
-
-
-def serialize_executable(api, executable) -> bytes:
-    """The bytes of a ``PJRT_Executable`` (``PJRT_Executable_Serialize``)."""
-    args = api.call_new("PJRT_Executable_Serialize", executable=executable)
-    try:
-        return ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
-    finally:
-        if args.serialized_executable_deleter != _NULL:
-            args.serialized_executable_deleter(args.serialized_executable)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -425,7 +416,7 @@ class LoadedExecutable:
         The bytes name the plugin build that made them (see :mod:`pjrt.serialization`), and
         only that build will load them.
         """
-        payload = serialize_executable(self._handle.api, self._executable_ptr())
+        payload = serialization.executable_bytes(self._handle.api, self._executable_ptr())
         client = self._client
         return serialization.pack(payload, serialization.plugin_identity(
             client.plugin, client.platform, client.platform_version))
@@ -465,11 +456,15 @@ class LoadedExecutable:
             raise TypeError(f"the program takes {len(signature.parameters)} arguments, "
                             f"{count} were given")
 
-    def execute(self, arguments: Sequence[Array]) -> list[Array]:
+    def execute(self, arguments: Sequence[Array], *,
+                copy_host_values: bool = False) -> list[Array]:
         """Run on the executable's single device; returns one Array per output.
 
         Execution is asynchronous: the call returns once the work is queued; reading an output
         waits for it. Arguments the program donates are consumed (they read as deleted).
+        With ``copy_host_values``, arguments may also be numpy arrays (or anything
+        ``np.asarray`` takes): they are copied to the device for this call only, all in one
+        native call.
 
         Raises:
           TypeError: wrong number, shape or dtype of arguments, or a non-Array argument.
@@ -488,7 +483,7 @@ class LoadedExecutable:
         handle = self._handle
         ticket = next(handle.tickets)
         handle.active[ticket] = None
-        scratch = None
+        scratch = copies = None
         try:
             pointer = self._pointer
             specs = self._parameter_specs
@@ -508,7 +503,15 @@ class LoadedExecutable:
                                 argument.shape == spec[0] and argument.dtype == spec[1]))):
                         argument_array[i] = buffers[0]
                         continue
+                elif copy_host_values and not isinstance(argument, Array):
+                    if copies is None:
+                        copies = HostCopies(self._client)
+                    copies.add(i, host_array(i, argument, specs[i] if specs else None), device,
+                               i in self._donated)
+                    continue
                 argument_array[i] = self._check_argument(i, argument, device)
+            if copies is not None:
+                copies.start(argument_array)
             if self._donated:
                 keep = self._prepare_donations([arguments])
                 self._launch(pointer, scratch, 1, count, keep)
@@ -526,6 +529,8 @@ class LoadedExecutable:
             return [Array(client, [outputs[i]], devices, shapes[i], output_dtypes[i])
                     for i in range(self._num_outputs)]
         finally:
+            if copies is not None:
+                copies.free()
             if scratch is not None:
                 scratch.busy = False
             del handle.active[ticket]
@@ -572,11 +577,14 @@ class LoadedExecutable:
         return ExecuteResults(results)
 
     @handles.native_method
-    def execute_global(self, arguments: Sequence[Array]) -> list[Array]:
+    def execute_global(self, arguments: Sequence[Array], *,
+                       copy_host_values: bool = False) -> list[Array]:
         """Run on every device with global Arrays laid out as :attr:`input_shardings` say;
         returns global Arrays laid out as :attr:`output_shardings` say.
 
         ``pjrt.compile`` places or reshards arguments to those shardings before calling this.
+        With ``copy_host_values``, arguments may also be numpy arrays, cut into shards and
+        copied to the devices for this call only (see :meth:`execute`).
 
         Raises:
           DeviceAssignmentMismatchError: an argument sits on other devices.
@@ -598,38 +606,51 @@ class LoadedExecutable:
         # Arguments placed by pjrt.compile carry these very sharding objects, which fixes their
         # devices: the set comparison is needed only for the others.
         if any(type(a) is not Array or a._sharding is not s for a, s in zip(arguments, shardings)):
-            check_device_sets(arguments, devices)
-        rows = []
+            check_device_sets(arguments, devices, host_values_allowed=copy_host_values)
+        rows: list = []
+        hosts = []
         for i, (argument, sharding) in enumerate(zip(arguments, shardings)):
+            if copy_host_values and not isinstance(argument, Array):
+                host = host_array(i, argument, None)
+                check_shards(i, host.shape, host.dtype, sharding,
+                             self._parameter_specs[i] if self._parameter_specs else None)
+                hosts.append((i, host, sharding))
+                rows.append(None)
+                continue
             buffers = argument._live_buffers()
             if argument._sharding is not sharding and not argument.sharding.is_equivalent_to(
                     sharding, argument.ndim) and not (argument.sharding == sharding):
                 raise ValueError(f"argument {i} is laid out as {argument.sharding!r} but the "
                                  f"program expects {sharding!r}; place it with "
                                  f"pjrt.device_put(x, sharding)")
-            expected = self._parameter_specs[i] if self._parameter_specs else None
-            shard_shape = tuple(sharding.shard_shape(argument.shape))
-            if expected is not None and (shard_shape != expected[0] or argument.dtype != expected[1]):
-                raise TypeError(f"argument {i} has shape {argument.shape} and dtype "
-                                f"{argument.dtype}: shards of {shard_shape}, but the program "
-                                f"expects shards of {expected[0]} and dtype {expected[1]}")
+            check_shards(i, argument.shape, argument.dtype, sharding,
+                         self._parameter_specs[i] if self._parameter_specs else None)
             by_device = dict(zip(argument._devices, buffers))
             rows.append([by_device[d] for d in devices])
         num_devices = len(devices)
         keep = self._prepare_donations([list(arguments)]) if self._donated else ()
         scratch = self._scratch(len(arguments), num_devices)
+        copies = HostCopies(self._client) if hosts else None
         try:
             position = 0
             for d in range(num_devices):
                 for row in rows:
-                    scratch.arguments[position] = row[d]
+                    if row is not None:
+                        scratch.arguments[position] = row[d]
                     position += 1
+            if copies is not None:
+                for i, host, sharding in hosts:
+                    copies.add_sharded(i, len(arguments), host, sharding, devices,
+                                       i in self._donated)
+                copies.start(scratch.arguments)
             self._launch(pointer, scratch, num_devices, len(arguments), keep)
             outputs = scratch.outputs
             count = self._num_outputs
             per_output = [[outputs[d * count + j] for d in range(num_devices)]
                           for j in range(count)]
         finally:
+            if copies is not None:
+                copies.free()
             scratch.busy = False
         self._consume_donated([list(arguments)], keep)
         results = []
@@ -677,6 +698,8 @@ class LoadedExecutable:
             for index in self._donated:
                 if index >= len(arguments):
                     continue
+                if not isinstance(arguments[index], Array):
+                    continue  # a host value's copy, made for this call alone
                 for other, argument in enumerate(arguments):
                     if other != index and argument is arguments[index]:
                         raise ValueError(f"argument {index} is donated to the program and also "
@@ -690,7 +713,7 @@ class LoadedExecutable:
             if index in keep:
                 continue
             for arguments in per_device_arguments:
-                if index < len(arguments):
+                if index < len(arguments) and isinstance(arguments[index], Array):
                     arguments[index]._release("donated")
 
     def _scratch(self, num_arguments: int, num_devices: int = 1) -> "_Scratch":

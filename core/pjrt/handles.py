@@ -300,6 +300,12 @@ class ClientHandle:
         """Keep ``(host array, PJRT_Event*)`` pairs until each event fires."""
         self.holds[owner_id] = holds
 
+    def keep_host_memory_until_done(self, holds: list) -> None:
+        """Keep ``(host array, PJRT_Event*)`` pairs of buffers already freed until each event
+        fires (the plugin may still read the memory for a program it is running)."""
+        with self._lock:  # settle() replaces the list: an append racing with it would be lost
+            self.pending_holds.extend(holds)
+
     def _let_go_of_host_memory(self, holds, wait: bool = False) -> None:
         """Drop host memory whose plugin event has fired (all of it, waiting, with ``wait``)."""
         self.pending_holds.extend(holds)

@@ -64,25 +64,28 @@ class CompiledProgram:
         if self._index_argument is not None and len(arguments) != self._parameter_count:
             arguments = (self._index_argument, *arguments)
         if self._device is not None:
-            outputs = self.executable.execute(self._place_on_device(arguments))
+            try:
+                outputs = self.executable.execute(arguments, copy_host_values=True)
+            except ValueError:
+                mismatch = self._device_mismatch(arguments)  # the clearer message, if the cause
+                if mismatch is None:
+                    raise
+                raise mismatch from None
         else:
-            outputs = self.executable.execute_global(self._place_global(arguments))
+            outputs = self.executable.execute_global(self._place_global(arguments),
+                                                     copy_host_values=True)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _place_on_device(self, arguments) -> list:
+    def _device_mismatch(self, arguments) -> DeviceAssignmentMismatchError | None:
         device = self._device
-        placed = []
-        for argument in arguments:
-            if isinstance(argument, Array):
-                if argument._devices != (device,) and not argument.is_deleted():
-                    raise DeviceAssignmentMismatchError(
-                        f"the program runs on {device}, but argument {len(placed)} is on "
-                        f"{', '.join(map(str, argument._devices))}; move it with "
-                        f"pjrt.device_put(x, {device}) first")
-            else:
-                argument = device.client.buffer_from_pyval(np.asarray(argument), device)
-            placed.append(argument)
-        return placed
+        for i, argument in enumerate(arguments):
+            if (isinstance(argument, Array) and argument._devices != (device,)
+                    and not argument.is_deleted()):
+                return DeviceAssignmentMismatchError(
+                    f"the program runs on {device}, but argument {i} is on "
+                    f"{', '.join(map(str, argument._devices))}; move it with "
+                    f"pjrt.device_put(x, {device}) first")
+        return None
 
     def _place_global(self, arguments) -> list:
         shardings = self.executable.input_shardings
@@ -90,7 +93,10 @@ class CompiledProgram:
             raise TypeError(f"the program takes {len(shardings)} arguments, "
                             f"{len(arguments)} were given")
         check_device_sets(arguments, tuple(self.devices), host_values_allowed=True)
-        return [device_put(a if isinstance(a, Array) else np.asarray(a), s)
+        # Host values in the devices' default memory are copied by the call itself; others
+        # (Arrays to reshard, values for another memory kind) are placed first.
+        return [a if not isinstance(a, Array) and s.memory_kind is None
+                else device_put(a if isinstance(a, Array) else np.asarray(a), s)
                 for a, s in zip(arguments, shardings)]
 
     def __repr__(self) -> str:

@@ -40,6 +40,7 @@ import struct
 import threading
 from typing import Any
 
+from ._pjrt_cffi import ffi
 from .errors import IncompatibleExecutableError
 from .plugin import Plugin
 
@@ -346,3 +347,14 @@ def _header_fields(header) -> tuple[PluginIdentity, int, str]:
 def _damaged(why: str) -> ValueError:
     return ValueError(f"the serialized executable is truncated or damaged: {why}. Serialize it "
                       f"again from the compiled program (LoadedExecutable.serialize()).")
+
+
+def executable_bytes(api, executable) -> bytes:
+    """The plugin's own bytes for a ``PJRT_Executable`` (``PJRT_Executable_Serialize``), to
+    be wrapped by :func:`pack`."""
+    args = api.call_new("PJRT_Executable_Serialize", executable=executable)
+    try:
+        return ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
+    finally:
+        if args.serialized_executable_deleter != ffi.NULL:
+            args.serialized_executable_deleter(args.serialized_executable)

@@ -16,6 +16,12 @@ from . import handles
 
 #: Host arrays at least this large are copied to staging memory by several threads.
 PARALLEL_COPY_BYTES = 16 << 20
+#: Host arrays at least this large go through staging memory. Below it, XLA's CPU plugin
+#: copies them itself as fast (about 5 µs up to 64 KiB); above its own small-copy limit
+#: (100 KiB) it copies into fresh pages at a few GB/s, 8x slower than a staging copy.
+STAGING_THRESHOLD_BYTES = 100 << 10
+#: Dtypes packed below a byte on the device: the plugin converts them, so it must copy.
+PACKED_DTYPE_NAMES = frozenset({"int4", "uint4", "int2", "uint2", "float4_e2m1fn"})
 #: Alignment XLA's CPU runtime needs to adopt host memory instead of copying it.
 ADOPTABLE_ALIGNMENT = 64
 #: Names of the threads that place shards in parallel (they copy without more threads).
@@ -78,6 +84,31 @@ class StagingPool:
 staging_pool = StagingPool(per_size=8, max_bytes=512 << 20)
 
 
+def should_stage(platform: str, host: np.ndarray) -> bool:
+    """Whether a copy of ``host`` to a ``platform`` device goes through staging memory."""
+    return (host.nbytes >= STAGING_THRESHOLD_BYTES and platform == "cpu"
+            and host.dtype.name not in PACKED_DTYPE_NAMES)
+
+
+class SharedStaging:
+    """One staging block adopted by several device buffers (a replicated value copied from
+    the host once): it goes back to the pool when the last of them lets go."""
+
+    __slots__ = ("block", "users", "_lock")
+
+    def __init__(self, block: np.ndarray, users: int):
+        self.block = block
+        self.users = users
+        self._lock = threading.Lock()
+
+    def let_go(self) -> None:
+        with self._lock:
+            self.users -= 1
+            last = self.users == 0
+        if last:
+            staging_pool.give_back(self.block)
+
+
 def staging_size(nbytes: int) -> int:
     """The size of the staging block a host array of ``nbytes`` is copied into."""
     return nbytes + ADOPTABLE_ALIGNMENT
@@ -85,7 +116,10 @@ def staging_size(nbytes: int) -> int:
 
 def recycle_staging(host) -> None:
     """Called when a plugin no longer needs host memory it adopted."""
-    staging_pool.give_back(host)
+    if type(host) is SharedStaging:
+        host.let_go()
+    else:
+        staging_pool.give_back(host)
 
 
 handles.host_memory_released = recycle_staging
@@ -94,6 +128,11 @@ handles.host_memory_released = recycle_staging
 def release_staging_memory() -> None:
     """Free the host memory pjrt keeps for reuse by later host-to-device transfers."""
     staging_pool.clear()
+
+
+#: Threads a large copy into fresh staging memory is split over (os.cpu_count() is a system
+#: call: read once).
+_COPY_WORKERS = min(os.cpu_count() or 1, 8)
 
 
 def adoptable_copy(host: np.ndarray) -> np.ndarray:
@@ -110,7 +149,7 @@ def adoptable_copy(host: np.ndarray) -> np.ndarray:
         raw = np.empty(size, np.uint8)
     offset = -raw.ctypes.data % ADOPTABLE_ALIGNMENT
     staged = raw.view(StagingBlock)[offset:offset + host.nbytes].view(host.dtype).reshape(host.shape)
-    workers = min(os.cpu_count() or 1, 8)
+    workers = _COPY_WORKERS
     # Threads pay off only against page faults: recycled memory copies at memcpy speed.
     if (not fresh or host.nbytes < PARALLEL_COPY_BYTES or workers < 2 or host.ndim == 0
             or threading.current_thread().name.startswith(TRANSFER_THREAD_PREFIX)):

@@ -94,9 +94,9 @@ class DeviceTopology:
           UnsupportedFeatureError: the plugin cannot compile without a client.
           XlaRuntimeError: compilation failed (the plugin's message is kept).
         """
+        from . import serialization  # hashing and JSON: only when compiling
         from .compile_options import CompileOptions
         from .compiler import program_argument, program_bytes
-        from .executable import serialize_executable
 
         pointer = self._live()
         api = self._plugin.api
@@ -111,13 +111,11 @@ class DeviceTopology:
         api.call("PJRT_Compile", args)
         del keepalive
         try:
-            payload = serialize_executable(api, args.executable)
+            payload = serialization.executable_bytes(api, args.executable)
         finally:
             destroy = api.new_args("PJRT_Executable_Destroy_Args")
             destroy.executable = args.executable
             check(api, api.table.PJRT_Executable_Destroy(destroy))
-        from . import serialization  # hashing and JSON: only when compiling
-
         return serialization.pack(payload, serialization.plugin_identity(
             self._plugin, self.platform, self.platform_version))
 

@@ -63,6 +63,19 @@ PJRT_Error* pjrt_shim_buffer_from_host(
     PJRT_HostBufferSemantics semantics, PJRT_Device* device,
     PJRT_Memory* memory, PJRT_Buffer** buffer_out, PJRT_Event** done_out);
 
+/* Starts `count` host-to-device copies in one call, as pjrt_shim_buffer_from_host
+ * would one by one: item i reads `data[i]` (type `types[i]`, `num_dims[i]`
+ * dimensions taken in turn from `dims`) onto `devices[i]` with `semantics[i]`.
+ * `buffers_out[i]` and `done_out[i]` receive what that helper's outputs would.
+ * Stops at the first error: *failed_out is then the failing item's index, the
+ * items before it are made (owned by the caller) and the rest are NULL. */
+PJRT_Error* pjrt_shim_buffers_from_host(
+    const PJRT_Api* api, PJRT_Client* client, size_t count,
+    const void* const* data, const PJRT_Buffer_Type* types,
+    const int64_t* dims, const size_t* num_dims, const int* semantics,
+    PJRT_Device* const* devices, PJRT_Buffer** buffers_out,
+    PJRT_Event** done_out, size_t* failed_out);
+
 /* Copies `buffer` into `destination` (dense row-major, `size` bytes) and
  * waits for the copy to finish. The caller has already waited for the buffer
  * to be ready (pjrt_shim_buffer_wait, which Ctrl-C can interrupt). A buffer
