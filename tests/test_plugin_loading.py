@@ -616,3 +616,28 @@ def test_client_and_arrays_collected_together_in_a_cycle(make_fault):
     assert fault.count("buffers_created") == fault.count("buffers_destroyed") == 3
     assert fault.count("clients_created") == fault.count("clients_destroyed") == 1
     fault.assert_clean()
+
+
+def test_a_failed_copy_among_a_calls_host_values_frees_those_made_before(fault_client):
+    # The plugin refuses the second of three copies started in one native call: the first is
+    # freed, the third never made, and the plugin's error reaches the caller.
+    import ml_dtypes
+
+    from pjrt._pjrt_cffi import ffi
+    from pjrt.host_values import HostCopies
+
+    fault, client = fault_client
+    device = client.devices()[0]
+    copies = HostCopies(client)
+    copies.add(0, np.arange(4, dtype=np.float32), device, donated=False)
+    copies.add(1, np.zeros(3, ml_dtypes.float8_e4m3fn), device, donated=False)
+    copies.add(2, np.arange(2, dtype=np.int32), device, donated=False)
+    slots = ffi.new("PJRT_Buffer*[]", 3)
+    with client._handle.calling():
+        with pytest.raises(pjrt.XlaRuntimeError, match="not supported"):
+            copies.start(slots)
+        copies.free()  # what a caller does in any case: nothing is freed twice
+    assert fault.count("buffers_created") == 1
+    assert fault.count("buffers_destroyed") == 1
+    assert all(slots[i] == ffi.NULL for i in range(3))
+    fault.assert_clean()

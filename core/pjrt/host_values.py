@@ -36,12 +36,12 @@ _ZERO_COPY = int(HostBufferSemantics.ZERO_COPY)
 def host_array(index: int, value, spec) -> np.ndarray:
     """The call's argument ``index`` as a C-contiguous native-order numpy array, checked
     against the parameter's ``(shape, dtype)`` when the program says what it is."""
-    host = value if type(value) is np.ndarray else native_host(value)
+    host = value if type(value) is np.ndarray and value.dtype.isnative else native_host(value)
     if spec is not None and (host.shape != spec[0] or host.dtype != spec[1]):
         raise TypeError(f"argument {index} has shape {host.shape} and dtype {host.dtype}, but "
                         f"the program expects shape {spec[0]} and dtype {spec[1]}")
-    if not host.flags.c_contiguous or not host.dtype.isnative:
-        host = native_host(np.ascontiguousarray(host) if host.ndim else host.copy())
+    if not host.flags.c_contiguous:
+        host = np.ascontiguousarray(host)  # (a 0-d array is always contiguous)
     return host
 
 

@@ -15,7 +15,7 @@ from .array import Array
 from .compiler import program_bytes, takes_platform_index
 from .client import Client
 from .device import Device
-from .errors import DeviceAssignmentMismatchError
+from .errors import DeviceAssignmentMismatchError, UnsupportedFeatureError, XlaRuntimeError
 from .transfers import device_put
 from .array import check_device_sets
 from .executable import LoadedExecutable
@@ -35,6 +35,8 @@ class CompiledProgram:
         self.executable = executable
         devices = executable.global_devices()
         self._device = devices[0] if len(devices) == 1 else None
+        #: Per parameter, whether a host value is copied by the call itself (see _place_global).
+        self._copied_by_call: tuple | None = None
         #: The platform index a multi-platform jax export takes first, supplied when the
         #: caller leaves it out; None for other programs.
         self.platform_index = platform_index
@@ -93,11 +95,16 @@ class CompiledProgram:
             raise TypeError(f"the program takes {len(shardings)} arguments, "
                             f"{len(arguments)} were given")
         check_device_sets(arguments, tuple(self.devices), host_values_allowed=True)
-        # Host values in the devices' default memory are copied by the call itself; others
-        # (Arrays to reshard, values for another memory kind) are placed first.
-        return [a if not isinstance(a, Array) and s.memory_kind is None
+        # Host values bound for the devices' default memory are copied by the call itself;
+        # the rest (Arrays to reshard, values for another memory kind) are placed first.
+        direct = self._copied_by_call
+        if direct is None:
+            default = _default_memory_kind(self.devices[0])
+            direct = self._copied_by_call = tuple(s.memory_kind in (None, default)
+                                                  for s in shardings)
+        return [a if ok and not isinstance(a, Array)
                 else device_put(a if isinstance(a, Array) else np.asarray(a), s)
-                for a, s in zip(arguments, shardings)]
+                for a, s, ok in zip(arguments, shardings, direct)]
 
     def __repr__(self) -> str:
         return f"CompiledProgram({self.executable!r})"
@@ -162,3 +169,11 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
     return CompiledProgram(
         executable,
         platform_index=(int(platform_index or 0) if takes_index else None))
+
+
+def _default_memory_kind(device: Device) -> str | None:
+    """The kind of ``device``'s default memory; None for a plugin without memories."""
+    try:
+        return device.default_memory().kind
+    except (UnsupportedFeatureError, XlaRuntimeError):
+        return None

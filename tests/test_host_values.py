@@ -1,0 +1,159 @@
+"""Host values passed straight to a compiled program (host_values.py): copied to the devices
+in one native call for that call only, on the real CPU plugins."""
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+
+import pjrt
+from pjrt import staging
+
+#: 64 Ki float32 (256 KiB): above the staging threshold, so copied through staging memory.
+N = 1 << 16
+
+AFFINE = f"""
+func.func public @main(%x: tensor<{N}xf32>, %y: tensor<{N}xf32>, %s: tensor<4xi32>)
+    -> (tensor<{N}xf32>, tensor<4xi32>) {{
+  %two = stablehlo.constant dense<2.0> : tensor<{N}xf32>
+  %0 = stablehlo.multiply %x, %two : tensor<{N}xf32>
+  %1 = stablehlo.add %0, %y : tensor<{N}xf32>
+  %2 = stablehlo.add %s, %s : tensor<4xi32>
+  return %1, %2 : tensor<{N}xf32>, tensor<4xi32>
+}}"""
+
+DONATING = f"""
+func.func public @main(%x: tensor<{N}xf32> {{tf.aliasing_output = 0 : i32}},
+                       %y: tensor<8xf32> {{tf.aliasing_output = 1 : i32}})
+    -> (tensor<{N}xf32>, tensor<8xf32>) {{
+  %one = stablehlo.constant dense<1.0> : tensor<{N}xf32>
+  %small = stablehlo.constant dense<1.0> : tensor<8xf32>
+  %0 = stablehlo.add %x, %one : tensor<{N}xf32>
+  %1 = stablehlo.add %y, %small : tensor<8xf32>
+  return %0, %1 : tensor<{N}xf32>, tensor<8xf32>
+}}"""
+
+#: A replicated 64x1024 float32 (256 KiB) times one split over 8 devices along its columns,
+#: so that each device's shard is a strided piece of the host array.
+SPMD = """
+module @host_values attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=8]>
+  func.func public @main(
+      %r: tensor<64x1024xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>},
+      %c: tensor<64x1024xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>})
+      -> (tensor<64x1024xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {"x"}]>}) {
+    %0 = stablehlo.multiply %r, %c : tensor<64x1024xf32>
+    return %0 : tensor<64x1024xf32>
+  }
+}"""
+
+
+@pytest.fixture
+def empty_pool():
+    staging.release_staging_memory()
+    yield staging.staging_pool
+    staging.release_staging_memory()
+
+
+def _inputs():
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal(N).astype(np.float32), rng.standard_normal(N).astype(np.float32),
+            np.arange(4, dtype=np.int32))
+
+
+def test_numpy_arguments_give_what_device_arrays_give(client, device):
+    compiled = pjrt.compile(AFFINE, device)
+    x, y, s = _inputs()
+    from_host = compiled(x, y, s)
+    placed = compiled(*(pjrt.device_put(v, device) for v in (x, y, s)))
+    for a, b in zip(from_host, placed):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    np.testing.assert_allclose(np.asarray(from_host[0]), x * 2 + y, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(from_host[1]), s + s)
+
+
+def test_arguments_in_any_host_form(client, device):
+    compiled = pjrt.compile(AFFINE, device)
+    x, y, s = _inputs()
+    strided = np.stack([x, y], axis=1)[:, 0]  # not contiguous
+    swapped = y.astype(">f4")  # not in the machine's byte order
+    out, doubled = compiled(strided, swapped, s[::-1][::-1])
+    np.testing.assert_allclose(np.asarray(out), x * 2 + y, rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(doubled), s + s)
+
+
+def test_the_callers_arrays_are_copied_not_aliased(client, device):
+    compiled = pjrt.compile(AFFINE, device)
+    x, y, s = _inputs()
+    expected = x * 2 + y
+    out, _ = compiled(x, y, s)
+    x[:] = 1e9  # changed after the call returned, perhaps while the program still runs
+    y[:] = 1e9
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-6)
+
+
+def test_the_copies_are_gone_after_the_call(client, device):
+    compiled = pjrt.compile(AFFINE, device)
+    x, y, s = _inputs()
+    compiled(x, y, s)  # compiled once, outputs dropped
+    gc.collect()
+    before = len(client._handle.buffers)
+    outputs = compiled(x, y, s)
+    assert len(client._handle.buffers) == before + len(outputs)  # only the outputs are owned
+    del outputs
+    gc.collect()
+    assert len(client._handle.buffers) == before
+
+
+def test_a_donated_parameter_takes_a_host_value(client, device):
+    compiled = pjrt.compile(DONATING, device)
+    x = np.arange(N, dtype=np.float32)
+    y = np.arange(8, dtype=np.float32)
+    for _ in range(3):  # the donated copies are the call's own: the caller's arrays stay
+        big, small = compiled(x, y)
+        np.testing.assert_array_equal(np.asarray(big), x + 1)
+        np.testing.assert_array_equal(np.asarray(small), y + 1)
+    np.testing.assert_array_equal(x, np.arange(N, dtype=np.float32))
+
+
+def test_a_wrong_host_value_names_the_argument(client, device):
+    compiled = pjrt.compile(AFFINE, device)
+    x, y, s = _inputs()
+    with pytest.raises(TypeError, match=r"argument 1 has shape \(3,\)"):
+        compiled(x, y[:3], s)
+    with pytest.raises(TypeError, match=r"argument 2 .* dtype float64"):
+        compiled(x, y, s.astype(np.float64))
+    gc.collect()
+    out, _ = compiled(x, y, s)  # nothing was left half-made
+    np.testing.assert_allclose(np.asarray(out), x * 2 + y, rtol=1e-6)
+
+
+def test_replicated_and_strided_shards_over_8_devices(client, empty_pool):
+    mesh = pjrt.Mesh(np.array(client.devices()[:8]), ("x",))
+    compiled = pjrt.compile(SPMD, mesh)
+    rng = np.random.default_rng(1)
+    r = rng.standard_normal((64, 1024)).astype(np.float32)
+    c = rng.standard_normal((64, 1024)).astype(np.float32)
+    out = compiled(r, c)
+    np.testing.assert_allclose(np.asarray(out), r * c, rtol=1e-6)
+    placed = compiled(pjrt.device_put(r, compiled.input_shardings[0]),
+                      pjrt.device_put(c, compiled.input_shardings[1]))
+    np.testing.assert_array_equal(np.asarray(placed), np.asarray(out))
+
+
+def test_a_replicated_value_is_copied_from_the_host_once(client, empty_pool):
+    """The eight devices adopt one staging block: once the program is done with it, one
+    block (not eight) goes back to the pool."""
+    mesh = pjrt.Mesh(np.array(client.devices()[:8]), ("x",))
+    compiled = pjrt.compile(SPMD, mesh)
+    r = np.full((64, 1024), 3.0, np.float32)
+    c = np.ones((64, 1024), np.float32)
+    out = compiled(r, c)
+    np.testing.assert_array_equal(np.asarray(out), r)
+    del out
+    gc.collect()
+    client._handle.recycle_host_memory()
+    assert empty_pool.available(staging.staging_size(r.nbytes)) == 1
+    again = compiled(r * 2, c)  # and the block is used again, whole
+    np.testing.assert_array_equal(np.asarray(again), r * 2)
