@@ -628,7 +628,7 @@ def test_a_failed_copy_among_a_calls_host_values_frees_those_made_before(fault_c
 
     fault, client = fault_client
     device = client.devices()[0]
-    copies = HostCopies(client)
+    copies = HostCopies(client, 3)
     copies.add(0, np.arange(4, dtype=np.float32), device, donated=False)
     copies.add(1, np.zeros(3, ml_dtypes.float8_e4m3fn), device, donated=False)
     copies.add(2, np.arange(2, dtype=np.int32), device, donated=False)

@@ -505,9 +505,9 @@ class LoadedExecutable:
                         continue
                 elif copy_host_values and not isinstance(argument, Array):
                     if copies is None:
-                        copies = HostCopies(self._client)
-                    copies.add(i, host_array(i, argument, specs[i] if specs else None), device,
-                               i in self._donated)
+                        copies = HostCopies(self._client, count)
+                    copies.add_value(i, argument, specs[i] if specs else None, device,
+                                     i in self._donated)
                     continue
                 argument_array[i] = self._check_argument(i, argument, device)
             if copies is not None:
@@ -630,7 +630,7 @@ class LoadedExecutable:
         num_devices = len(devices)
         keep = self._prepare_donations([list(arguments)]) if self._donated else ()
         scratch = self._scratch(len(arguments), num_devices)
-        copies = HostCopies(self._client) if hosts else None
+        copies = HostCopies(self._client, len(arguments) * num_devices) if hosts else None
         try:
             position = 0
             for d in range(num_devices):

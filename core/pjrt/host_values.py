@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import dtypes
 from ._pjrt_cffi import ffi, lib
 from .array import native_host
+from .dtypes import to_pjrt_type
 from .errors import consume
 from .handles import HostBufferSemantics
-from .staging import SharedStaging, adoptable_copy, should_stage
+from .staging import STAGING_THRESHOLD_BYTES, SharedStaging, adoptable_copy, should_stage
 
 if TYPE_CHECKING:
     from .client import Client
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from .sharding import Sharding
 
 _NULL = ffi.NULL
-_DURING_CALL = int(HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
 _ZERO_COPY = int(HostBufferSemantics.ZERO_COPY)
 
 
@@ -60,109 +59,138 @@ def check_shards(index: int, shape: tuple, dtype, sharding: "Sharding", expected
 class HostCopies:
     """The host-to-device copies of one call: gathered, started together, freed together.
 
-    ``start`` and ``free`` run inside the caller's native call on the client (its ticket),
-    so the client outlives both.
+    Each copy is written straight into the arrays the native call reads. ``start`` and
+    ``free`` run inside the caller's native call on the client (its ticket), so the client
+    outlives both.
     """
 
-    __slots__ = ("_client", "_items", "_buffers", "_count", "_holds")
+    __slots__ = ("_client", "_platform", "_count", "_made", "_data", "_keep", "_types",
+                 "_num_dims", "_dims", "_semantics", "_devices", "_slots", "_buffers", "_done",
+                 "_staged")
 
-    def __init__(self, client: "Client"):
+    def __init__(self, client: "Client", capacity: int):
+        """``capacity``: the most copies the call can make (its argument slots)."""
         self._client = client
-        #: (position in the argument array, host array, device, semantics, hold object)
-        self._items: list = []
-        self._buffers = _NULL
+        self._platform = client.platform
         self._count = 0
-        self._holds: list = []
+        self._made = 0
+        self._data = ffi.new("void*[]", capacity)
+        self._keep: list = []  # the host arrays and their cffi views, alive until started
+        self._types = ffi.new("PJRT_Buffer_Type[]", capacity)
+        self._num_dims = ffi.new("size_t[]", capacity)
+        self._dims: list[int] = []
+        self._semantics = ffi.new("int[]", capacity)  # zeros: IMMUTABLE_ONLY_DURING_CALL
+        self._devices = ffi.new("PJRT_Device*[]", capacity)
+        self._slots = ffi.new("size_t[]", capacity)
+        self._buffers = _NULL
+        self._done = ffi.new("PJRT_Event*[]", capacity)
+        #: (item index, what keeps the adopted memory) of the zero-copy items
+        self._staged: list = []
 
-    def add(self, position: int, host: np.ndarray, device: "Device", donated: bool) -> None:
-        """Copy ``host`` to ``device`` as argument slot ``position``."""
+    def add_value(self, slot: int, value, spec, device: "Device", donated: bool) -> None:
+        """Copy the host value ``value`` (checked against ``spec``, see :func:`host_array`)
+        to ``device`` as argument slot ``slot``."""
+        self.add(slot, host_array(slot, value, spec), device, donated)
+
+    def add(self, slot: int, host: np.ndarray, device: "Device", donated: bool,
+            adopted=None) -> None:
+        """Copy the C-contiguous native-order ``host`` to ``device`` as argument ``slot``.
+
+        ``adopted``: ``host`` is staging memory already made for this call (shared by
+        several devices through that object), to be adopted rather than copied again.
+        """
+        k = self._count
+        self._count = k + 1
+        if adopted is not None:
+            self._stage(k, adopted)
         # A donated slot is not staged: the program may write into it, and staging memory
         # goes back to the pool to be reused.
-        if not donated and should_stage(self._client.platform, host):
+        elif (host.nbytes >= STAGING_THRESHOLD_BYTES and not donated
+                and should_stage(self._platform, host)):
             self._client._handle.recycle_host_memory()
-            staged = adoptable_copy(host)
-            self._items.append((position, staged, device, _ZERO_COPY, staged))
-        else:
-            self._items.append((position, host, device, _DURING_CALL, None))
+            host = adoptable_copy(host)
+            self._stage(k, host)
+        view = ffi.from_buffer(host)
+        self._keep.append(view)
+        self._data[k] = view
+        self._types[k] = to_pjrt_type(host.dtype)
+        self._num_dims[k] = host.ndim
+        self._dims.extend(host.shape)
+        self._devices[k] = device._handle
+        self._slots[k] = slot
 
-    def add_replicated(self, positions: Sequence[int], host: np.ndarray,
+    def _stage(self, k: int, adopted) -> None:
+        self._semantics[k] = _ZERO_COPY
+        self._staged.append((k, adopted))
+
+    def add_replicated(self, slots: Sequence[int], host: np.ndarray,
                        devices: Sequence["Device"], donated: bool) -> None:
-        """Copy ``host`` whole to each of ``devices`` (slot ``positions[k]`` for the k-th)."""
-        if donated or len(devices) < 2 or not should_stage(self._client.platform, host):
-            for position, device in zip(positions, devices):
-                self.add(position, host, device, donated)
+        """Copy ``host`` whole to each of ``devices`` (slot ``slots[k]`` for the k-th)."""
+        if donated or len(devices) < 2 or not should_stage(self._platform, host):
+            for slot, device in zip(slots, devices):
+                self.add(slot, host, device, donated)
             return
         self._client._handle.recycle_host_memory()
         staged = adoptable_copy(host)
         shared = SharedStaging(staged, len(devices))
-        for position, device in zip(positions, devices):
-            self._items.append((position, staged, device, _ZERO_COPY, shared))
+        for slot, device in zip(slots, devices):
+            self.add(slot, staged, device, donated, adopted=shared)
 
     def add_sharded(self, index: int, num_arguments: int, host: np.ndarray,
                     sharding: "Sharding", devices: Sequence["Device"], donated: bool) -> None:
         """Cut ``host`` by ``sharding`` into argument ``index`` of a call on ``devices`` (the
         argument array holds ``num_arguments`` slots per device, device after device)."""
-        positions = [d * num_arguments + index for d in range(len(devices))]
+        slots = [d * num_arguments + index for d in range(len(devices))]
         if sharding.is_fully_replicated:
-            self.add_replicated(positions, host, devices, donated)
+            self.add_replicated(slots, host, devices, donated)
             return
         indices = sharding.devices_indices_map(host.shape)
-        for position, device in zip(positions, devices):
+        for slot, device in zip(slots, devices):
             shard = host[indices[device]]
             if not shard.flags.c_contiguous:
                 shard = np.ascontiguousarray(shard)
-            self.add(position, shard, device, donated)
+            self.add(slot, shard, device, donated)
 
     def start(self, argument_array) -> None:
         """Start every copy in one native call; each new buffer goes to its slot of
         ``argument_array``. On an error nothing is left behind."""
-        items = self._items
-        count = len(items)
+        count = self._count
         if not count:
             return
-        data = ffi.new("void*[]", count)
-        types = ffi.new("PJRT_Buffer_Type[]", count)
-        num_dims = ffi.new("size_t[]", count)
-        semantics = ffi.new("int[]", count)
-        devices = ffi.new("PJRT_Device*[]", count)
-        dims: list[int] = []
-        keep = []
-        for k, (_, host, device, semantic, _) in enumerate(items):
-            view = ffi.from_buffer(host)
-            keep.append(view)
-            data[k] = view
-            types[k] = dtypes.to_pjrt_type(host.dtype)
-            num_dims[k] = host.ndim
-            dims.extend(host.shape)
-            semantics[k] = semantic
-            devices[k] = device._handle
-        buffers = ffi.new("PJRT_Buffer*[]", count)
-        done = ffi.new("PJRT_Event*[]", count)
+        dims = self._dims
         failed = ffi.new("size_t *")
-        api = self._client._handle.api
+        handle = self._client._handle
+        api = handle.api
         api.require("PJRT_Client_BufferFromHostBuffer")  # the shim calls the entry unchecked
+        self._buffers = argument_array
         error = lib.pjrt_shim_buffers_from_host(
-            api.table, self._client._handle.pointer, count, data, types,
-            ffi.new("int64_t[]", dims) if dims else _NULL, num_dims, semantics, devices,
-            buffers, done, failed)
-        self._buffers, self._count = buffers, count
-        for k, item in enumerate(items):
-            if done[k] != _NULL:
-                self._holds.append((item[4], done[k]))
+            api.table, handle.pointer, count, self._data, self._types,
+            ffi.new("int64_t[]", dims) if dims else _NULL, self._num_dims, self._semantics,
+            self._devices, self._slots, argument_array, self._done, failed)
+        self._made = failed[0]
+        self._keep.clear()  # the plugin has copied, or holds its event for the staged memory
         if error != _NULL:
-            self._count = failed[0]
             self.free()
             raise consume(api, error)
-        for k, item in enumerate(items):
-            argument_array[item[0]] = buffers[k]
 
     def free(self) -> None:
         """Free the copies (the plugin keeps what a launched program still reads) and keep
-        adopted host memory until the plugin lets go of it."""
+        adopted host memory until the plugin lets go of it. Frees nothing twice."""
+        made, self._made = self._made, 0
+        if not made:
+            return
         handle = self._client._handle
-        if self._count:
-            lib.pjrt_shim_buffers_destroy(handle.api.table, self._buffers, self._count)
-            self._count = 0
-        if self._holds:
-            holds, self._holds = self._holds, []
+        table = handle.api.table
+        buffers, slots = self._buffers, self._slots
+        if made == self._count and made > 1:
+            lib.pjrt_shim_buffers_destroy(table, ffi.new("PJRT_Buffer*[]", [
+                buffers[slots[k]] for k in range(made)]), made)
+        else:
+            for k in range(made):
+                lib.pjrt_shim_buffer_destroy(table, buffers[slots[k]])
+        for k in range(made):
+            buffers[slots[k]] = _NULL
+        holds = [(adopted, self._done[k]) for k, adopted in self._staged
+                 if k < made and self._done[k] != _NULL]
+        if holds:
             handle.keep_host_memory_until_done(holds)

@@ -66,14 +66,15 @@ PJRT_Error* pjrt_shim_buffer_from_host(
 /* Starts `count` host-to-device copies in one call, as pjrt_shim_buffer_from_host
  * would one by one: item i reads `data[i]` (type `types[i]`, `num_dims[i]`
  * dimensions taken in turn from `dims`) onto `devices[i]` with `semantics[i]`.
- * `buffers_out[i]` and `done_out[i]` receive what that helper's outputs would.
+ * Its new buffer goes to `buffers_out[slots[i]]` (an execute argument array)
+ * and its done event, for the zero-copy semantics, to `done_out[i]`.
  * Stops at the first error: *failed_out is then the failing item's index, the
- * items before it are made (owned by the caller) and the rest are NULL. */
+ * items before it are made (owned by the caller) and the rest are not. */
 PJRT_Error* pjrt_shim_buffers_from_host(
     const PJRT_Api* api, PJRT_Client* client, size_t count,
     const void* const* data, const PJRT_Buffer_Type* types,
     const int64_t* dims, const size_t* num_dims, const int* semantics,
-    PJRT_Device* const* devices, PJRT_Buffer** buffers_out,
+    PJRT_Device* const* devices, const size_t* slots, PJRT_Buffer** buffers_out,
     PJRT_Event** done_out, size_t* failed_out);
 
 /* Copies `buffer` into `destination` (dense row-major, `size` bytes) and
