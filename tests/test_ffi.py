@@ -403,3 +403,27 @@ def test_headers_match_the_plugins_layout():
     assert ffi.sizeof("PJRT_FFI_Extension") == 48
     assert ffi.offsetof("XLA_FFI_CallFrame", "attrs") + ffi.sizeof("XLA_FFI_Attrs") == 168
     assert ffi.offsetof("XLA_FFI_Api", "XLA_FFI_Handler_Register") == 0x48
+
+
+def test_a_target_preparation_runs_once_before_the_first_program_naming_it():
+    from pjrt import ffi
+
+    calls = []
+
+    def prepare():
+        calls.append(1)
+        if len(calls) == 1:
+            raise OSError("not yet")
+
+    ffi.register_target_preparation(["prep_target_a", "prep_target_b"], prepare,
+                                    platform="prep_platform")
+    ffi.prepare_targets("prep_platform", b"stablehlo.custom_call @other_target")
+    assert calls == []  # a program that does not call the targets prepares nothing
+    with pytest.raises(RuntimeError, match=r"prep_target_b on prep_platform could not be set "
+                                           r"up: OSError: not yet"):
+        ffi.prepare_targets("prep_platform", b"stablehlo.custom_call @prep_target_b(%x)")
+    ffi.prepare_targets("prep_platform", b"stablehlo.custom_call @prep_target_a(%x)")
+    assert calls == [1, 1]  # tried again after the failure, and done
+    ffi.prepare_targets("prep_platform", b"@prep_target_a @prep_target_b")
+    ffi.prepare_targets("prep_platform", None)
+    assert calls == [1, 1]

@@ -340,3 +340,51 @@ def test_perturbed_solve_rejects_unsupported_types(client):
     assert excinfo.value.code == pjrt.ErrorCode.INVALID_ARGUMENT
     assert "tridiagonal_solve_perturbed_ffi" in str(excinfo.value)
     assert "unsupported element type" in str(excinfo.value)
+
+
+def test_scipy_is_imported_only_for_a_program_that_calls_lapack():
+    """Start-up and programs without linear algebra leave SciPy alone (its import costs more
+    than the rest of start-up); the first LAPACK program brings it in and runs."""
+    script = f"""
+        import sys
+        import numpy as np
+        import pjrt
+        compiled = pjrt.compile('''
+        func.func public @main(%x: tensor<3xf32>) -> tensor<3xf32> {{
+          %0 = stablehlo.add %x, %x : tensor<3xf32>
+          return %0 : tensor<3xf32>
+        }}''', pjrt.devices()[0])
+        np.testing.assert_array_equal(np.asarray(compiled(np.ones(3, np.float32))), [2, 2, 2])
+        print("scipy before:", "scipy" in sys.modules)
+        text = open({str(FIXTURES / "cholesky.float64.mlir")!r}).read()
+        m = np.random.default_rng(0).standard_normal((5, 5))
+        a = m @ m.T + 5 * np.eye(5)
+        lower = np.asarray(pjrt.compile(text, pjrt.devices()[0])(a))
+        np.testing.assert_allclose(lower, np.linalg.cholesky(a), rtol=1e-10)
+        print("scipy after:", "scipy" in sys.modules)
+    """
+    result = run_python(script, timeout=300)
+    assert "scipy before: False" in result.stdout
+    assert "scipy after: True" in result.stdout
+
+
+def test_without_scipy_a_lapack_program_is_refused_clearly():
+    script = f"""
+        import sys
+        sys.modules["scipy"] = None  # as if SciPy were not installed
+        import pjrt
+        text = open({str(FIXTURES / "cholesky.float64.mlir")!r}).read()
+        try:
+            pjrt.compile(text, pjrt.devices()[0])
+        except RuntimeError as exc:
+            print("ERROR", exc)
+        ok = pjrt.compile('''
+        func.func public @main(%x: tensor<3xf32>) -> tensor<3xf32> {{
+          return %x : tensor<3xf32>
+        }}''', pjrt.devices()[0])
+        print("other programs still compile")
+    """
+    result = run_python(script, timeout=300)
+    assert "ERROR the custom-call targets lapack_dpotrf_ffi" in result.stdout
+    assert "ImportError" in result.stdout and "pip install scipy" in result.stdout
+    assert "other programs still compile" in result.stdout

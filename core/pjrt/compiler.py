@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from . import compilation_cache, handles, serialization
+from . import ffi as custom_calls
 from ._pjrt_cffi import ffi
 from .compile_options import CompileOptions, DeviceAssignment
 from .errors import IncompatibleExecutableError, XlaRuntimeError
@@ -240,6 +241,7 @@ def compile_program(client: "Client", computation, executable_devices=None,
                              f"compile_options (ids {assigned}) disagree; pass one of them")
     serialized_options = compile_options.SerializeAsString()
     declared = signature.result_shapes if signature is not None else None
+    custom_calls.prepare_targets(client.platform, program)
 
     cache, cache_key = _cache_entry(client, program, serialized_options)
     if cache_key is not None:
@@ -297,7 +299,8 @@ def _load_cached(client, cache, key: str, declared) -> LoadedExecutable | None:
     if blob is None:
         return None
     try:
-        return deserialize_executable(client, blob, declared_output_shapes=declared)
+        return deserialize_executable(client, blob, declared_output_shapes=declared,
+                                      targets_prepared=True)
     except (IncompatibleExecutableError, ValueError, XlaRuntimeError) as error:
         compilation_cache.logger.warning(
             "compilation cache entry %s cannot be loaded (%s); compiling again", key[:16],
@@ -331,11 +334,15 @@ def program_argument(program: bytes) -> tuple:
 def deserialize_executable(client: "Client", serialized: bytes,
                            compile_options: CompileOptions | None = None, *,
                            trust_unverified: bool = False,
-                           declared_output_shapes=None) -> LoadedExecutable:
+                           declared_output_shapes=None,
+                           targets_prepared: bool = False) -> LoadedExecutable:
     """Load an executable serialised by :meth:`LoadedExecutable.serialize`.
 
     ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin
     build; bytes without pjrt's envelope are then handed to the plugin as they are.
+    ``targets_prepared``: the custom-call targets the program calls are known to be set up
+    (see :func:`pjrt.ffi.register_target_preparation`); otherwise every pending set-up for
+    the platform runs first, since the program cannot be read.
 
     Raises:
       IncompatibleExecutableError: another plugin build made the executable, or the bytes do
@@ -343,6 +350,8 @@ def deserialize_executable(client: "Client", serialized: bytes,
       ValueError: the serialized executable is truncated or damaged.
     """
     api = client._handle.api
+    if not targets_prepared:
+        custom_calls.prepare_targets(client.platform, None)
     serialized = serialization.unpack(
         serialized, serialization.plugin_identity(client.plugin, client.platform,
                                                   client.platform_version),

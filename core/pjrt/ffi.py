@@ -35,7 +35,7 @@ import logging
 import numbers
 import threading
 import traceback
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -48,7 +48,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "CustomCallTargetTraits", "HANDLER_FFI_VERSION", "bind_plugin_platform", "custom_call_targets", "ffi_extension",
-    "has_ffi_extension", "register_custom_call_target",
+    "has_ffi_extension", "prepare_targets", "register_custom_call_target",
+    "register_target_preparation",
 ]
 
 #: The XLA FFI version our handlers report when a plugin asks (the "metadata query" every
@@ -448,6 +449,76 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
                     errors.append(exc)
         if errors:
             raise errors[0]
+
+
+class _Preparation:
+    __slots__ = ("targets", "prepare", "done", "lock")
+
+    def __init__(self, targets: tuple[bytes, ...], prepare: Callable[[], object]):
+        self.targets = targets
+        self.prepare = prepare
+        self.done = False
+        self.lock = threading.Lock()
+
+
+#: canonical platform -> preparations not yet run (see register_target_preparation).
+_pending_preparations: dict[str, list[_Preparation]] = {}
+
+
+def register_target_preparation(targets: Iterable[str], prepare: Callable[[], object],
+                                platform: str = "cpu") -> None:
+    """Run ``prepare()`` once, before the first program that calls one of ``targets`` on
+    ``platform`` is compiled (or, since its program cannot be read, before any serialized
+    executable is loaded there).
+
+    For handlers whose set-up is costly and most programs never need: pjrt-cpu's LAPACK
+    kernels take their routines from SciPy, whose import costs more than the rest of start-up.
+    A ``prepare`` that raises is tried again by the next such compile.
+    """
+    names = tuple(sorted({name.encode() for name in targets}))
+    if not names:
+        return
+    with _lock:
+        _pending_preparations.setdefault(_canonical_platform(platform), []).append(
+            _Preparation(names, prepare))
+
+
+def prepare_targets(platform: str, program: bytes | None) -> None:
+    """Run the preparations :func:`register_target_preparation` keeps for ``platform`` whose
+    targets ``program`` (StableHLO text or bytecode, whose strings are stored whole) names;
+    all of them when ``program`` is None.
+
+    Raises:
+      RuntimeError: a preparation failed (its error is the cause).
+    """
+    if not _pending_preparations:
+        return
+    canonical = _canonical_platform(platform)
+    for preparation in list(_pending_preparations.get(canonical, ())):
+        if preparation.done:
+            continue
+        needed = program is None or any(name in program for name in preparation.targets)
+        if not needed:
+            continue
+        with preparation.lock:  # one thread prepares; the others wait for it
+            if preparation.done:
+                continue
+            try:
+                preparation.prepare()
+            except Exception as exc:
+                named = [n.decode() for n in preparation.targets
+                         if program is None or n in program]
+                raise RuntimeError(
+                    f"the custom-call targets {', '.join(named[:4])}"
+                    f"{' ...' if len(named) > 4 else ''} on {canonical} could not be set up: "
+                    f"{type(exc).__name__}: {exc}") from exc
+            preparation.done = True
+        with _lock:
+            pending = _pending_preparations.get(canonical, [])
+            if preparation in pending:
+                pending.remove(preparation)
+            if not pending:
+                _pending_preparations.pop(canonical, None)
 
 
 def custom_call_targets(platform: str = "cpu") -> dict[str, Any]:

@@ -8,8 +8,10 @@ a program fails with ``NOT_FOUND: No FFI handler registered for lapack_spotrf_ff
 This package ships the handlers in a small C library (``_lapack_kernels``, built from
 ``_lapack/lapack_kernels.c``). It links no LAPACK: :func:`provide_lapack` hands it the
 routines SciPy exports (``scipy.linalg.cython_lapack`` and ``cython_blas``, as PyCapsules),
-the same ones jaxlib uses. :func:`register_lapack_kernels` then registers every handler
-through :mod:`pjrt.ffi`, which passes them to each CPU plugin as it comes up.
+the same ones jaxlib uses. :func:`register_lapack_kernels` registers every handler through
+:mod:`pjrt.ffi`, which passes them to each CPU plugin as it comes up, and leaves the hand-over
+for later: importing SciPy costs more than the rest of pjrt's start-up, so
+:func:`provide_lapack` runs when the first program calling a LAPACK target is compiled.
 
 One more target is not LAPACK: ``tridiagonal_solve_perturbed_ffi``, jax's lowering of
 ``lax.linalg.tridiagonal_solve(..., perturb_singular=True)``, which
@@ -103,7 +105,11 @@ def provide_lapack() -> list[str]:
     with _provide_lock:
         if _provided is not None:
             return list(_provided)
-        from scipy.linalg import cython_blas, cython_lapack  # pyright: ignore[reportAttributeAccessIssue]
+        try:
+            from scipy.linalg import cython_blas, cython_lapack  # pyright: ignore[reportAttributeAccessIssue]
+        except ImportError as exc:
+            raise ImportError(f"the LAPACK kernels take their routines from SciPy, which "
+                              f"cannot be imported ({exc}); install it: pip install scipy") from exc
 
         exported = {**cython_blas.__pyx_capi__, **cython_lapack.__pyx_capi__}
         lib = _library()
@@ -138,16 +144,24 @@ def register_lapack_kernels(platform: str = "cpu") -> list[str]:
 
     Safe to call repeatedly and before or after a CPU client exists: pjrt.ffi keeps the
     registrations and passes them to each plugin serving ``platform`` (see its docstring for
-    when a plugin counts as serving it).
+    when a plugin counts as serving it). SciPy is not imported here but before the first
+    compile of a program that calls a LAPACK target (:func:`pjrt.ffi.register_target_preparation`).
 
     Returns:
       The registered target names.
     """
     import pjrt
+    from pjrt import ffi
 
-    provide_lapack()
     registered = []
-    for name, address in targets().items():
+    needs_lapack = []
+    lib = _library()
+    for index, (name, address) in enumerate(targets().items()):
         pjrt.register_custom_call_target(name, address, platform=platform)
         registered.append(name)
+        if not lib.pjrt_cpu_lapack_target_ready(index):
+            needs_lapack.append(name)
+    # SciPy's import costs more than the rest of start-up, and most programs call no LAPACK:
+    # the routines are handed over before the first program that calls one is compiled.
+    ffi.register_target_preparation(needs_lapack, provide_lapack, platform=platform)
     return registered

@@ -314,7 +314,7 @@ static void* routine(call* c, int r, int t, XLA_FFI_Error** error) {
     snprintf(name, sizeof(name), "%c%s", TYPES[t].prefix, ROUTINE_NAMES[r][TYPES[t].is_complex]);
     *error = fail(c, XLA_FFI_Error_Code_FAILED_PRECONDITION,
                   "LAPACK routine %s has not been provided; call "
-                  "pjrt_cpu.register_lapack_kernels() (which takes it from SciPy) first", name);
+                  "pjrt_cpu.lapack.provide_lapack() (which takes it from SciPy) first", name);
   }
   return fn;
 }
