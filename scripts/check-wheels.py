@@ -17,7 +17,8 @@ non-zero when it fails:
    extraction; the blocks' asserts and exit code decide), in a fresh interpreter;
 5. `pjrt demo` (what README's first command runs) exits 0 and its results match numpy;
 6. a program jax lowered to a LAPACK custom call runs on pjrt-cpu's kernels and matches numpy;
-7. with --hardware-packages: the pjrt-cuda, pjrt-rocm and pjrt-tpu wheels install with
+7. the control: pip building `pjrt` from its sdist here fails at compiling its C code;
+8. with --hardware-packages: the pjrt-cuda, pjrt-rocm and pjrt-tpu wheels install with
    `--no-deps` (their vendors' libraries are hundreds of MB each; the `vendor` environment
    runs them), import, register their entry points, and their backends fail cleanly, naming
    the vendor package to install, while the cpu backend stays up.
@@ -30,10 +31,10 @@ import json
 import os
 import pathlib
 import re
+import shlex
 import shutil
 import subprocess
 import sys
-import shlex
 import sysconfig
 import tempfile
 import time
@@ -50,6 +51,7 @@ class CheckFailed(Exception):
 
 
 def step(title: str) -> None:
+    """Print the heading of the next step."""
     print(f"\n== {title}", flush=True)
 
 
@@ -92,7 +94,29 @@ def check_no_compiler() -> None:
     print(f"no {', '.join(COMPILERS)} on PATH; CC={os.environ['CC']} CXX={os.environ['CXX']}")
 
 
+def check_sdist_fails(cwd: pathlib.Path, dist: pathlib.Path) -> None:
+    """The control: pip building the core from its sdist here fails at compiling its C code, so
+    the installs above compiled nothing."""
+    sdists = sorted(dist.glob("pjrt-*.tar.gz"))
+    if len(sdists) != 1:
+        raise CheckFailed(f"expected one pjrt sdist in {dist}, found {[s.name for s in sdists]}")
+    env = {k: v for k, v in os.environ.items() if k != "PIP_ONLY_BINARY"}
+    started = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--no-binary", "pjrt",
+         "--target", str(cwd / "sdist-build"), str(sdists[0])],
+        cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
+    output = result.stdout + result.stderr
+    if result.returncode == 0 or "_pjrt_cffi" not in output:
+        print(output.rstrip())
+        raise CheckFailed("building pjrt from its sdist should have failed at compiling the cffi "
+                          f"extension (exit {result.returncode})")
+    print(f"building {sdists[0].name} fails at compiling pjrt._pjrt_cffi, as it should "
+          f"({time.perf_counter() - started:.1f} s)")
+
+
 def check_outside_checkout(cwd: pathlib.Path) -> None:
+    """Nothing can come from the checkout's sources: not the working directory, not PYTHONPATH."""
     if cwd == ROOT or ROOT in cwd.parents:
         raise CheckFailed(f"run this from outside the checkout ({ROOT}), not from {cwd}")
     if os.environ.get("PYTHONPATH"):
@@ -219,7 +243,7 @@ def check_lapack(cwd: pathlib.Path, env: dict[str, str]) -> None:
          str(ROOT / "tests" / "fixtures" / "linalg" / "cholesky.float64.mlir")], cwd, env)
 
 
-def check_hardware_packages(cwd: pathlib.Path, dist: pathlib.Path, version: str) -> None:
+def check_hardware_packages(cwd: pathlib.Path, dist: pathlib.Path) -> None:
     """The three hardware packages' wheels install (without their vendors' libraries) and
     import, and each registers its ``jax_plugins`` entry point."""
     wheels = [the_wheel(dist, module.replace("_", "-")) for module, _ in HARDWARE.values()]
@@ -279,9 +303,11 @@ def check(dist: pathlib.Path, cwd: pathlib.Path, hardware_packages: bool) -> int
         check_demo(cwd, env)
         step("pjrt-cpu's LAPACK kernels")
         check_lapack(cwd, dict(env, PJRT_PLATFORMS="cpu"))
+        step("the control: no C compiler here")
+        check_sdist_fails(cwd, dist)
         if hardware_packages:
             step("the pjrt-cuda, pjrt-rocm and pjrt-tpu wheels, without their vendors' libraries")
-            check_hardware_packages(cwd, dist, version)
+            check_hardware_packages(cwd, dist)
             check_info(cwd, env, version, hardware=True)
     except CheckFailed as error:
         print(f"\nFAILED: {error}", file=sys.stderr)
