@@ -35,7 +35,7 @@ fi
 pythons=.tox/pythons
 for version in 3.10 3.12; do
   if ! "python$version" -c "" >/dev/null 2>&1; then
-    found=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$version".*/bin/"python$version" \
+    found=$(ls -d "${PYENV_ROOT:-${HOME:-}/.pyenv}/versions/$version".*/bin/"python$version" \
               2>/dev/null | sort -V | tail -n 1 || true)
     if [ -n "$found" ]; then
       mkdir -p "$pythons"
