@@ -24,11 +24,15 @@ from __future__ import annotations
 
 import numbers
 import struct
-from typing import Any, Callable, Dict, List, Optional, Self, Tuple, TypeGuard, overload
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, TypeGuard,
+                    overload)
 
 import numpy as np
 
 from . import _protowire as pw
+
+if TYPE_CHECKING:  # typing.Self is Python 3.11+; annotations are not evaluated at run time
+    from typing import Self
 
 __all__ = ["INT64_MIN", "INT64_MAX", "INT32_MIN", "INT32_MAX", "Kind", "Field", "Message",
            "BOOL", "INT64", "INT32", "FLOAT", "BYTES", "STRING", "PACKED_INT64", "PACKED_BOOL",
