@@ -292,7 +292,7 @@ def flax_cnn_bn_forward():
 
 
 @model("flax_cnn_bn_train", family="cnn-train", library="flax.linen+optax", rtol=1e-4,
-       atol=1e-5)
+       atol=1e-5, slow=True)
 def flax_cnn_bn_train():
     import optax
 
@@ -448,7 +448,7 @@ def nnx_transformer_train():
 # -- equinox ----------------------------------------------------------------------------------
 
 @model("equinox_mlp_train", family="mlp-train", library="equinox+optax", rtol=1e-4,
-       atol=1e-5)
+       atol=1e-5, slow=True)
 def equinox_mlp_train():
     import equinox as eqx
     import optax
@@ -539,7 +539,7 @@ def gp_loglik():
 
 # -- diffrax ----------------------------------------------------------------------------------
 
-@model("diffrax_ode", family="ode", library="diffrax", rtol=1e-4, atol=1e-5)
+@model("diffrax_ode", family="ode", library="diffrax", rtol=1e-4, atol=1e-5, slow=True)
 def diffrax_ode():
     import diffrax
 
