@@ -791,9 +791,19 @@ def _global_shape(sharding, shard_shape: tuple) -> tuple:
 
 
 def _layouts_to_check(executable: LoadedExecutable) -> dict:
-    """index -> layout of parameters compiled (``argument_layouts``) to take a non-row-major one."""
+    """index -> layout of parameters compiled (``argument_layouts``) to take a non-row-major one.
+
+    Only the order and the tiles are checked. A packed element size (``E(4)`` on an int4
+    parameter) is how the device stores a sub-byte type, every buffer of that type has it, and
+    a buffer's layout as PJRT reports it (``PJRT_Buffer_GetMemoryLayout``) cannot say it.
+    """
     try:
         found = executable._layouts("parameters")
     except (UnsupportedFeatureError, XlaRuntimeError, ValueError):
         return {}
-    return {i: layout for i, layout in enumerate(found) if not layout.layout.is_row_major()}
+    checks = {}
+    for i, layout in enumerate(found):
+        placed = layouts.Layout(layout.layout.minor_to_major(), layout.layout.tiling())
+        if not placed.is_row_major():
+            checks[i] = layouts.PjRtLayout(placed)
+    return checks
