@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from . import compilation_cache, handles, serialization
-from . import ffi as custom_calls
 from ._pjrt_cffi import ffi
 from .compile_options import CompileOptions, DeviceAssignment
 from .errors import IncompatibleExecutableError, XlaRuntimeError
 from .executable import LoadedExecutable
 from .sharding_text import ProgramSignature, parse_program_signature
+from .target_preparation import prepare_targets
 from .waits import run_on_compile_thread
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ def compile_program(client: "Client", computation, executable_devices=None,
                              f"compile_options (ids {assigned}) disagree; pass one of them")
     serialized_options = compile_options.SerializeAsString()
     declared = signature.result_shapes if signature is not None else None
-    custom_calls.prepare_targets(client.platform, program)
+    prepare_targets(client.platform, program)
 
     cache, cache_key = _cache_entry(client, program, serialized_options)
     if cache_key is not None:
@@ -351,7 +351,7 @@ def deserialize_executable(client: "Client", serialized: bytes,
     """
     api = client._handle.api
     if not targets_prepared:
-        custom_calls.prepare_targets(client.platform, None)
+        prepare_targets(client.platform, None)
     serialized = serialization.unpack(
         serialized, serialization.plugin_identity(client.plugin, client.platform,
                                                   client.platform_version),

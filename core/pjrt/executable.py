@@ -24,7 +24,7 @@ from .errors import (ClosedClientError, ErrorCode, UnsupportedFeatureError, XlaR
 from .hlo_sharding import HloSharding
 from .host_values import HostCopies, check_shards, host_array
 from .options import named_values_to_dict
-from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
+from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding, global_shape_of_shards
 
 if TYPE_CHECKING:
     from .client import Client
@@ -659,7 +659,7 @@ class LoadedExecutable:
                 global_shape, dtype = self._output_global_shape(j), self._output_dtypes[j]
             else:
                 shard_shape, dtype = _buffer_metadata(self._client, buffers[0])
-                global_shape = _global_shape(sharding, shard_shape)
+                global_shape = global_shape_of_shards(sharding, shard_shape)
             results.append(Array(self._client, buffers, devices, global_shape, dtype, None,
                                  sharding))
         return results
@@ -673,7 +673,7 @@ class LoadedExecutable:
     def _check_output_layouts(self) -> tuple:
         """Each output's global shape, from its shards; ValueError when the program declares
         another one (XLA pads uneven shards, which an Array cannot represent, as in jax)."""
-        shapes = tuple(_global_shape(sharding, shard_shape)
+        shapes = tuple(global_shape_of_shards(sharding, shard_shape)
                        for sharding, shard_shape in zip(self.output_shardings,
                                                         self._output_shapes))  # pyright: ignore[reportArgumentType]
         # A replicated program declares per-replica shapes; only partitioned ones are compared.
@@ -779,31 +779,11 @@ def _array_from_buffer(client: "Client", buffer, devices: tuple) -> Array:
     return Array(client, [buffer], devices, shape, dtype)
 
 
-def _global_shape(sharding, shard_shape: tuple) -> tuple:
-    """The global shape of an output whose per-device shards have ``shard_shape``."""
-    if isinstance(sharding, PmapSharding):
-        return (len(sharding._device_assignment),) + tuple(shard_shape)
-    hlo = sharding.to_hlo_sharding(len(shard_shape))
-    if not hlo.is_tiled():
-        return tuple(shard_shape)
-    tiles = hlo.tile_assignment_dimensions[:len(shard_shape)]
-    return tuple(int(n) * int(t) for n, t in zip(shard_shape, tiles))
-
-
 def _layouts_to_check(executable: LoadedExecutable) -> dict:
-    """index -> layout of parameters compiled (``argument_layouts``) to take a non-row-major one.
-
-    Only the order and the tiles are checked. A packed element size (``E(4)`` on an int4
-    parameter) is how the device stores a sub-byte type, every buffer of that type has it, and
-    a buffer's layout as PJRT reports it (``PJRT_Buffer_GetMemoryLayout``) cannot say it.
-    """
+    """index -> layout of parameters compiled (``argument_layouts``) to take a non-row-major
+    one (see :func:`pjrt.layouts.layouts_arguments_must_have`)."""
     try:
         found = executable._layouts("parameters")
     except (UnsupportedFeatureError, XlaRuntimeError, ValueError):
         return {}
-    checks = {}
-    for i, layout in enumerate(found):
-        placed = layouts.Layout(layout.layout.minor_to_major(), layout.layout.tiling())
-        if not placed.is_row_major():
-            checks[i] = layouts.PjRtLayout(placed)
-    return checks
+    return layouts.layouts_arguments_must_have(found)

@@ -35,7 +35,7 @@ import logging
 import numbers
 import threading
 import traceback
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -43,6 +43,10 @@ from . import _c, dtypes
 from . import plugin as plugin_module
 from ._pjrt_cffi import ffi, lib
 from .errors import ErrorCode, UnsupportedFeatureError, XlaRuntimeError, check
+# Deferred set-up of targets lives apart from the handler registry, so that the compile path
+# reaches it without this module; it is part of this module's interface.
+from .target_preparation import canonical_platform as _canonical_platform
+from .target_preparation import prepare_targets, register_target_preparation
 
 logger = logging.getLogger(__name__)
 
@@ -58,17 +62,6 @@ __all__ = [
 #: runtimes); our handlers only use the call-frame layout and XLA_FFI_Error_Create, which have
 #: not changed since 0.1, so answering 0.1 is also the truthful answer.
 HANDLER_FFI_VERSION: tuple[int, int] = (0, 1)
-
-#: Platform names that denote the same XLA platform (XLA canonicalises "cpu" to "host").
-_PLATFORM_ALIASES = {"host": "cpu"}
-
-
-def _canonical_platform(platform: str) -> str:
-    if not isinstance(platform, str) or not platform:
-        raise TypeError(f"platform must be a non-empty string, not {platform!r}")
-    lowered = platform.lower()
-    return _PLATFORM_ALIASES.get(lowered, lowered)
-
 
 # -- the PJRT FFI extension ------------------------------------------------------------------
 
@@ -449,76 +442,6 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
                     errors.append(exc)
         if errors:
             raise errors[0]
-
-
-class _Preparation:
-    __slots__ = ("targets", "prepare", "done", "lock")
-
-    def __init__(self, targets: tuple[bytes, ...], prepare: Callable[[], object]):
-        self.targets = targets
-        self.prepare = prepare
-        self.done = False
-        self.lock = threading.Lock()
-
-
-#: canonical platform -> preparations not yet run (see register_target_preparation).
-_pending_preparations: dict[str, list[_Preparation]] = {}
-
-
-def register_target_preparation(targets: Iterable[str], prepare: Callable[[], object],
-                                platform: str = "cpu") -> None:
-    """Run ``prepare()`` once, before the first program that calls one of ``targets`` on
-    ``platform`` is compiled (or, since its program cannot be read, before any serialized
-    executable is loaded there).
-
-    For handlers whose set-up is costly and most programs never need: pjrt-cpu's LAPACK
-    kernels take their routines from SciPy, whose import costs more than the rest of start-up.
-    A ``prepare`` that raises is tried again by the next such compile.
-    """
-    names = tuple(sorted({name.encode() for name in targets}))
-    if not names:
-        return
-    with _lock:
-        _pending_preparations.setdefault(_canonical_platform(platform), []).append(
-            _Preparation(names, prepare))
-
-
-def prepare_targets(platform: str, program: bytes | None) -> None:
-    """Run the preparations :func:`register_target_preparation` keeps for ``platform`` whose
-    targets ``program`` (StableHLO text or bytecode, whose strings are stored whole) names;
-    all of them when ``program`` is None.
-
-    Raises:
-      RuntimeError: a preparation failed (its error is the cause).
-    """
-    if not _pending_preparations:
-        return
-    canonical = _canonical_platform(platform)
-    for preparation in list(_pending_preparations.get(canonical, ())):
-        if preparation.done:
-            continue
-        needed = program is None or any(name in program for name in preparation.targets)
-        if not needed:
-            continue
-        with preparation.lock:  # one thread prepares; the others wait for it
-            if preparation.done:
-                continue
-            try:
-                preparation.prepare()
-            except Exception as exc:
-                named = [n.decode() for n in preparation.targets
-                         if program is None or n in program]
-                raise RuntimeError(
-                    f"the custom-call targets {', '.join(named[:4])}"
-                    f"{' ...' if len(named) > 4 else ''} on {canonical} could not be set up: "
-                    f"{type(exc).__name__}: {exc}") from exc
-            preparation.done = True
-        with _lock:
-            pending = _pending_preparations.get(canonical, [])
-            if preparation in pending:
-                pending.remove(preparation)
-            if not pending:
-                _pending_preparations.pop(canonical, None)
 
 
 def custom_call_targets(platform: str = "cpu") -> dict[str, Any]:

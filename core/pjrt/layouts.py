@@ -406,3 +406,19 @@ def _shape_layouts(shape: bytes) -> list[PjRtLayout]:
     if layout is None:
         layout = Layout(tuple(range(rank - 1, -1, -1)))
     return [PjRtLayout(layout)]
+
+
+def layouts_arguments_must_have(parameter_layouts: list[PjRtLayout]) -> dict[int, PjRtLayout]:
+    """index -> layout, for the parameters an executable takes in a layout other than
+    row-major: an argument must come in that layout.
+
+    Only the order and the tiles count. A packed element size (``E(4)`` on an int4
+    parameter) is how the device stores a sub-byte type, every buffer of that type has it, and
+    a buffer's layout as PJRT reports it (``PJRT_Buffer_GetMemoryLayout``) cannot say it.
+    """
+    checks = {}
+    for i, layout in enumerate(parameter_layouts):
+        placed = Layout(layout.layout.minor_to_major(), layout.layout.tiling())
+        if not placed.is_row_major():
+            checks[i] = PjRtLayout(placed)
+    return checks

@@ -694,3 +694,15 @@ def sharding_from_mhlo_text(text: str, devices: Union[Sequence[Device], DeviceLi
       ValueError: the text is not a valid sharding, or does not fit ``devices``.
     """
     return GSPMDSharding(devices, HloSharding.from_string(text), memory_kind=memory_kind)
+
+
+def global_shape_of_shards(sharding: Sharding, shard_shape: Sequence[int]) -> tuple[int, ...]:
+    """The global shape of an array whose per-device shards, laid out by ``sharding``, have
+    ``shard_shape`` (evenly split, as every pjrt Array is)."""
+    if isinstance(sharding, PmapSharding):
+        return (len(sharding._device_assignment),) + tuple(shard_shape)
+    hlo = sharding.to_hlo_sharding(len(shard_shape))
+    if not hlo.is_tiled():
+        return tuple(shard_shape)
+    tiles = hlo.tile_assignment_dimensions[:len(shard_shape)]
+    return tuple(int(n) * int(t) for n, t in zip(shard_shape, tiles))
