@@ -157,3 +157,45 @@ def test_a_replicated_value_is_copied_from_the_host_once(client, empty_pool):
     assert empty_pool.available(staging.staging_size(r.nbytes)) == 1
     again = compiled(r * 2, c)  # and the block is used again, whole
     np.testing.assert_array_equal(np.asarray(again), r * 2)
+
+
+#: x + 1 on a replicated 64x1024 float32, donating x.
+SPMD_DONATING = """
+module @donating attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=8]>
+  func.func public @main(
+      %r: tensor<64x1024xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>,
+                               tf.aliasing_output = 0 : i32})
+      -> (tensor<64x1024xf32> {sdy.sharding = #sdy.sharding<@mesh, [{}, {}]>}) {
+    %one = stablehlo.constant dense<1.0> : tensor<64x1024xf32>
+    %0 = stablehlo.add %r, %one : tensor<64x1024xf32>
+    return %0 : tensor<64x1024xf32>
+  }
+}"""
+
+
+def test_device_put_of_a_replicated_value_copies_it_once(client, empty_pool):
+    mesh = pjrt.Mesh(np.array(client.devices()[:8]), ("x",))
+    sharding = pjrt.NamedSharding(mesh, pjrt.P())
+    host = np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024)
+    array = pjrt.device_put(host, sharding)
+    host[:] = -1  # a copy, not the caller's memory
+    for shard in array.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data),
+                                      np.arange(64 * 1024, dtype=np.float32).reshape(64, 1024))
+    del array, shard
+    gc.collect()
+    client._handle.recycle_host_memory()
+    assert empty_pool.available(staging.staging_size(host.nbytes)) == 1
+
+
+def test_a_donated_replicated_value_is_not_written_in_place(client, empty_pool):
+    """The devices share one adopted block; the plugins treat adopted memory as immutable,
+    so a donating program copies it: each device adds 1 once."""
+    mesh = pjrt.Mesh(np.array(client.devices()[:8]), ("x",))
+    compiled = pjrt.compile(SPMD_DONATING, mesh)
+    host = np.full((64, 1024), 5.0, np.float32)
+    for placed in (pjrt.device_put(host, compiled.input_shardings[0]), host):
+        out = compiled(placed)
+        for shard in out.addressable_shards:
+            np.testing.assert_array_equal(np.asarray(shard.data), host + 1)

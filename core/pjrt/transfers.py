@@ -15,7 +15,8 @@ import numpy as np
 from ._pjrt_cffi import lib
 from .array import Array, native_host, put_buffer
 from .handles import HostBufferSemantics
-from .staging import TRANSFER_THREAD_PREFIX, staging_pool, staging_size
+from .staging import (TRANSFER_THREAD_PREFIX, SharedStaging, adoptable_copy, should_stage,
+                      staging_pool, staging_size)
 from .device import Device
 from .sharding import GSPMDSharding, PmapSharding, Sharding
 
@@ -164,7 +165,33 @@ def device_put(x, device: Device | Sharding | None = None) -> Array:
     host = native_host(x)
     indices = sharding.addressable_devices_indices_map(host.shape)
     devices = list(indices)
+    if (len(devices) > 1 and should_stage(devices[0].platform, host)
+            and sharding.is_fully_replicated
+            and all(_memory_for(sharding, d) is None for d in devices)):
+        return _put_replicated(host, sharding, devices)
     return batched_device_put(host.shape, sharding, [host[indices[d]] for d in devices], devices)
+
+
+def _put_replicated(host: np.ndarray, sharding: Sharding, devices: list[Device]) -> Array:
+    """``host`` whole on every device, copied from the host once: the devices all adopt one
+    staging block (the CPU plugins treat adopted memory as immutable: a program given such a
+    buffer to donate copies it rather than write into it)."""
+    client = _client_of(sharding)
+    with client._handle.calling():
+        client._handle.recycle_host_memory()
+        staged = adoptable_copy(host)
+        shared = SharedStaging(staged, len(devices))
+        buffers: list = []
+        holds: list = []
+        try:
+            for device in devices:
+                buffer, hold = put_buffer(client, staged, device, HostBufferSemantics.ZERO_COPY)
+                buffers.append(buffer)
+                holds.append((shared, hold[1]) if hold is not None else None)
+        except BaseException:
+            _free(client, buffers, holds)
+            raise
+        return Array(client, buffers, tuple(devices), host.shape, host.dtype, holds, sharding)
 
 
 def batched_copy_array_to_devices_with_sharding(
