@@ -73,7 +73,9 @@ class HostCopies:
         self._client = client
         self._platform = client.platform
         self._count = 0
-        self._made = 0
+        #: How many copies exist, written by the native call itself: a KeyboardInterrupt
+        #: arriving as it returns cannot lose them.
+        self._made = ffi.new("size_t *")
         self._data = ffi.new("void*[]", capacity)
         self._keep: list = []  # the host arrays and their cffi views, alive until started
         self._types = ffi.new("PJRT_Buffer_Type[]", capacity)
@@ -158,7 +160,6 @@ class HostCopies:
         if not count:
             return
         dims = self._dims
-        failed = ffi.new("size_t *")
         handle = self._client._handle
         api = handle.api
         api.require("PJRT_Client_BufferFromHostBuffer")  # the shim calls the entry unchecked
@@ -166,8 +167,7 @@ class HostCopies:
         error = lib.pjrt_shim_buffers_from_host(
             api.table, handle.pointer, count, self._data, self._types,
             ffi.new("int64_t[]", dims) if dims else _NULL, self._num_dims, self._semantics,
-            self._devices, self._slots, argument_array, self._done, failed)
-        self._made = failed[0]
+            self._devices, self._slots, argument_array, self._done, self._made)
         self._keep.clear()  # the plugin has copied, or holds its event for the staged memory
         if error != _NULL:
             self.free()
@@ -176,9 +176,10 @@ class HostCopies:
     def free(self) -> None:
         """Free the copies (the plugin keeps what a launched program still reads) and keep
         adopted host memory until the plugin lets go of it. Frees nothing twice."""
-        made, self._made = self._made, 0
+        made = self._made[0]
         if not made:
             return
+        self._made[0] = 0
         handle = self._client._handle
         table = handle.api.table
         buffers, slots = self._buffers, self._slots

@@ -164,18 +164,16 @@ PJRT_Error* pjrt_shim_buffers_from_host(
     const void* const* data, const PJRT_Buffer_Type* types,
     const int64_t* dims, const size_t* num_dims, const int* semantics,
     PJRT_Device* const* devices, const size_t* slots, PJRT_Buffer** buffers_out,
-    PJRT_Event** done_out, size_t* failed_out) {
+    PJRT_Event** done_out, size_t* made_out) {
   size_t i;
-  *failed_out = count;
+  *made_out = 0;
   for (i = 0; i < count; ++i) {
     PJRT_Error* error = pjrt_shim_buffer_from_host(
         api, client, data[i], types[i], num_dims[i] ? dims : NULL, num_dims[i],
         (PJRT_HostBufferSemantics)semantics[i], devices[i], NULL,
         &buffers_out[slots[i]], &done_out[i]);
-    if (error != NULL) {
-      *failed_out = i;
-      return error;
-    }
+    if (error != NULL) return error;
+    *made_out = i + 1;
     dims += num_dims[i];
   }
   return NULL;

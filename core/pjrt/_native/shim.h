@@ -68,14 +68,14 @@ PJRT_Error* pjrt_shim_buffer_from_host(
  * dimensions taken in turn from `dims`) onto `devices[i]` with `semantics[i]`.
  * Its new buffer goes to `buffers_out[slots[i]]` (an execute argument array)
  * and its done event, for the zero-copy semantics, to `done_out[i]`.
- * Stops at the first error: *failed_out is then the failing item's index, the
- * items before it are made (owned by the caller) and the rest are not. */
+ * *made_out is the number of items made (all of them, or, after an error, the
+ * failing item's index): those are owned by the caller, the rest untouched. */
 PJRT_Error* pjrt_shim_buffers_from_host(
     const PJRT_Api* api, PJRT_Client* client, size_t count,
     const void* const* data, const PJRT_Buffer_Type* types,
     const int64_t* dims, const size_t* num_dims, const int* semantics,
     PJRT_Device* const* devices, const size_t* slots, PJRT_Buffer** buffers_out,
-    PJRT_Event** done_out, size_t* failed_out);
+    PJRT_Event** done_out, size_t* made_out);
 
 /* Copies `buffer` into `destination` (dense row-major, `size` bytes) and
  * waits for the copy to finish. The caller has already waited for the buffer
