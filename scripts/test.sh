@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test environment of tox.ini (its env_list), the quick ones first:
+# Runs every test environment of tox.ini (its env_list):
 #   docs            the documentation site, built strictly
 #   typing          pyright over the packages and README's Python code (0 errors)
 #   wheels          the five wheels and sdists built into dist/ (scripts/build-wheels.sh)
