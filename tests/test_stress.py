@@ -270,6 +270,11 @@ def test_close_a_client_while_threads_execute_transfer_and_read(tmp_path, plugin
                 if not np.allclose(np.asarray(out), WANT, rtol=1e-6):
                     bad.append("execute: wrong value")
 
+            def execute_host_values():  # the copies are the call's own, made and freed in it
+                (out,) = executable.execute([X, X], copy_host_values=True)
+                if not np.allclose(np.asarray(out), WANT, rtol=1e-6):
+                    bad.append("execute_host_values: wrong value")
+
             def transfer():
                 client.buffer_from_pyval(X).block_until_ready()
 
@@ -279,7 +284,8 @@ def test_close_a_client_while_threads_execute_transfer_and_read(tmp_path, plugin
                     bad.append("read: wrong value")
                 views[:] = [view]
 
-            threads = [until_closed(step) for step in (execute, transfer, read)]
+            threads = [until_closed(step)
+                       for step in (execute, execute_host_values, transfer, read)]
             for thread in threads:
                 thread.start()
             time.sleep(random.uniform(0.002, 0.02))
@@ -293,7 +299,7 @@ def test_close_a_client_while_threads_execute_transfer_and_read(tmp_path, plugin
     """)
     report = last_json(result)
     assert report["bad"] == []
-    assert report["closed"] == 36 and report["ok"] > 0
+    assert report["closed"] == 48 and report["ok"] > 0
 
 
 # -- 4. clear the backends while threads compile and run through pjrt.compile -------------
