@@ -6,9 +6,10 @@ under its own call's ticket, launches the program, and frees the copies right af
 plugin keeps what a running program reads. No Array object is made for them, and nothing is
 waited on: the program's launch orders the copies before it.
 
-Copies follow ``Client.buffer_from_pyval``'s rules (large values go through staging memory on
-host-memory plugins), with one addition: a replicated value is copied from the host once, and
-every device adopts that one staging block.
+On host-memory plugins, a value for one device goes through staging memory only from
+:data:`~pjrt.staging.CALL_STAGING_THRESHOLD_BYTES` (below it the plugin's own copy is as
+fast, since its allocator recycles the memory of the last call), and a replicated value is
+copied from the host once, into one staging block every device adopts.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from .array import native_host
 from .dtypes import to_pjrt_type
 from .errors import consume
 from .handles import HostBufferSemantics
-from .staging import STAGING_THRESHOLD_BYTES, SharedStaging, adoptable_copy, should_stage
+from .staging import (CALL_STAGING_THRESHOLD_BYTES, SharedStaging, adoptable_copy,
+                      should_stage)
 
 if TYPE_CHECKING:
     from .client import Client
@@ -107,8 +109,8 @@ class HostCopies:
             self._stage(k, adopted)
         # A donated slot is not staged: the program may write into it, and staging memory
         # goes back to the pool to be reused.
-        elif (host.nbytes >= STAGING_THRESHOLD_BYTES and not donated
-                and should_stage(self._platform, host)):
+        elif (host.nbytes >= CALL_STAGING_THRESHOLD_BYTES and not donated
+                and should_stage(self._platform, host, CALL_STAGING_THRESHOLD_BYTES)):
             self._client._handle.recycle_host_memory()
             host = adoptable_copy(host)
             self._stage(k, host)
