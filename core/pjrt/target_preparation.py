@@ -24,14 +24,28 @@ def canonical_platform(platform: str) -> str:
     return _PLATFORM_ALIASES.get(lowered, lowered)
 
 
+#: Targets are looked for by the first bytes of their names first: a compile of a large
+#: program then scans it a few times, not once per target (61 for pjrt-cpu's LAPACK kernels).
+_PREFIX_BYTES = 6
+
+
 class _Preparation:
-    __slots__ = ("targets", "prepare", "done", "lock")
+    __slots__ = ("targets", "by_prefix", "prepare", "done", "lock")
 
     def __init__(self, targets: tuple[bytes, ...], prepare: Callable[[], object]):
         self.targets = targets
+        by_prefix: dict[bytes, list[bytes]] = {}
+        for name in targets:
+            by_prefix.setdefault(name[:_PREFIX_BYTES], []).append(name)
+        self.by_prefix = {prefix: tuple(names) for prefix, names in by_prefix.items()}
         self.prepare = prepare
         self.done = False
         self.lock = threading.Lock()
+
+    def named_in(self, program: bytes) -> list[bytes]:
+        """The targets ``program`` names."""
+        return [name for prefix, names in self.by_prefix.items() if prefix in program
+                for name in names if name in program]
 
 
 _registry_lock = threading.Lock()
@@ -71,8 +85,8 @@ def prepare_targets(platform: str, program: bytes | None) -> None:
     for preparation in list(_pending.get(canonical, ())):
         if preparation.done:
             continue
-        needed = program is None or any(name in program for name in preparation.targets)
-        if not needed:
+        named = list(preparation.targets) if program is None else preparation.named_in(program)
+        if not named:
             continue
         with preparation.lock:  # one thread prepares; the others wait for it
             if preparation.done:
@@ -80,11 +94,10 @@ def prepare_targets(platform: str, program: bytes | None) -> None:
             try:
                 preparation.prepare()
             except Exception as exc:
-                named = [n.decode() for n in preparation.targets
-                         if program is None or n in program]
+                names = [n.decode() for n in named]
                 raise RuntimeError(
-                    f"the custom-call targets {', '.join(named[:4])}"
-                    f"{' ...' if len(named) > 4 else ''} on {canonical} could not be set up: "
+                    f"the custom-call targets {', '.join(names[:4])}"
+                    f"{' ...' if len(names) > 4 else ''} on {canonical} could not be set up: "
                     f"{type(exc).__name__}: {exc}") from exc
             preparation.done = True
         with _registry_lock:
