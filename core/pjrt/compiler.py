@@ -111,7 +111,11 @@ def check_static_extents(program: bytes) -> None:
     Raises:
       ValueError: naming the tensor type and its size.
     """
+    seen = set()
     for match in _STATIC_TENSOR.finditer(program):
+        if match.group(0) in seen:
+            continue  # a program repeats few types many times: each is sized once
+        seen.add(match.group(0))
         dims = [int(d) for d in match.group(1)[:-1].split(b"x")]
         element = match.group(2)
         bits = _ELEMENT_BITS.get(element, 128)  # unknown types: assume the widest

@@ -394,6 +394,37 @@ def _where(text: str, offset: int) -> str:
     return f"line {line}, column {column}"
 
 
+#: The characters the scanners below act on; they jump from one to the next (a signature of
+#: thousands of arguments is read in milliseconds, not a character at a time).
+_SPECIAL = re.compile(r'["\-()\[\]{}<>,]')
+#: The rest of a string literal after its opening quote, up to and including its closing one.
+_STRING_REST = re.compile(r'(?:[^"\\]|\\.)*"', re.DOTALL)
+
+
+def _tokens(text: str, start: int):
+    """``(index, char)`` of each structural character of ``text`` from ``start``: brackets,
+    commas and the ``>`` of no ``->`` arrow, outside string literals."""
+    find, rest = _SPECIAL.search, _STRING_REST.match
+    i = start
+    while True:
+        found = find(text, i)
+        if found is None:
+            return
+        i = found.start()
+        char = text[i]
+        if char == '"':
+            closed = rest(text, i + 1)
+            if closed is None:
+                return  # an unterminated string runs to the end
+            i = closed.end()
+            continue
+        if char == "-":
+            i += 2 if text.startswith("->", i) else 1
+            continue
+        yield i, char
+        i += 1
+
+
 def _scan_to_close(text: str, start: int) -> int:
     """Index just past the bracket matching ``text[start]``, skipping string literals and
     the ``->`` arrow.
@@ -402,18 +433,10 @@ def _scan_to_close(text: str, start: int) -> int:
       ValueError: a bracket closes the wrong opener, or ``text[start]`` is never closed.
     """
     stack = [(start, _CLOSERS[text[start]])]
-    i = start + 1
-    while i < len(text):
-        char = text[i]
-        if char == '"':
-            i += 1
-            while i < len(text) and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif char == "-" and text.startswith("->", i):
-            i += 1
-        elif char in _CLOSERS:
+    for i, char in _tokens(text, start + 1):
+        if char in _CLOSERS:
             stack.append((i, _CLOSERS[char]))
-        elif char in ")]}>":
+        elif char != ",":
             opened, closer = stack[-1]
             if char != closer:
                 raise ValueError(f"{char!r} at {_where(text, i)} does not close the "
@@ -421,28 +444,20 @@ def _scan_to_close(text: str, start: int) -> int:
             stack.pop()
             if not stack:
                 return i + 1
-        i += 1
     raise ValueError(f"the {text[start]!r} at {_where(text, start)} is never closed")
 
 
-def _split_top_level(text: str, sep: str = ",") -> list[str]:
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(text):
-        char = text[i]
-        if char == '"':
-            i += 1
-            while i < len(text) and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif char == "-" and text.startswith("->", i):
-            i += 1
-        elif char in _CLOSERS:
+def _split_top_level(text: str) -> list[str]:
+    """``text`` cut at its top-level commas."""
+    parts, depth, start = [], 0, 0
+    for i, char in _tokens(text, 0):
+        if char in _CLOSERS:
             depth += 1
-        elif char in ")]}>":
+        elif char != ",":
             depth -= 1
-        elif char == sep and depth == 0:
+        elif depth == 0:
             parts.append(text[start:i])
             start = i + 1
-        i += 1
     tail = text[start:]
     if tail.strip() or parts:
         parts.append(tail)
@@ -451,22 +466,14 @@ def _split_top_level(text: str, sep: str = ",") -> list[str]:
 
 def _top_level_brace(text: str) -> Optional[str]:
     """The contents of the first top-level ``{...}`` in ``text``, or None."""
-    depth, i = 0, 0
-    while i < len(text):
-        char = text[i]
-        if char == '"':
-            i += 1
-            while i < len(text) and text[i] != '"':
-                i += 2 if text[i] == "\\" else 1
-        elif char == "-" and text.startswith("->", i):
-            i += 1
-        elif char == "{" and depth == 0:
+    depth = 0
+    for i, char in _tokens(text, 0):
+        if char == "{" and depth == 0:
             return text[i + 1:_scan_to_close(text, i) - 1]
-        elif char in _CLOSERS:
+        if char in _CLOSERS:
             depth += 1
-        elif char in ")]}>":
+        elif char != ",":
             depth -= 1
-        i += 1
     return None
 
 
