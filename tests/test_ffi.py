@@ -427,3 +427,22 @@ def test_a_target_preparation_runs_once_before_the_first_program_naming_it():
     ffi.prepare_targets("prep_platform", b"@prep_target_a @prep_target_b")
     ffi.prepare_targets("prep_platform", None)
     assert calls == [1, 1]
+
+
+def test_registering_a_preparation_again_keeps_one():
+    """A plugin package registers its preparation for each client it makes: the targets of
+    one ``prepare`` are one preparation, run once for any of them."""
+    from pjrt import target_preparation
+
+    calls = []
+
+    def prepare():
+        calls.append(1)
+
+    for targets in (["same_a"], ["same_b"], ["same_a", "same_c"]):
+        target_preparation.register_target_preparation(targets, prepare,
+                                                       platform="same_platform")
+    target_preparation.prepare_targets("same_platform", b"custom_call @same_b(%x)")
+    target_preparation.prepare_targets("same_platform", b"custom_call @same_a(%x)")
+    target_preparation.prepare_targets("same_platform", b"custom_call @same_c(%x)")
+    assert calls == [1]

@@ -61,14 +61,21 @@ def register_target_preparation(targets: Iterable[str], prepare: Callable[[], ob
 
     For handlers whose set-up is costly and most programs never need: pjrt-cpu's LAPACK
     kernels take their routines from SciPy, whose import costs more than the rest of start-up.
-    A ``prepare`` that raises is tried again by the next such compile.
+    A ``prepare`` that raises is tried again by the next such compile. Registering the same
+    ``prepare`` again (as a plugin package does for each client it makes) adds its targets to
+    the one pending preparation.
     """
-    names = tuple(sorted({name.encode() for name in targets}))
+    names = {name.encode() for name in targets}
     if not names:
         return
     with _registry_lock:
-        _pending.setdefault(canonical_platform(platform), []).append(
-            _Preparation(names, prepare))
+        pending = _pending.setdefault(canonical_platform(platform), [])
+        for index, preparation in enumerate(pending):
+            if preparation.prepare is prepare and not preparation.done:
+                names.update(preparation.targets)
+                pending[index] = _Preparation(tuple(sorted(names)), prepare)
+                return
+        pending.append(_Preparation(tuple(sorted(names)), prepare))
 
 
 def prepare_targets(platform: str, program: bytes | None) -> None:
