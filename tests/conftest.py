@@ -187,6 +187,34 @@ def cpu2_config(tmp_path) -> str:
     return f"cpu2:{config}"
 
 
+# -- the vendors' plugin wheels (the vendor tox environment) ----------------------------------
+
+def vendor_library(distribution: str, filename: str) -> str:
+    """Path of ``filename`` inside the installed ``distribution`` (a vendor's plugin wheel)."""
+    import importlib.metadata
+
+    files = importlib.metadata.distribution(distribution).files or []
+    for file in files:
+        if file.name == filename:
+            return str(file.locate())
+    raise AssertionError(f"{filename} not found in the {distribution} distribution")
+
+
+@pytest.fixture
+def libtpu_v5e(monkeypatch):
+    """``(library path, plugin, topology)``: libtpu loaded as ``vendor_tpu`` and a v5e:2x2
+    topology, which needs no TPU; the topology is closed afterwards."""
+    from pjrt.topology import make_topology
+
+    # Off Google Cloud, libtpu retries the metadata server for minutes; skip the lookup.
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
+    path = vendor_library("libtpu", "libtpu.so")
+    plugin = pjrt.load_pjrt_plugin_dynamically("vendor_tpu", path)
+    topology = make_topology(plugin, "v5e:2x2")
+    yield path, plugin, topology
+    topology.close()
+
+
 # -- the fault plugin -------------------------------------------------------------------------
 
 def fault_build_module():

@@ -8,7 +8,6 @@ fail client creation with their own message and skip what depends on it.
 """
 from __future__ import annotations
 
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -23,7 +22,7 @@ import pjrt
 import pjrt.conform
 from pjrt import cli, dtypes
 
-from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT, cpu_plugin_path
+from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT, cpu_plugin_path, vendor_library
 
 #: Left out of the quick run: each run starts worker interpreters.
 pytestmark = pytest.mark.slow
@@ -214,14 +213,6 @@ def test_plugin_without_compile_is_told_so_once(monkeypatch, fault_plugin):
 
 # -- the vendors' plugins, without their hardware --------------------------------------------
 
-def _vendor_library(distribution: str, filename: str) -> str:
-    files = importlib.metadata.distribution(distribution).files or []
-    for file in files:
-        if file.name == filename:
-            return str(file.locate())
-    raise AssertionError(f"{filename} not found in the {distribution} distribution")
-
-
 @pytest.mark.vendor
 @pytest.mark.parametrize("distribution, filename, code, message", [
     ("jax-cuda12-pjrt", "xla_cuda_plugin.so", "FAILED_PRECONDITION", "No visible GPU devices"),
@@ -238,7 +229,7 @@ def test_vendor_plugin_without_hardware_reports_client_creation(monkeypatch, dis
     # Other tests in this process may have loaded libtpu, which then holds its one-process
     # lock file; the worker's libtpu would report that instead of the missing TPU.
     monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    report = pjrt.conform.run(_vendor_library(distribution, filename), timeout=120)
+    report = pjrt.conform.run(vendor_library(distribution, filename), timeout=120)
     created = report.result("client.create")
     assert created.status == pjrt.conform.FAIL
     assert f"{code}: {message}" in created.detail
@@ -253,7 +244,7 @@ def test_vendor_plugin_without_hardware_reports_client_creation(monkeypatch, dis
 def test_rocm_plugin_without_its_libraries_reports_the_missing_one():
     if os.path.exists("/dev/kfd"):
         pytest.skip("this machine has an AMD GPU")
-    report = pjrt.conform.run(_vendor_library("jax-rocm7-pjrt", "xla_rocm_plugin.so"),
+    report = pjrt.conform.run(vendor_library("jax-rocm7-pjrt", "xla_rocm_plugin.so"),
                               timeout=120)
     assert report.result("library.elf").status == pjrt.conform.PASS
     loaded = report.result("library.get_pjrt_api")

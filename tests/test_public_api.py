@@ -209,24 +209,14 @@ def test_topology_compiles_to_bytes_under_its_new_name():
 
 
 @pytest.mark.vendor
-def test_topology_compile_is_deprecated_and_still_returns_the_bytes(monkeypatch):
+def test_topology_compile_is_deprecated_and_still_returns_the_bytes(libtpu_v5e):
     """libtpu describes a v5e slice with no TPU attached; the old name still compiles."""
-    import importlib.metadata
-
     from pjrt import serialization
-    from pjrt.topology import make_topology
 
-    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
-    files = importlib.metadata.distribution("libtpu").files or []
-    path = next(str(f.locate()) for f in files if f.name == "libtpu.so")
-    plugin = pjrt.load_pjrt_plugin_dynamically("vendor_tpu", path)
-    topology = make_topology(plugin, "v5e:2x2")
-    try:
-        new = topology.compile_to_bytes(TINY.read_text())
-        with pytest.warns(DeprecationWarning, match="compile_to_bytes"):
-            old = topology.compile(TINY.read_text())
-    finally:
-        topology.close()
+    _, _, topology = libtpu_v5e
+    new = topology.compile_to_bytes(TINY.read_text())
+    with pytest.warns(DeprecationWarning, match="compile_to_bytes"):
+        old = topology.compile(TINY.read_text())
     assert serialization.read_identity(old) == serialization.read_identity(new)
 
 

@@ -282,21 +282,10 @@ def test_pack_and_unpack_without_a_plugin():
 
 
 @pytest.mark.vendor
-def test_topology_compile_names_the_topology_plugin(monkeypatch):
+def test_topology_compile_names_the_topology_plugin(libtpu_v5e):
     """libtpu compiles for a v5e slice with no TPU; the bytes name libtpu's build."""
-    import importlib.metadata
-
-    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
-    files = importlib.metadata.distribution("libtpu").files or []
-    path = next(str(f.locate()) for f in files if f.name == "libtpu.so")
-    plugin = pjrt.load_pjrt_plugin_dynamically("vendor_tpu", path)
-    from pjrt.topology import make_topology
-
-    topology = make_topology(plugin, "v5e:2x2")
-    try:
-        blob = topology.compile(TINY.read_text())
-    finally:
-        topology.close()
+    path, plugin, topology = libtpu_v5e
+    blob = topology.compile_to_bytes(TINY.read_text())
     made_by = serialization.read_identity(blob)
     with open(path, "rb") as file:
         expected_sha256 = hashlib.file_digest(file, "sha256").hexdigest()

@@ -9,23 +9,15 @@ must come up instead.
 from __future__ import annotations
 
 import glob
-import importlib.metadata
 import os
 
 import numpy as np
 import pytest
 
 import pjrt
+from conftest import vendor_library
 
 pytestmark = pytest.mark.vendor
-
-
-def _library(distribution: str, filename: str) -> str:
-    files = importlib.metadata.distribution(distribution).files or []
-    for file in files:
-        if file.name == filename:
-            return str(file.locate())
-    raise AssertionError(f"{filename} not found in the {distribution} distribution")
 
 
 def _has_nvidia_gpu() -> bool:
@@ -42,7 +34,7 @@ def _has_tpu() -> bool:
 
 def test_cuda_plugin():
     plugin = pjrt.load_pjrt_plugin_dynamically(
-        "vendor_cuda", _library("jax-cuda12-pjrt", "xla_cuda_plugin.so"))
+        "vendor_cuda", vendor_library("jax-cuda12-pjrt", "xla_cuda_plugin.so"))
     assert plugin.api_version == (0, 112)
     attributes = plugin.attributes()
     assert attributes["cuda_version"] >= 12000
@@ -61,7 +53,7 @@ def test_cuda_plugin():
 def test_tpu_plugin(monkeypatch):
     # Off Google Cloud, libtpu retries the metadata server for minutes; skip the lookup.
     monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
-    plugin = pjrt.load_pjrt_plugin_dynamically("vendor_tpu", _library("libtpu", "libtpu.so"))
+    plugin = pjrt.load_pjrt_plugin_dynamically("vendor_tpu", vendor_library("libtpu", "libtpu.so"))
     assert plugin.api_version == (0, 117)
     assert plugin.attributes()["stablehlo_minimum_version"] == [0, 9, 0]
     if _has_tpu():
@@ -75,7 +67,7 @@ def test_tpu_plugin(monkeypatch):
 
 
 def test_rocm_plugin_names_the_missing_library():
-    path = _library("jax-rocm7-pjrt", "xla_rocm_plugin.so")
+    path = vendor_library("jax-rocm7-pjrt", "xla_rocm_plugin.so")
     if _has_amd_gpu():
         plugin = pjrt.load_pjrt_plugin_dynamically("vendor_rocm", path)
         assert plugin.api_version[0] == 0
@@ -90,26 +82,22 @@ def test_rocm_plugin_names_the_missing_library():
 
 def test_all_vendor_plugins_coexist_with_the_cpu_plugin(cpu_plugin):
     """Several plugins, each with its own copy of XLA, loaded into one process."""
-    pjrt.load_pjrt_plugin_dynamically("vendor_cuda", _library("jax-cuda12-pjrt", "xla_cuda_plugin.so"))
-    pjrt.load_pjrt_plugin_dynamically("vendor_tpu", _library("libtpu", "libtpu.so"))
+    pjrt.load_pjrt_plugin_dynamically("vendor_cuda", vendor_library("jax-cuda12-pjrt", "xla_cuda_plugin.so"))
+    pjrt.load_pjrt_plugin_dynamically("vendor_tpu", vendor_library("libtpu", "libtpu.so"))
     with pjrt.make_c_api_client(cpu_plugin.name) as client:
         np.testing.assert_array_equal(np.asarray(client.buffer_from_pyval(np.arange(3))), [0, 1, 2])
 
 
-def test_tpu_topology_compiles_ahead_of_time_without_a_tpu(monkeypatch):
+def test_tpu_topology_compiles_ahead_of_time_without_a_tpu(libtpu_v5e):
     """libtpu describes a v5e slice and compiles for it with no TPU attached."""
-    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "1")
-    plugin = pjrt.load_pjrt_plugin_dynamically("vendor_tpu", _library("libtpu", "libtpu.so"))
-    from pjrt.topology import make_topology
-
-    topology = make_topology(plugin, "v5e:2x2")
+    _, _, topology = libtpu_v5e
     assert topology.platform == "tpu"
     assert [d.device_kind for d in topology.device_descriptions()] == ["TPU v5 lite"] * 4
     program = open(os.path.join(os.path.dirname(__file__), "fixtures", "tiny_tanh.mlir")).read()
-    executable = topology.compile(program)
+    executable = topology.compile_to_bytes(program)
     assert isinstance(executable, bytes) and len(executable) > 1000
     with pytest.raises(pjrt.XlaRuntimeError):
-        topology.compile("func.func @main( not a program")
+        topology.compile_to_bytes("func.func @main( not a program")
     topology.close()
     with pytest.raises(RuntimeError, match="closed"):
         topology.device_descriptions()
