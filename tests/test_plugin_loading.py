@@ -159,7 +159,7 @@ def test_missing_file_names_the_path(tmp_path):
         pjrt.load_pjrt_plugin_dynamically("missing_file", path)
     assert str(path) in str(excinfo.value)
     assert excinfo.value.path == str(path)
-    assert not pjrt.pjrt_plugin_loaded("missing_file")
+    assert not pjrt.xla_client.pjrt_plugin_loaded("missing_file")
 
 
 def test_directory_is_refused(tmp_path):
@@ -192,7 +192,7 @@ def test_GetPjrtApi_returning_null_is_refused(make_fault):
     with pytest.raises(pjrt.PluginLoadError, match="returned NULL") as excinfo:
         fault.load()
     assert str(fault.path) in str(excinfo.value)
-    assert not pjrt.pjrt_plugin_loaded(fault.name)
+    assert not pjrt.xla_client.pjrt_plugin_loaded(fault.name)
 
 
 def test_missing_dependency_is_named(built):
@@ -222,7 +222,7 @@ def test_major_version_1_is_refused(make_fault):
     message = str(excinfo.value)
     assert "1.3" in message
     assert f"{HEADER_MAJOR}.{HEADER_MINOR}" in message
-    assert not pjrt.pjrt_plugin_loaded(fault.name)
+    assert not pjrt.xla_client.pjrt_plugin_loaded(fault.name)
 
 
 def test_minor_version_below_minimum_is_refused(make_fault):
@@ -232,7 +232,7 @@ def test_minor_version_below_minimum_is_refused(make_fault):
     message = str(excinfo.value)
     assert "0.30" in message
     assert f"0.{_c.MIN_SUPPORTED_MINOR}" in message
-    assert not pjrt.pjrt_plugin_loaded(fault.name)
+    assert not pjrt.xla_client.pjrt_plugin_loaded(fault.name)
 
 
 def test_oldest_supported_minor_version_is_accepted(make_fault):
@@ -295,7 +295,7 @@ def test_table_too_short_for_buffers_is_refused_at_load(make_fault, layout):
         assert function in message
     assert "PJRT_Event_Await" not in message  # present: only the missing ones are named
     assert "0.60" in message and str(fault.path) in message
-    assert not pjrt.pjrt_plugin_loaded(fault.name)
+    assert not pjrt.xla_client.pjrt_plugin_loaded(fault.name)
     assert fault.count("initialize_calls") == fault.count("clients_created") == 0
 
 
@@ -371,10 +371,10 @@ def test_initialize_failure_is_raised_and_not_recorded(make_fault):
                        failure=(pjrt.ErrorCode.UNAVAILABLE, "fault hardware is asleep"))
     fault.load()
     with pytest.raises(pjrt.XlaRuntimeError) as excinfo:
-        pjrt.initialize_pjrt_plugin(fault.name)
+        pjrt.xla_client.initialize_pjrt_plugin(fault.name)
     assert excinfo.value.code_name == "UNAVAILABLE"
     assert excinfo.value.plugin_message == "fault hardware is asleep"
-    assert not pjrt.pjrt_plugin_initialized(fault.name)
+    assert not pjrt.xla_client.pjrt_plugin_initialized(fault.name)
     fault.assert_clean()
     # Client creation initialises first, so it fails the same way, and tries again
     # (a failed initialisation is not remembered as done).
@@ -490,18 +490,18 @@ def test_plugin_attributes_have_python_types(make_fault):
 
 def test_loaded_and_initialized_flags(make_fault):
     fault = make_fault()
-    assert not pjrt.pjrt_plugin_loaded(fault.name)
-    assert not pjrt.pjrt_plugin_initialized(fault.name)
+    assert not pjrt.xla_client.pjrt_plugin_loaded(fault.name)
+    assert not pjrt.xla_client.pjrt_plugin_initialized(fault.name)
     plugin = fault.load()
-    assert pjrt.pjrt_plugin_loaded(fault.name)
-    assert not pjrt.pjrt_plugin_initialized(fault.name)
+    assert pjrt.xla_client.pjrt_plugin_loaded(fault.name)
+    assert not pjrt.xla_client.pjrt_plugin_initialized(fault.name)
     assert fault.count("initialize_calls") == 0  # loading alone does not initialise
-    pjrt.initialize_pjrt_plugin(fault.name)
-    pjrt.initialize_pjrt_plugin(fault.name)
-    assert pjrt.pjrt_plugin_initialized(fault.name) and plugin.initialized
+    pjrt.xla_client.initialize_pjrt_plugin(fault.name)
+    pjrt.xla_client.initialize_pjrt_plugin(fault.name)
+    assert pjrt.xla_client.pjrt_plugin_initialized(fault.name) and plugin.initialized
     assert fault.count("initialize_calls") == 1
     with pytest.raises(KeyError, match="never_loaded"):
-        pjrt.initialize_pjrt_plugin("never_loaded")
+        pjrt.xla_client.initialize_pjrt_plugin("never_loaded")
 
 
 def test_same_name_from_another_path_is_a_value_error(make_fault):
@@ -528,15 +528,15 @@ def test_load_with_c_api(make_fault, form):
     address = fault.lib.GetPjrtApi()
     c_api = address if form == "int" else _capsule(address)
     name = f"{fault.name}_{form}"
-    plugin = pjrt.load_pjrt_plugin_with_c_api(name, c_api)
+    plugin = pjrt.plugin_api.load_pjrt_plugin_with_c_api(name, c_api)
     assert plugin.library_path is None
     assert plugin.api_version == (HEADER_MAJOR, HEADER_MINOR)
-    assert pjrt.pjrt_plugin_loaded(name)
+    assert pjrt.xla_client.pjrt_plugin_loaded(name)
     with pjrt.make_c_api_client(name) as client:
         assert client.platform == "fault"
     assert fault.count("clients_destroyed") == 1
     with pytest.raises(ValueError, match="already loaded"):
-        pjrt.load_pjrt_plugin_with_c_api(name, c_api)
+        pjrt.plugin_api.load_pjrt_plugin_with_c_api(name, c_api)
     fault.assert_clean()
 
 
@@ -544,8 +544,8 @@ def test_load_with_c_api(make_fault, form):
                          ids=["float", "str", "None", "bytes"])
 def test_load_with_c_api_of_wrong_type_is_a_type_error(wrong):
     with pytest.raises(TypeError, match="PyCapsule"):
-        pjrt.load_pjrt_plugin_with_c_api("wrong_c_api_type", wrong)
-    assert not pjrt.pjrt_plugin_loaded("wrong_c_api_type")
+        pjrt.plugin_api.load_pjrt_plugin_with_c_api("wrong_c_api_type", wrong)
+    assert not pjrt.xla_client.pjrt_plugin_loaded("wrong_c_api_type")
 
 
 # -- create options -------------------------------------------------------------------------

@@ -327,7 +327,7 @@ def test_module_level_api_uses_the_installed_cpu_plugin():
     assert pjrt.local_devices() == devices
     assert pjrt.process_index() == 0 and pjrt.process_count() == 1
     assert pjrt.backend_pjrt_c_api_version() == pjrt.get_backend().plugin.api_version == (0, 81)
-    assert pjrt.is_known_platform("cpu") and pjrt.canonicalize_platform("cpu") == "cpu"
+    assert pjrt.registry.is_known_platform("cpu") and pjrt.registry.canonicalize_platform("cpu") == "cpu"
 
     compiled = pjrt.compile(TINY.read_text())  # no device: the default backend's first
     assert compiled.devices == [devices[0]]
@@ -376,28 +376,28 @@ def test_fork_after_initialisation_warns():
 # -- plugin packages ------------------------------------------------------------------------
 
 def test_check_plugin_version():
-    assert pjrt.check_plugin_version("pjrt_cpu", "0.1.0", "0.1.7")
-    assert pjrt.check_plugin_version("pjrt_cpu", "1.2.3", "1.2.0rc1")
+    assert pjrt.plugin_api.check_plugin_version("pjrt_cpu", "0.1.0", "0.1.7")
+    assert pjrt.plugin_api.check_plugin_version("pjrt_cpu", "1.2.3", "1.2.0rc1")
     with pytest.warns(RuntimeWarning, match="pjrt_cpu 0.2.0 is installed, but it does not "
                                             "match pjrt 0.1.0"):
-        assert pjrt.check_plugin_version("pjrt_cpu", "0.1.0", "0.2.0") is False
+        assert pjrt.plugin_api.check_plugin_version("pjrt_cpu", "0.1.0", "0.2.0") is False
 
 
 def test_import_from_plugin(tmp_path, monkeypatch):
-    assert pjrt.import_from_plugin("cpu", "no_such_submodule") is None
+    assert pjrt.plugin_support.import_from_plugin("cpu", "no_such_submodule") is None
     with pytest.raises(ValueError, match="unknown plugin 'nosuch'"):
-        pjrt.import_from_plugin("nosuch", "anything")
+        pjrt.plugin_support.import_from_plugin("nosuch", "anything")
 
     # Give pjrt_cpu a real submodule from a directory added to its package path.
     (tmp_path / "extra_kernels.py").write_text("ANSWER = 42\n")
     monkeypatch.setattr(pjrt_cpu, "__path__", [*pjrt_cpu.__path__, str(tmp_path)])
     monkeypatch.delitem(sys.modules, "pjrt_cpu.extra_kernels", raising=False)
     try:
-        assert pjrt.import_from_plugin("cpu", "extra_kernels").ANSWER == 42
+        assert pjrt.plugin_support.import_from_plugin("cpu", "extra_kernels").ANSWER == 42
         monkeypatch.setattr(pjrt_cpu, "__version__", "7.0.0")
         with pytest.warns(RuntimeWarning, match="pjrt_cpu 7.0.0"):
-            assert pjrt.import_from_plugin("cpu", "extra_kernels") is None
-        assert pjrt.import_from_plugin("cpu", "extra_kernels", check_version=False).ANSWER == 42
+            assert pjrt.plugin_support.import_from_plugin("cpu", "extra_kernels") is None
+        assert pjrt.plugin_support.import_from_plugin("cpu", "extra_kernels", check_version=False).ANSWER == 42
     finally:
         sys.modules.pop("pjrt_cpu.extra_kernels", None)
 

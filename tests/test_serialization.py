@@ -195,7 +195,7 @@ def test_bare_plugin_bytes_need_the_opt_in(client):
 def test_plugin_handed_over_in_memory_cannot_be_verified(clients):
     on_disk = clients["xla_cpu_0_106"].plugin
     address = int(ffi.cast("uintptr_t", on_disk.api.table))
-    plugin = pjrt.load_pjrt_plugin_with_c_api("xla_cpu_0_106_in_memory", address)
+    plugin = pjrt.plugin_api.load_pjrt_plugin_with_c_api("xla_cpu_0_106_in_memory", address)
     with pjrt.make_c_api_client(plugin.name, {"cpu_device_count": 1}) as client:
         identity = _identity(client)
         assert identity.library_sha256 is None and not identity.verifiable

@@ -55,7 +55,7 @@ def test_replicate_and_shard_along_axis_helpers(client):
     assert everywhere.is_fully_replicated and len(everywhere.addressable_shards) == 3
     stacked = pjrt.shard_along_axis(np.arange(6).reshape(3, 2), devices)
     assert [np.asarray(s.data).tolist() for s in stacked.addressable_shards] == [[0, 1], [2, 3], [4, 5]]
-    assert pjrt.batched_block_until_ready([everywhere, stacked]) == [everywhere, stacked]
+    assert pjrt.xla_client.batched_block_until_ready([everywhere, stacked]) == [everywhere, stacked]
 
 
 def test_a_shard_of_a_deleted_array_cannot_be_executed(client):
@@ -92,7 +92,7 @@ def test_batched_device_put_builds_a_global_array_from_shards(mesh):
     devices = list(sharding.addressable_devices_indices_map((4, 3)))
     host = np.arange(12, dtype=np.int32).reshape(4, 3)
     indices = sharding.addressable_devices_indices_map(host.shape)
-    array = pjrt.batched_device_put(host.shape, sharding, [host[indices[d]] for d in devices],
+    array = pjrt.xla_client.batched_device_put(host.shape, sharding, [host[indices[d]] for d in devices],
                                     devices)
     assert array.shape == (4, 3) and array.sharding == sharding
     np.testing.assert_array_equal(np.asarray(array), host)
@@ -106,13 +106,13 @@ def test_batched_device_put_refuses_shards_that_do_not_fit(mesh):
     shards = [np.zeros((2, 3), np.float32) for _ in devices]
     with pytest.raises(ValueError, match=r"has shape \(3, 3\); the sharding gives shards of "
                                          r"shape \(2, 3\) for an array of \(4, 3\)"):
-        pjrt.batched_device_put((4, 3), sharding, [np.zeros((3, 3), np.float32)] * 8, devices)
+        pjrt.xla_client.batched_device_put((4, 3), sharding, [np.zeros((3, 3), np.float32)] * 8, devices)
     with pytest.raises(ValueError, match="in the sharding's device order"):
-        pjrt.batched_device_put((4, 3), sharding, shards, devices[::-1])
+        pjrt.xla_client.batched_device_put((4, 3), sharding, shards, devices[::-1])
     mixed = shards[:-1] + [np.zeros((2, 3), np.float64)]
     with pytest.raises(ValueError, match="shards disagree on dtype"):
-        pjrt.batched_device_put((4, 3), sharding, mixed, devices)
-    assert pjrt.batched_device_put((4, 3), sharding, shards, devices).shape == (4, 3)
+        pjrt.xla_client.batched_device_put((4, 3), sharding, mixed, devices)
+    assert pjrt.xla_client.batched_device_put((4, 3), sharding, shards, devices).shape == (4, 3)
 
 
 def test_a_large_placement_is_copied_in_parallel_and_exact(mesh):
@@ -130,7 +130,7 @@ def test_resharding_to_another_device_order_moves_shards(client):
     backward = pjrt.Mesh(np.array(devices[::-1]), ("a",))
     host = np.arange(16.0).reshape(8, 2)
     array = pjrt.device_put(host, pjrt.NamedSharding(forward, pjrt.P("a")))
-    moved = pjrt.reorder_shards(array, pjrt.NamedSharding(backward, pjrt.P("a")))
+    moved = pjrt.xla_client.reorder_shards(array, pjrt.NamedSharding(backward, pjrt.P("a")))
     np.testing.assert_array_equal(np.asarray(moved), host)
     assert {s.device.id: s.index for s in moved.addressable_shards}[7] == (slice(0, 1), slice(None))
     np.testing.assert_array_equal(np.asarray(moved.addressable_shards[0].data), host[:1])
