@@ -11,7 +11,7 @@ from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT
 def test_plugin_reports_its_api_version(cpu_plugin):
     major, minor = cpu_plugin.api_version
     assert (major, minor) == (0, CPU_PLUGINS[cpu_plugin.name][2])
-    assert pjrt.pjrt_plugin_loaded(cpu_plugin.name)
+    assert pjrt.xla_client.pjrt_plugin_loaded(cpu_plugin.name)
 
 
 def test_plugin_attributes_carry_stablehlo_versions(cpu_plugin):

@@ -182,7 +182,7 @@ def test_initialize_under_jax_registers_nothing(plugin_dir, make_registry):
     __import__(module).initialize()
     assert not registry.discovering()
     assert "quietcpu" not in registry.default_registry._registrations
-    assert not pjrt.pjrt_plugin_loaded("quietcpu")
+    assert not pjrt.xla_client.pjrt_plugin_loaded("quietcpu")
     # Under discovery it registers with the registry that is discovering.
     reg = make_registry()
     assert "quietcpu" in reg.registrations()

@@ -62,13 +62,13 @@ _CHILD = textwrap.dedent("""\
         if how == "dynamic":
             pjrt.load_pjrt_plugin_dynamically("hostile", path)
         elif how == "c_api":
-            pjrt.load_pjrt_plugin_with_c_api("hostile", address)
+            pjrt.plugin_api.load_pjrt_plugin_with_c_api("hostile", address)
     except pjrt.PluginLoadError as error:
         result["error"] = str(error)
         result["error_path"] = error.path
     if how == "env":
         result["error"] = pjrt.backend_errors().get("hostile")
-    result["loaded"] = pjrt.pjrt_plugin_loaded("hostile")
+    result["loaded"] = pjrt.xla_client.pjrt_plugin_loaded("hostile")
     # The process is whole: the CPU backend comes up and computes.
     result["backends"] = sorted(pjrt.backends())
     client = pjrt.get_backend("cpu")

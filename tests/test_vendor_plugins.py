@@ -77,7 +77,7 @@ def test_rocm_plugin_names_the_missing_library():
     missing = info.value.missing_library
     assert missing is not None and ".so" in missing
     assert missing in str(info.value) and "install" in str(info.value)
-    assert not pjrt.pjrt_plugin_loaded("vendor_rocm")
+    assert not pjrt.xla_client.pjrt_plugin_loaded("vendor_rocm")
 
 
 def test_all_vendor_plugins_coexist_with_the_cpu_plugin(cpu_plugin):
