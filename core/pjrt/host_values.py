@@ -108,7 +108,8 @@ class HostCopies:
         if adopted is not None:
             self._stage(k, adopted)
         # A donated slot is not staged: the program may write into it, and staging memory
-        # goes back to the pool to be reused.
+        # goes back to the pool to be reused. (The size is tested first, inline: most values
+        # are small, and this runs for each of them.)
         elif (host.nbytes >= CALL_STAGING_THRESHOLD_BYTES and not donated
                 and should_stage(self._platform, host, CALL_STAGING_THRESHOLD_BYTES)):
             self._client._handle.recycle_host_memory()

@@ -15,8 +15,8 @@ from .array import Array
 from .compiler import program_bytes, takes_platform_index
 from .client import Client
 from .device import Device
-from .errors import DeviceAssignmentMismatchError, UnsupportedFeatureError, XlaRuntimeError
-from .transfers import device_put
+from .errors import DeviceAssignmentMismatchError
+from .transfers import device_put, in_default_memory
 from .array import check_device_sets
 from .executable import LoadedExecutable
 
@@ -99,9 +99,7 @@ class CompiledProgram:
         # the rest (Arrays to reshard, values for another memory kind) are placed first.
         direct = self._copied_by_call
         if direct is None:
-            default = _default_memory_kind(self.devices[0])
-            direct = self._copied_by_call = tuple(s.memory_kind in (None, default)
-                                                  for s in shardings)
+            direct = self._copied_by_call = tuple(map(in_default_memory, shardings))
         return [a if ok and not isinstance(a, Array)
                 else device_put(a if isinstance(a, Array) else np.asarray(a), s)
                 for a, s, ok in zip(arguments, shardings, direct)]
@@ -169,11 +167,3 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
     return CompiledProgram(
         executable,
         platform_index=(int(platform_index or 0) if takes_index else None))
-
-
-def _default_memory_kind(device: Device) -> str | None:
-    """The kind of ``device``'s default memory; None for a plugin without memories."""
-    try:
-        return device.default_memory().kind
-    except (UnsupportedFeatureError, XlaRuntimeError):
-        return None

@@ -18,6 +18,7 @@ from .handles import HostBufferSemantics
 from .staging import (TRANSFER_THREAD_PREFIX, SharedStaging, adoptable_copy, should_stage,
                       staging_pool, staging_size)
 from .device import Device
+from .errors import UnsupportedFeatureError, XlaRuntimeError
 from .sharding import GSPMDSharding, PmapSharding, Sharding
 
 if TYPE_CHECKING:
@@ -52,6 +53,16 @@ def _memory_for(sharding: Sharding, device: Device):
         return None
     memory = device.memory(kind)
     return None if memory == device.default_memory() else memory
+
+
+def in_default_memory(sharding: Sharding) -> bool:
+    """Whether ``sharding`` places its shards in each device's default memory (a plugin
+    without memories has no other)."""
+    try:
+        return all(_memory_for(sharding, device) is None
+                   for device in sharding._device_assignment if device.is_addressable)
+    except (UnsupportedFeatureError, XlaRuntimeError):
+        return True
 
 
 def _index_key(index) -> tuple:
@@ -166,8 +177,7 @@ def device_put(x, device: Device | Sharding | None = None) -> Array:
     indices = sharding.addressable_devices_indices_map(host.shape)
     devices = list(indices)
     if (len(devices) > 1 and should_stage(devices[0].platform, host)
-            and sharding.is_fully_replicated
-            and all(_memory_for(sharding, d) is None for d in devices)):
+            and sharding.is_fully_replicated and in_default_memory(sharding)):
         return _put_replicated(host, sharding, devices)
     return batched_device_put(host.shape, sharding, [host[indices[d]] for d in devices], devices)
 
