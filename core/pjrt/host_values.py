@@ -184,16 +184,12 @@ class HostCopies:
             return
         self._made[0] = 0
         handle = self._client._handle
-        table = handle.api.table
         buffers, slots = self._buffers, self._slots
-        if made == self._count and made > 1:
-            lib.pjrt_shim_buffers_destroy(table, ffi.new("PJRT_Buffer*[]", [
-                buffers[slots[k]] for k in range(made)]), made)
-        else:
-            for k in range(made):
-                lib.pjrt_shim_buffer_destroy(table, buffers[slots[k]])
+        made_buffers = [buffers[slots[k]] for k in range(made)]
         for k in range(made):
             buffers[slots[k]] = _NULL
+        lib.pjrt_shim_buffers_destroy(handle.api.table, ffi.new("PJRT_Buffer*[]", made_buffers),
+                                      made)
         holds = [(adopted, self._done[k]) for k, adopted in self._staged
                  if k < made and self._done[k] != _NULL]
         if holds:
