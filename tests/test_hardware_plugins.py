@@ -173,6 +173,17 @@ def test_no_cuda_wheel_is_a_clear_error_naming_both_extras(monkeypatch, make_reg
     assert "pjrt-cuda[cuda13]" in reg.backend_errors()["cuda"] and "cpu" in reg.backends()
 
 
+def test_pjrt_info_names_the_vendor_wheels_an_extra_installed():
+    # pjrt-cuda requires its vendor wheel through an extra (pjrt-cuda[cuda13]); pjrt info
+    # reports those that are installed, and no extra's requirement that is not.
+    from pjrt import cli
+
+    versions = cli.gather_versions(["pjrt-cuda"])
+    for distribution in ("jax-cuda13-pjrt", "jax-cuda12-pjrt", "nvidia-cuda-runtime"):
+        assert versions[distribution] == importlib.metadata.version(distribution)
+    assert "nvidia-cudnn-cu13" not in versions  # an extra's requirement not installed here
+
+
 @pytest.mark.parametrize("name", ["pjrt_cuda", "pjrt_rocm", "pjrt_tpu"])
 def test_each_package_advertises_a_jax_plugins_entry_point(name):
     entry_points = importlib.metadata.entry_points(group="jax_plugins")
