@@ -78,15 +78,17 @@ def vendor_plugin() -> VendorPlugin:
       FileNotFoundError: neither jax-cuda13-pjrt nor jax-cuda12-pjrt is installed (the message
         says how to install one), or the installed one lacks its library.
     """
+    import importlib.util
     from importlib import metadata
 
     for cuda, distribution, module in VENDOR_WHEELS:
         try:
-            library = plugin_api.find_module_library(module, _LIBRARY_FILE, distribution)
-        except FileNotFoundError as error:
-            if "is not installed" in str(error):
-                continue
-            raise
+            installed = importlib.util.find_spec(module) is not None
+        except ImportError:  # no jax_plugins package at all
+            installed = False
+        if not installed:
+            continue
+        library = plugin_api.find_module_library(module, _LIBRARY_FILE, distribution)
         try:
             version = metadata.version(distribution)
         except metadata.PackageNotFoundError:
