@@ -40,7 +40,8 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-HARDWARE = {"cuda": ("pjrt_cuda", "jax-cuda12-pjrt"),
+# platform -> (package, what its backend's reason says to install without its vendor's wheel)
+HARDWARE = {"cuda": ("pjrt_cuda", "'pjrt-cuda[cuda13]'"),
             "rocm": ("pjrt_rocm", "jax-rocm7-pjrt"),
             "tpu": ("pjrt_tpu", "libtpu")}
 COMPILERS = ("cc", "gcc", "clang", "c++", "g++", "clang++", "x86_64-linux-gnu-gcc")

@@ -1,7 +1,8 @@
 """The hardware plugin packages pjrt-cuda, pjrt-rocm and pjrt-tpu, on the vendors' real wheels.
 
 These run in the ``vendor`` tox environment, which installs the three packages with
-jax-cuda12-pjrt, jax-rocm7-pjrt, libtpu and nvidia-cuda-runtime-cu12. On a machine without a
+jax-cuda13-pjrt, jax-cuda12-pjrt, jax-rocm7-pjrt, libtpu and one NVIDIA runtime wheel per CUDA
+major (nvidia-cuda-runtime, nvidia-cuda-runtime-cu12). On a machine without a
 GPU or TPU each backend must fail with its reason recorded while the CPU backend comes up as
 the default; where the hardware exists (its device nodes are present) the backend must come up.
 
@@ -22,6 +23,9 @@ import textwrap
 import threading
 import time
 
+import pathlib
+import re
+
 import pytest
 
 from pjrt import plugin_api, registry
@@ -30,7 +34,9 @@ from pjrt.options import XLA_OPTION_TYPES, check_option_types
 from pjrt.plugin import PluginTable
 
 import pjrt_cpu
-from conftest import run_python
+from conftest import run_python, vendor_library
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 try:
     import pjrt_cuda
@@ -90,7 +96,7 @@ def _expected_default() -> str:
 # -- the packages ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, distribution, platform, priority", [
-    ("pjrt_cuda", "jax-cuda12-pjrt", "cuda", 500),
+    ("pjrt_cuda", "jax-cuda13-pjrt", "cuda", 500),  # CUDA 13's, with both installed
     ("pjrt_rocm", "jax-rocm7-pjrt", "rocm", 500),
     ("pjrt_tpu", "libtpu", "tpu", 300),
 ])
@@ -104,6 +110,78 @@ def test_library_path_is_the_file_inside_the_vendor_wheel(name, distribution, pl
     assert (module.PLATFORM, module.PRIORITY) == (platform, priority)
     assert module.__version__ == "0.1.0"
     assert importlib.metadata.version(module.__name__.replace("_", "-")) == "0.1.0"
+
+
+def _pins(project: str) -> dict[str, str]:
+    """``distribution -> version`` of each ``name==version`` requirement in a pyproject."""
+    text = (ROOT / project / "pyproject.toml").read_text()
+    return dict(re.findall(r'"([A-Za-z0-9_.-]+)==([0-9][^";,]*)"', text))
+
+
+@pytest.mark.parametrize("project, distribution, library, api_version", [
+    ("plugins/cuda", "jax-cuda13-pjrt", "xla_cuda_plugin.so", (0, 116)),
+    ("plugins/cuda", "jax-cuda12-pjrt", "xla_cuda_plugin.so", (0, 116)),
+    ("plugins/tpu", "libtpu", "libtpu.so", (0, 117)),
+])
+def test_the_installed_vendor_wheel_is_the_pinned_release_and_loads(project, distribution,
+                                                                      library, api_version):
+    """The release each package pins is the one installed here, and its library loads with
+    the PJRT API version the package's docs name (ROCm's needs ROCm itself to load: see
+    test_rocm_missing_library_names_it_and_how_to_install_rocm)."""
+    assert importlib.metadata.version(distribution) == _pins(project)[distribution]
+    plugin = PluginTable().load(f"pinned_{distribution}", vendor_library(distribution, library))
+    assert plugin.api_version == api_version
+    assert f"{api_version[0]}.{api_version[1]}" in (ROOT / project / "README.md").read_text()
+
+
+def test_the_installed_rocm_wheel_is_the_pinned_release():
+    assert (importlib.metadata.version("jax-rocm7-pjrt")
+            == _pins("plugins/rocm")["jax-rocm7-pjrt"])
+    assert os.path.isfile(pjrt_rocm.library_path())
+
+
+def test_cuda_13_is_chosen_when_both_wheels_are_installed_and_named():
+    found = pjrt_cuda.vendor_plugin()
+    assert (found.cuda, found.distribution) == (13, "jax-cuda13-pjrt")
+    assert found.version == importlib.metadata.version("jax-cuda13-pjrt")
+    assert str(found) == f"jax-cuda13-pjrt {found.version}"
+    assert found.library == vendor_library("jax-cuda13-pjrt", "xla_cuda_plugin.so")
+
+
+def test_cuda_12_is_found_when_it_is_the_only_wheel(monkeypatch):
+    # As if jax-cuda13-pjrt were not installed: its module name is one no package has.
+    monkeypatch.setattr(pjrt_cuda, "VENDOR_WHEELS", (
+        (13, "jax-cuda13-pjrt", "jax_plugins.xla_cuda13_absent"), *pjrt_cuda.VENDOR_WHEELS[1:]))
+    found = pjrt_cuda.vendor_plugin()
+    assert (found.cuda, found.distribution) == (12, "jax-cuda12-pjrt")
+    assert pjrt_cuda.library_path() == vendor_library("jax-cuda12-pjrt", "xla_cuda_plugin.so")
+    # The CUDA 12 wheels' layout is the one looked for then.
+    (runtime,) = [f for f in pjrt_cuda.prepare_cuda_libraries() if f.component.name == "CUDA runtime"]
+    assert runtime.component.distribution == "nvidia-cuda-runtime-cu12"
+
+
+def test_no_cuda_wheel_is_a_clear_error_naming_both_extras(monkeypatch, make_registry):
+    monkeypatch.setattr(pjrt_cuda, "VENDOR_WHEELS", tuple(
+        (cuda, distribution, module + "_absent")
+        for cuda, distribution, module in pjrt_cuda.VENDOR_WHEELS))
+    with pytest.raises(FileNotFoundError) as info:
+        pjrt_cuda.vendor_plugin()
+    message = str(info.value)
+    assert "jax-cuda13-pjrt" in message and "jax-cuda12-pjrt" in message
+    assert "pjrt-cuda[cuda13]" in message and "pjrt-cuda[cuda12]" in message
+    reg = make_registry()
+    assert "pjrt-cuda[cuda13]" in reg.backend_errors()["cuda"] and "cpu" in reg.backends()
+
+
+def test_pjrt_info_names_the_vendor_wheels_an_extra_installed():
+    # pjrt-cuda requires its vendor wheel through an extra (pjrt-cuda[cuda13]); pjrt info
+    # reports those that are installed, and no extra's requirement that is not.
+    from pjrt import cli
+
+    versions = cli.gather_versions(["pjrt-cuda"])
+    for distribution in ("jax-cuda13-pjrt", "jax-cuda12-pjrt", "nvidia-cuda-runtime"):
+        assert versions[distribution] == importlib.metadata.version(distribution)
+    assert "nvidia-cudnn-cu13" not in versions  # an extra's requirement not installed here
 
 
 @pytest.mark.parametrize("name", ["pjrt_cuda", "pjrt_rocm", "pjrt_tpu"])
@@ -307,25 +385,33 @@ def test_a_bad_gpu_variable_is_the_cuda_backends_reason(monkeypatch, make_regist
 
 # -- CUDA: the NVIDIA pip libraries ------------------------------------------------------------
 
-def test_the_pip_cuda_runtime_is_found_and_its_version_read_from_the_library():
-    found = {f.component.name: f for f in libraries.find_cuda_libraries()}
+@pytest.mark.parametrize("cuda, distribution, directory", [
+    (12, "nvidia-cuda-runtime-cu12", "cuda_runtime"),
+    (13, "nvidia-cuda-runtime", "cu13"),  # CUDA 13's wheels share nvidia/cu13/lib
+])
+def test_the_pip_cuda_runtime_is_found_and_its_version_read_from_the_library(cuda, distribution,
+                                                                            directory):
+    found = {f.component.name: f for f in libraries.find_cuda_libraries(cuda=cuda)}
     runtime = found["CUDA runtime"]
-    assert runtime.directory.endswith(os.path.join("nvidia", "cuda_runtime", "lib"))
+    assert runtime.component.distribution == distribution
+    assert runtime.directory.endswith(os.path.join("nvidia", directory, "lib"))
     assert runtime.version_source == "library" and runtime.load_error is None
-    wheel = tuple(int(p) for p in importlib.metadata.version("nvidia-cuda-runtime-cu12").split("."))
-    assert runtime.version == wheel[:2]
-    libraries.check_versions(list(found.values()))  # 12.x from the vendor env passes
+    wheel = tuple(int(p) for p in importlib.metadata.version(distribution).split("."))
+    assert runtime.version == wheel[:2] and runtime.version[0] == cuda
+    libraries.check_versions(list(found.values()))  # the vendor env's runtimes pass
 
 
-def _fake_site(tmp_path, *, library: bytes | None = None, metadata_version: str | None = None):
-    """A site directory holding a fake nvidia-cudnn-cu12: its library and/or its dist-info."""
+def _fake_site(tmp_path, *, library: bytes | None = None, metadata_version: str | None = None,
+               distribution: str = "nvidia-cudnn-cu12"):
+    """A site directory holding a fake cuDNN wheel (``distribution``): its library and/or its
+    dist-info."""
     lib_dir = tmp_path / "site" / "nvidia" / "cudnn" / "lib"
     lib_dir.mkdir(parents=True)
     (lib_dir / "libcudnn.so.9").write_bytes(library if library is not None else b"not an ELF")
     if metadata_version:
-        info = tmp_path / "site" / f"nvidia_cudnn_cu12-{metadata_version}.dist-info"
+        info = tmp_path / "site" / f"{distribution.replace('-', '_')}-{metadata_version}.dist-info"
         info.mkdir()
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: nvidia-cudnn-cu12\n"
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\n"
                                        f"Version: {metadata_version}\n")
     return str(tmp_path / "site")
 
@@ -349,8 +435,9 @@ def test_an_old_cudnn_library_is_named_with_the_upgrade_command(tmp_path):
     with pytest.raises(libraries.CudaLibraryVersionError) as info:
         libraries.check_versions([found])
     message = str(info.value)
-    assert "cuDNN 9.1.0" in message and "9.8" in message and found.directory in message
-    assert "pip install --upgrade 'nvidia-cudnn-cu12>=9.8'" in message
+    assert "cuDNN 9.1.0" in message and "9.10" in message and found.directory in message
+    assert "pip install --upgrade 'nvidia-cudnn-cu12>=9.10'" in message
+    assert "'pjrt-cuda[cuda12]'" in message
     assert info.value.too_old == [found]
 
 
@@ -371,10 +458,14 @@ def test_the_wheel_metadata_tells_when_the_library_cannot(tmp_path):
 
 
 def test_an_old_pip_library_is_the_cuda_backends_reason(tmp_path, monkeypatch, make_registry):
-    monkeypatch.syspath_prepend(_fake_site(tmp_path, metadata_version="9.1.0.70"))
+    # jax-cuda13-pjrt is the plugin chosen here, so CUDA 13's cuDNN wheel is the one checked.
+    monkeypatch.syspath_prepend(_fake_site(tmp_path, metadata_version="9.1.0.70",
+                                           distribution="nvidia-cudnn-cu13"))
     reg = make_registry()
     reason = reg.backend_errors()["cuda"]
     assert reason.startswith("CudaLibraryVersionError:") and "cuDNN 9.1.0.70" in reason
+    assert f"too old for {pjrt_cuda.vendor_plugin()}" in reason
+    assert "'nvidia-cudnn-cu13>=9.12'" in reason and "'pjrt-cuda[cuda13]'" in reason
     assert "cpu" in reg.backends()
     # The check can be skipped; then the plugin's own verdict comes back.
     monkeypatch.setenv(pjrt_cuda.SKIP_VERSION_CHECK_ENV, "1")

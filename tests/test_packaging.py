@@ -25,3 +25,71 @@ def _source_packages(top: pathlib.Path) -> set[str]:
 def test_every_source_package_is_declared(project, top):
     directory = ROOT / project
     assert _source_packages(directory / top) == _declared_packages(directory / "pyproject.toml")
+
+
+# -- the vendor wheels the hardware packages pin -------------------------------------------------
+
+def _pins(text: str) -> dict[str, str]:
+    """``distribution -> version`` of each ``name==version`` requirement in ``text``."""
+    return dict(re.findall(r'^\s*"?([A-Za-z0-9][A-Za-z0-9_.-]*)==([0-9][^"\s;,]*)', text, re.M))
+
+
+def _vendor_environment() -> str:
+    text = (ROOT / "tox.ini").read_text()
+    return text.split("[testenv:vendor]", 1)[1].split("\n[", 1)[0]
+
+
+@pytest.mark.parametrize("project, distributions", [
+    ("plugins/cuda", ["jax-cuda13-pjrt", "jax-cuda12-pjrt"]),
+    ("plugins/rocm", ["jax-rocm7-pjrt"]),
+    ("plugins/tpu", ["libtpu"])])
+def test_the_vendor_environment_installs_the_releases_the_packages_pin(project, distributions):
+    pinned = _pins((ROOT / project / "pyproject.toml").read_text())
+    installed = _pins(_vendor_environment())
+    for distribution in distributions:
+        assert pinned[distribution] == installed[distribution], distribution
+        # The package's README names the release it pins.
+        assert f"`{distribution}` {pinned[distribution]}" in (ROOT / project / "README.md").read_text()
+
+
+def _cuda_libraries_module():
+    # Loaded by path: it needs only the standard library, and pjrt-cuda is not installed in
+    # every test environment.
+    import importlib.util
+
+    path = ROOT / "plugins" / "cuda" / "pjrt_cuda" / "libraries.py"
+    spec = importlib.util.spec_from_file_location("pjrt_cuda_libraries_by_path", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("cuda", [12, 13])
+def test_each_cuda_extra_installs_the_libraries_pjrt_cuda_checks_at_its_floors(cuda):
+    libraries = _cuda_libraries_module()
+    text = (ROOT / "plugins" / "cuda" / "pyproject.toml").read_text()
+    extra = text.split(f"\ncuda{cuda} = [", 1)[1].split("]", 1)[0]
+    floors = dict(re.findall(r'"([A-Za-z0-9_.-]+)>=([0-9.]+)', extra))
+    assert f"jax-cuda{cuda}-pjrt==" in extra
+    for component in libraries.COMPONENTS_BY_CUDA[cuda]:
+        floor = tuple(int(p) for p in floors[component.distribution].split("."))
+        assert floor[:len(component.minimum)] == component.minimum, component.name
+
+
+def test_the_supported_pjrt_api_range_is_stated_once_and_matches_the_code():
+    from pjrt import _c
+
+    row = [line for line in (ROOT / "docs" / "index.md").read_text().splitlines()
+           if line.startswith("| PJRT C API |")]
+    assert len(row) == 1
+    major, minor = _c.HEADER_VERSION
+    assert f"header {major}.{minor}" in row[0]
+    assert f"API 0.{_c.MIN_SUPPORTED_MINOR} and newer are accepted" in row[0]
+    # Elsewhere the range is referred to, not restated (a restated copy goes stale).
+    for path in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        if path.name != "index.md":
+            assert not re.search(r"from (API )?0\.\d+ up|0\.\d+ and newer", path.read_text()), path

@@ -1,7 +1,7 @@
 """The hardware vendors' real PJRT plugins, loaded on whatever machine the tests run on.
 
-These run in the ``vendor`` tox environment, which installs jax-cuda12-pjrt, libtpu and
-jax-rocm7-pjrt (``pytest -m vendor``). On a machine without the hardware each plugin must
+These run in the ``vendor`` tox environment, which installs jax-cuda13-pjrt, jax-cuda12-pjrt,
+libtpu and jax-rocm7-pjrt (``pytest -m vendor``). On a machine without the hardware each plugin must
 load (or fail to load with the missing library named), report its version, and fail client
 creation with its own message wrapped in XlaRuntimeError; with the hardware, the client
 must come up instead.
@@ -32,20 +32,23 @@ def _has_tpu() -> bool:
     return bool(glob.glob("/dev/accel*") or glob.glob("/dev/vfio/[0-9]*"))
 
 
-def test_cuda_plugin():
+@pytest.mark.parametrize("cuda", [13, 12])
+def test_cuda_plugin(cuda):
+    # PJRT API 0.116 is newer than our header (0.114): the loader negotiates it down.
+    name = f"vendor_cuda{cuda}"
     plugin = pjrt.load_pjrt_plugin_dynamically(
-        "vendor_cuda", vendor_library("jax-cuda12-pjrt", "xla_cuda_plugin.so"))
-    assert plugin.api_version == (0, 112)
+        name, vendor_library(f"jax-cuda{cuda}-pjrt", "xla_cuda_plugin.so"))
+    assert plugin.api_version == (0, 116)
     attributes = plugin.attributes()
-    assert attributes["cuda_version"] >= 12000
+    assert cuda * 1000 <= attributes["cuda_version"] < (cuda + 1) * 1000
     if _has_nvidia_gpu():
-        client = pjrt.make_c_api_client("vendor_cuda")
+        client = pjrt.make_c_api_client(name)
         assert client.platform == "cuda" and client.devices()
         array = client.buffer_from_pyval(np.arange(4.0))
         np.testing.assert_array_equal(np.asarray(array), np.arange(4.0))
         return
     with pytest.raises(pjrt.XlaRuntimeError) as info:
-        pjrt.make_c_api_client("vendor_cuda")
+        pjrt.make_c_api_client(name)
     assert info.value.code_name == "FAILED_PRECONDITION"
     assert "No visible GPU devices" in info.value.plugin_message
 
@@ -82,7 +85,9 @@ def test_rocm_plugin_names_the_missing_library():
 
 def test_all_vendor_plugins_coexist_with_the_cpu_plugin(cpu_plugin):
     """Several plugins, each with its own copy of XLA, loaded into one process."""
-    pjrt.load_pjrt_plugin_dynamically("vendor_cuda", vendor_library("jax-cuda12-pjrt", "xla_cuda_plugin.so"))
+    for cuda in (13, 12):
+        pjrt.load_pjrt_plugin_dynamically(
+            f"vendor_cuda{cuda}", vendor_library(f"jax-cuda{cuda}-pjrt", "xla_cuda_plugin.so"))
     pjrt.load_pjrt_plugin_dynamically("vendor_tpu", vendor_library("libtpu", "libtpu.so"))
     with pjrt.make_c_api_client(cpu_plugin.name) as client:
         np.testing.assert_array_equal(np.asarray(client.buffer_from_pyval(np.arange(3))), [0, 1, 2])

@@ -146,7 +146,9 @@ def _installed_version(name: str) -> str | None:
 
 
 def _requirement_names(distribution: str) -> list[str]:
-    """The names of the distributions ``distribution`` requires (markers ignored)."""
+    """The names of the distributions ``distribution`` requires (markers ignored), and those
+    its extras require that are installed: pjrt-cuda's vendor wheel comes with an extra
+    (``pjrt-cuda[cuda13]``), and an extra nobody installed is not what is running."""
     from importlib import metadata
 
     try:
@@ -155,11 +157,12 @@ def _requirement_names(distribution: str) -> list[str]:
         return []
     names = []
     for requirement in requires:
-        if "extra ==" in requirement:
-            continue  # optional extras are not what is running
         match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-        if match:
-            names.append(match.group(1))
+        if not match:
+            continue
+        if "extra ==" in requirement and _installed_version(match.group(1)) is None:
+            continue
+        names.append(match.group(1))
     return names
 
 

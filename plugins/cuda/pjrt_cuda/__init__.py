@@ -1,9 +1,11 @@
 """NVIDIA's CUDA PJRT plugin, packaged for the pjrt host.
 
-The plugin library comes from the ``jax-cuda12-pjrt`` wheel (published by the JAX authors).
-That wheel also installs a ``jax_plugins.xla_cuda12`` module written for JAX: it imports jax,
-so this package finds the library beside it without importing it, and pjrt's discovery skips
-that module once this package serves ``cuda``.
+The plugin library comes from one of the JAX authors' wheels: ``jax-cuda13-pjrt`` (installed
+by ``pip install 'pjrt-cuda[cuda13]'``) or ``jax-cuda12-pjrt`` (``pjrt-cuda[cuda12]``), the
+same choice ``jax[cuda13]`` / ``jax[cuda12]`` offers. When both are installed CUDA 13 is used;
+:func:`vendor_plugin` says which was found. Each wheel also installs a ``jax_plugins.xla_cudaNN``
+module written for JAX: it imports jax, so this package finds the library beside it without
+importing it, and pjrt's discovery skips that module once this package serves ``cuda``.
 
 Registration is cheap and needs no GPU: :func:`initialize` only loads the plugin library (a
 CPU-only machine can do that) and registers a factory. The work that needs the CUDA libraries
@@ -15,6 +17,7 @@ backends still come up.
 """
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 
@@ -33,26 +36,78 @@ PRIORITY = 500
 #: Set to 1 to create the client even when a pip-installed CUDA library looks too old.
 SKIP_VERSION_CHECK_ENV = "PJRT_CUDA_SKIP_VERSION_CHECK"
 
-_LIBRARY_MODULE = "jax_plugins.xla_cuda12"
 _LIBRARY_FILE = "xla_cuda_plugin.so"
+
+#: The vendor wheels this package drives, preferred first: (CUDA major, distribution, module).
+VENDOR_WHEELS: tuple = (
+    (13, "jax-cuda13-pjrt", "jax_plugins.xla_cuda13"),
+    (12, "jax-cuda12-pjrt", "jax_plugins.xla_cuda12"),
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PLATFORM", "PRIORITY", "library_path", "client_options", "initialize",
+__all__ = ["PLATFORM", "PRIORITY", "VendorPlugin", "vendor_plugin", "library_path", "client_options", "initialize",
            "make_client", "prepare_cuda_libraries", "generate_pjrt_gpu_plugin_options",
            "parse_visible_devices"]
 
 
-def library_path() -> str:
-    """Absolute path of the CUDA plugin library inside the jax-cuda12-pjrt wheel.
+@dataclasses.dataclass(frozen=True)
+class VendorPlugin:
+    """The CUDA plugin wheel found: which toolkit, which release, and its library."""
 
-    Found with ``importlib.util.find_spec``, which locates ``jax_plugins.xla_cuda12`` without
+    #: The CUDA major version the wheel is built for: 13 or 12.
+    cuda: int
+    #: Its distribution name, e.g. ``jax-cuda13-pjrt``.
+    distribution: str
+    #: Its installed version, e.g. ``0.12.0.1`` (None when its metadata is unreadable).
+    version: str | None
+    #: The plugin library's absolute path.
+    library: str
+
+    def __str__(self) -> str:
+        return f"{self.distribution} {self.version or '(version unknown)'}"
+
+
+def vendor_plugin() -> VendorPlugin:
+    """The installed CUDA plugin wheel, CUDA 13 first when both are installed.
+
+    Found with ``importlib.util.find_spec``, which locates ``jax_plugins.xla_cudaNN`` without
     running it (running it would import jax).
 
     Raises:
-      FileNotFoundError: jax-cuda12-pjrt is not installed, or its library is missing.
+      FileNotFoundError: neither jax-cuda13-pjrt nor jax-cuda12-pjrt is installed (the message
+        says how to install one), or the installed one lacks its library.
     """
-    return plugin_api.find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "jax-cuda12-pjrt")
+    import importlib.util
+    from importlib import metadata
+
+    for cuda, distribution, module in VENDOR_WHEELS:
+        try:
+            installed = importlib.util.find_spec(module) is not None
+        except ImportError:  # no jax_plugins package at all
+            installed = False
+        if not installed:
+            continue
+        library = plugin_api.find_module_library(module, _LIBRARY_FILE, distribution)
+        try:
+            version = metadata.version(distribution)
+        except metadata.PackageNotFoundError:
+            version = None
+        return VendorPlugin(cuda, distribution, version, library)
+    raise FileNotFoundError(
+        "no CUDA plugin wheel is installed (pjrt-cuda drives jax-cuda13-pjrt or "
+        "jax-cuda12-pjrt); install one with pip install 'pjrt-cuda[cuda13]' (CUDA 13, "
+        "driver 580 or newer) or pip install 'pjrt-cuda[cuda12]' (CUDA 12)")
+
+
+def library_path() -> str:
+    """Absolute path of the CUDA plugin library inside the vendor wheel found by
+    :func:`vendor_plugin` (jax-cuda13-pjrt, else jax-cuda12-pjrt).
+
+    Raises:
+      FileNotFoundError: neither wheel is installed, or its library is missing.
+    """
+    return vendor_plugin().library
 
 
 def client_options() -> dict:
@@ -74,14 +129,15 @@ def prepare_cuda_libraries() -> list:
     """
     from . import libraries
 
-    found = libraries.find_cuda_libraries(preload=True)
+    vendor = vendor_plugin()
+    found = libraries.find_cuda_libraries(preload=True, cuda=vendor.cuda)
     for entry in found:
         logger.debug("CUDA library %s %s from %s (version from %s)", entry.component.name,
                      entry.version_text, entry.directory, entry.version_source)
     if os.environ.get(SKIP_VERSION_CHECK_ENV, "").strip() not in ("", "0"):
         logger.info("%s is set: not checking the CUDA libraries' versions", SKIP_VERSION_CHECK_ENV)
     else:
-        libraries.check_versions(found)
+        libraries.check_versions(found, str(vendor))
     return found
 
 
@@ -105,8 +161,8 @@ def make_client(plugin, options: dict | None = None):
 
 
 #: The plugin, as pjrt discovers it: options read from the environment and the NVIDIA
-#: libraries checked when the client is made. JAX gets CUDA from the jax-cuda12-pjrt wheel's
-#: own ``jax_plugins.xla_cuda12`` module, so under JAX this package stays out of the way.
+#: libraries checked when the client is made. JAX gets CUDA from the vendor wheel's own
+#: ``jax_plugins.xla_cudaNN`` module, so under JAX this package stays out of the way.
 PLUGIN = plugin_api.PluginDeclaration(
     PLATFORM, library=library_path, priority=PRIORITY, options=client_options,
     make_client=make_client, version=__version__, serve_jax=False)

@@ -1,10 +1,10 @@
 """NVIDIA's CUDA libraries installed from pip: finding them, loading them, checking versions.
 
-jax-cuda12-pjrt does not bundle CUDA. It opens the CUDA libraries itself when a client is
+The CUDA plugin wheels (``jax-cuda13-pjrt``, ``jax-cuda12-pjrt``) do not bundle CUDA. It opens the CUDA libraries itself when a client is
 created, looking in its RPATH (``site-packages/nvidia/*/lib`` beside it) and then the system
 search path. Two things can go wrong that its own messages explain poorly:
 
-* the NVIDIA wheels (``nvidia-cudnn-cu12`` and friends) sit in another site directory than the
+* the NVIDIA wheels (``nvidia-cudnn-cu12``, ``nvidia-cudnn-cu13`` and friends) sit in another site directory than the
   plugin (a user site, a layered virtual environment), so its RPATH misses them; and
 * an old wheel is found, and the plugin fails deep inside a kernel or aborts the process.
 
@@ -110,13 +110,11 @@ class Component:
         return f"{self.distribution}>={'.'.join(map(str, self.minimum))}"
 
 
-#: The NVIDIA wheels jax-cuda12-pjrt 0.10.2 uses, in an order where each one's dependencies
+#: The NVIDIA wheels jax-cuda12-pjrt 0.12.0.1 uses, in an order where each one's dependencies
 #: come first (cuSOLVER and cuSPARSE need nvJitLink and cuBLAS). The minimums are the floors
-#: JAX itself sets for this plugin: jax-cuda12-plugin 0.10.2 requires these versions of the
-#: wheels (``jax[cuda12]``), and its runtime check asks for CUDA >= 12.1, cuBLAS >= 12.1,
-#: cuSPARSE >= 12.1 and a cuDNN no older, in major.minor, than the 9.8 it was built against
-#: (the build used CUDA 12.9, cuBLAS 12.9.1, cuFFT 11.4.1, cuSOLVER 11.7.5, cuSPARSE 12.5.10).
-COMPONENTS: tuple = (
+#: JAX itself sets for this plugin: jax-cuda12-plugin 0.12.0.1 requires these versions of the
+#: wheels (``jax[cuda12]``, read from its METADATA), compared on major.minor.
+COMPONENTS_CUDA12: tuple = (
     Component("CUDA runtime", "nvidia-cuda-runtime-cu12", "cuda_runtime", ("libcudart.so.12",),
               (12, 1), _cudart_version),
     Component("NVRTC", "nvidia-cuda-nvrtc-cu12", "cuda_nvrtc", ("libnvrtc.so.12",), (12, 1),
@@ -134,8 +132,39 @@ COMPONENTS: tuple = (
               _reader("cufftGetProperty", _get_property_triplet)),
     Component("NCCL", "nvidia-nccl-cu12", "nccl", ("libnccl.so.2",), (2, 18), _nccl_version),
     Component("NVSHMEM", "nvidia-nvshmem-cu12", "nvshmem", ("libnvshmem_host.so.3",), (3, 2)),
-    Component("cuDNN", "nvidia-cudnn-cu12", "cudnn", ("libcudnn.so.9",), (9, 8), _cudnn_version),
+    Component("cuDNN", "nvidia-cudnn-cu12", "cudnn", ("libcudnn.so.9",), (9, 10), _cudnn_version),
 )
+
+#: Kept under its old name: the CUDA 12 set.
+COMPONENTS: tuple = COMPONENTS_CUDA12
+
+#: The NVIDIA wheels jax-cuda13-pjrt 0.12.0.1 uses, with the floors jax-cuda13-plugin
+#: 0.12.0.1 requires (``jax[cuda13]``). CUDA 13's toolkit wheels drop the ``-cu13`` suffix and
+#: install their libraries together under ``nvidia/cu13/lib``; cuDNN, NCCL and NVSHMEM keep
+#: the suffix and their own directories.
+COMPONENTS_CUDA13: tuple = (
+    Component("CUDA runtime", "nvidia-cuda-runtime", "cu13", ("libcudart.so.13",), (13, 0),
+              _cudart_version),
+    Component("NVRTC", "nvidia-cuda-nvrtc", "cu13", ("libnvrtc.so.13",), (13, 0),
+              _reader("nvrtcVersion", _get_major_minor)),
+    Component("nvJitLink", "nvidia-nvjitlink", "cu13", ("libnvJitLink.so.13",), (13, 0),
+              _reader("nvJitLinkVersion", _get_major_minor)),
+    Component("cuBLAS", "nvidia-cublas", "cu13", ("libcublasLt.so.13", "libcublas.so.13"),
+              (13, 0), _reader("cublasGetProperty", _get_property_triplet)),
+    Component("CUPTI", "nvidia-cuda-cupti", "cu13", ("libcupti.so.13",), (13, 0)),
+    Component("cuSPARSE", "nvidia-cusparse", "cu13", ("libcusparse.so.12",), (12, 6),
+              _reader("cusparseGetProperty", _get_property_triplet)),
+    Component("cuSOLVER", "nvidia-cusolver", "cu13", ("libcusolver.so.12",), (12, 0),
+              _reader("cusolverGetProperty", _get_property_triplet)),
+    Component("cuFFT", "nvidia-cufft", "cu13", ("libcufft.so.12",), (12, 0),
+              _reader("cufftGetProperty", _get_property_triplet)),
+    Component("NCCL", "nvidia-nccl-cu13", "nccl", ("libnccl.so.2",), (2, 27), _nccl_version),
+    Component("NVSHMEM", "nvidia-nvshmem-cu13", "nvshmem", ("libnvshmem_host.so.3",), (3, 3)),
+    Component("cuDNN", "nvidia-cudnn-cu13", "cudnn", ("libcudnn.so.9",), (9, 12), _cudnn_version),
+)
+
+#: CUDA major version -> the NVIDIA wheels its plugin uses.
+COMPONENTS_BY_CUDA: dict = {12: COMPONENTS_CUDA12, 13: COMPONENTS_CUDA13}
 
 
 @dataclasses.dataclass
@@ -198,7 +227,7 @@ def _site_dirs(search_path: Iterable[str] | None) -> list[str]:
 
 
 def find_cuda_libraries(search_path: Iterable[str] | None = None, *,
-                        preload: bool = False) -> list[FoundLibrary]:
+                        preload: bool = False, cuda: int = 12) -> list[FoundLibrary]:
     """The NVIDIA pip libraries under ``search_path``, loaded, with their versions.
 
     For each component the first ``<dir>/nvidia/<name>/lib`` holding its library wins, as
@@ -210,11 +239,12 @@ def find_cuda_libraries(search_path: Iterable[str] | None = None, *,
     Args:
       search_path: directories to look in (``sys.path`` when None).
       preload: make the loaded libraries visible to the CUDA plugin.
+      cuda: the CUDA major version of the plugin (12 or 13): which wheels to look for.
     """
     mode = ctypes.RTLD_GLOBAL if preload else ctypes.RTLD_LOCAL
     found = []
     sites = _site_dirs(search_path)
-    for component in COMPONENTS:
+    for component in COMPONENTS_BY_CUDA[cuda]:
         for site in sites:
             directory = os.path.join(site, "nvidia", component.directory, "lib")
             if os.path.isfile(os.path.join(directory, component.libraries[-1])):
@@ -258,10 +288,19 @@ def _too_old(found: FoundLibrary) -> bool:
     return found.version is not None and tuple(found.version[:len(minimum)]) < minimum
 
 
-def check_versions(found: Sequence[FoundLibrary]) -> None:
+def _cuda_of(found: Sequence[FoundLibrary]) -> int:
+    """The CUDA major version whose wheel set ``found`` belongs to (12 when unsure)."""
+    for cuda, components in COMPONENTS_BY_CUDA.items():
+        if found and found[0].component in components:
+            return cuda
+    return 12
+
+
+def check_versions(found: Sequence[FoundLibrary], plugin: str = "the CUDA plugin") -> None:
     """Raise if any found library is older than the CUDA plugin needs.
 
     Libraries whose version is unknown pass; the plugin checks what it loads itself.
+    ``plugin`` names the plugin wheel in the message (e.g. ``jax-cuda13-pjrt 0.12.0.1``).
 
     Raises:
       CudaLibraryVersionError: names each library that is too old, the version found, the
@@ -276,8 +315,8 @@ def check_versions(found: Sequence[FoundLibrary]) -> None:
              for f in too_old]
     upgrade = " ".join(f"'{f.component.requirement}'" for f in too_old)
     raise CudaLibraryVersionError(
-        "the CUDA libraries installed from pip are too old for jax-cuda12-pjrt:\n"
+        f"the CUDA libraries installed from pip are too old for {plugin}:\n"
         + "\n".join(lines)
         + f"\nUpgrade them with: pip install --upgrade {upgrade}"
-        + "\n(or pip install --upgrade 'pjrt-cuda[with-cuda]' for the whole set; set "
+        + f"\n(or pip install --upgrade 'pjrt-cuda[cuda{_cuda_of(too_old)}]' for the whole set; set "
           "PJRT_CUDA_SKIP_VERSION_CHECK=1 to skip this check)", too_old)

@@ -1,0 +1,443 @@
+"""The steps of scripts/gpu-check.sh: pjrt and pjrt-cuda, installed from local wheels, checked
+on this machine's NVIDIA GPUs with the CUDA plugin wheel installed here.
+
+Each step runs in a child process with a time limit (all of them together stay under
+``--budget`` seconds) and ends as PASS, FAIL or SKIP with its reason. The report file holds
+the verdicts and each step's output; stdout gets the verdicts. Exit status: 0 when no step
+failed, else 1.
+
+Only the standard library is imported here: the children import pjrt from ``--site``.
+``--platform cpu`` runs the program steps on the CPU plugin instead, to check this script on
+a machine without a GPU (with pjrt-cpu installed).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+#: How much of a step's output the report keeps (its end).
+OUTPUT_LIMIT = 12000
+
+
+@dataclasses.dataclass
+class Step:
+    name: str
+    verdict: str = "SKIP"  # PASS, FAIL or SKIP
+    reason: str = ""
+    seconds: float = 0.0
+    output: str = ""
+
+
+class Checker:
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.platform = args.platform
+        self.deadline = time.monotonic() + args.budget
+        self.steps: list[Step] = []
+        self.env = dict(os.environ)
+        if args.site:
+            self.env["PYTHONPATH"] = os.pathsep.join(
+                [args.site, *filter(None, [os.environ.get("PYTHONPATH")])])
+        # Several processes share the GPUs here (and torch): each takes memory as it needs it.
+        self.env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+        self.env["PYTHONUNBUFFERED"] = "1"
+        self.work = pathlib.Path(tempfile.mkdtemp(prefix="gpu-check-"))
+
+    # -- running ---------------------------------------------------------------------------
+
+    def run(self, name: str, argv: list[str], limit: float, *, env: dict | None = None,
+            cwd: pathlib.Path | None = None) -> tuple[Step, subprocess.CompletedProcess | None]:
+        """Run ``argv`` as step ``name``; PASS when it exits 0."""
+        step = Step(name)
+        self.steps.append(step)
+        left = self.deadline - time.monotonic() - 5
+        if left < 10:
+            step.reason = "no time left in the budget"
+            return step, None
+        limit = min(limit, left)
+        started = time.monotonic()
+        try:
+            done = subprocess.run(argv, cwd=cwd or self.work, env=env or self.env,
+                                  capture_output=True, text=True, timeout=limit)
+        except subprocess.TimeoutExpired as error:
+            step.seconds = time.monotonic() - started
+            step.verdict, step.reason = "FAIL", f"did not finish in {limit:.0f} s"
+            step.output = _text(error.stdout) + _text(error.stderr)
+            return step, None
+        step.seconds = time.monotonic() - started
+        step.output = done.stdout + done.stderr
+        if done.returncode == 0:
+            step.verdict = "PASS"
+        else:
+            step.verdict = "FAIL"
+            last = [line for line in step.output.splitlines() if line.strip()][-1:]
+            step.reason = f"exit status {done.returncode}" + (f": {last[0][:200]}" if last else "")
+        return step, done
+
+    def python(self, name: str, source: str, limit: float, *args: str,
+               env: dict | None = None) -> tuple[Step, subprocess.CompletedProcess | None]:
+        program = self.work / f"{name}.py"
+        program.write_text(source, encoding="utf-8")
+        return self.run(name, [sys.executable, str(program), *args], limit, env=env)
+
+    def skip(self, name: str, reason: str) -> Step:
+        step = Step(name, "SKIP", reason)
+        self.steps.append(step)
+        return step
+
+    # -- the steps --------------------------------------------------------------------------
+
+    def install(self) -> bool:
+        if not self.args.site:
+            self.skip("install", "--site not given: using the pjrt already importable")
+            return True
+        wheels = sorted(pathlib.Path(self.args.wheels).glob("*.whl"))
+        if not wheels:
+            step = Step("install", "FAIL", f"no wheels in {self.args.wheels}: run "
+                        f"bash scripts/gpu-check-prepare.sh where there is a network, and carry "
+                        f"the folder with the checkout")
+            self.steps.append(step)
+            return False
+        shutil.rmtree(self.args.site, ignore_errors=True)
+        step, done = self.run("install", [
+            sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
+            "--no-compile", "--disable-pip-version-check", "--target", self.args.site,
+            *map(str, wheels)], 120)
+        if step.verdict != "PASS":
+            return False
+        # The children must import these copies, not others.
+        probe = ("import pathlib, sys, cffi, pjrt, pjrt_cuda\n"
+                 "site = pathlib.Path(sys.argv[1]).resolve()\n"
+                 "for m in (pjrt, pjrt_cuda):\n"
+                 "    assert site in pathlib.Path(m.__file__).resolve().parents, m.__file__\n"
+                 "print('pjrt', pjrt.__version__, 'from', pathlib.Path(pjrt.__file__).parent,"
+                 " '; cffi', cffi.__version__)\n")
+        checked, _ = self.python("install-probe", probe, 60, self.args.site)
+        self.steps.remove(checked)
+        step.output += checked.output
+        if checked.verdict != "PASS":
+            step.verdict, step.reason = "FAIL", f"installed, but {checked.reason}"
+            return False
+        step.reason = f"{len(wheels)} wheels: {', '.join(w.name.split('-')[0] for w in wheels)}"
+        return True
+
+    def vendor(self) -> None:
+        if self.platform != "cuda":
+            self.skip("vendor-plugin", f"--platform {self.platform}")
+            return
+        step, done = self.python("vendor-plugin", VENDOR_PROGRAM, 60)
+        if done is not None and done.returncode == 0:
+            step.reason = done.stdout.splitlines()[0]
+
+    def info(self) -> None:
+        step, done = self.run("pjrt-info", [sys.executable, "-m", "pjrt", "info"], 120)
+        if done is None:
+            return
+        failed = re.search(rf"^\s*x {self.platform}: failed: (.*)$", done.stdout, re.M)
+        if step.verdict != "PASS" or failed:
+            step.verdict = "FAIL"
+            step.reason = (f"the {self.platform} backend failed: {failed.group(1)}" if failed
+                           else step.reason)
+            return
+        match = re.search(rf"^\s*\*?\s*{self.platform}\s+{self.platform}\s+\S+\s+(\d+)",
+                          done.stdout, re.M)
+        if not match:
+            step.verdict = "FAIL"
+            step.reason = f"the {self.platform} backend did not come up (see its reason below)"
+        else:
+            step.reason = f"{self.platform} backend up with {match.group(1)} devices"
+
+    def conform(self) -> None:
+        report = self.work / "conform.json"
+        step, done = self.run("pjrt-conform", [
+            sys.executable, "-m", "pjrt", "conform", self.platform, "--timeout", "60",
+            "--json", str(report)], 200)
+        if report.is_file():
+            counts = json.loads(report.read_text()).get("counts", {})
+            summary = ", ".join(f"{value} {key}" for key, value in counts.items())
+            step.reason = f"{summary}" + (f"; {step.reason}" if step.reason else "")
+
+    def readme(self) -> None:
+        snippets = _load_snippets()
+        script, left_out = snippets.script_of(ROOT / "README.md")
+        shutil.copytree(ROOT / "examples", self.work / "examples", dirs_exist_ok=True)
+        if self.platform == "cpu":
+            env = {**self.env, "PJRT_PLATFORMS": "cpu"}
+            step, _ = self.python("readme", script, 120, env=env)
+            step.reason = step.reason or f"{script.count('# --- README.md:')} blocks ran as written"
+            return
+        gpu_script, notes = readme_on_cuda(script, self.gpu_count())
+        if gpu_script is None:
+            step = Step("readme", "FAIL", notes)
+            self.steps.append(step)
+            return
+        step, _ = self.python("readme", gpu_script, 120)
+        ran = gpu_script.count("# --- README.md:")
+        step.reason = step.reason or (f"{ran} blocks ran on cuda" + (f"; {notes}" if notes else "")
+                                      + (f"; not run: {', '.join(left_out)}" if left_out else ""))
+
+    def sharded(self) -> None:
+        step, done = self.python("sharded", SHARDED_PROGRAM, 120, self.platform)
+        if done is not None and done.returncode == 0:
+            step.reason = done.stdout.strip().splitlines()[-1]
+
+    def dlpack(self) -> None:
+        if importlib.util.find_spec("torch") is None:
+            self.skip("dlpack-torch", "torch is not installed")
+            return
+        step, done = self.python("dlpack-torch", DLPACK_PROGRAM, 120, self.platform)
+        if done is not None and done.returncode == 0:
+            last = done.stdout.strip().splitlines()[-1]
+            if last.startswith("SKIP "):
+                step.verdict, step.reason = "SKIP", last[5:]
+            else:
+                step.reason = last
+
+    def gpu_tests(self) -> None:
+        if self.platform != "cuda":
+            self.skip("pytest-gpu", f"--platform {self.platform}")
+            return
+        env = {**self.env, "PJRT_TESTS_CPU_PLUGINS": "optional"}
+        files = [str(ROOT / "tests" / name) for name in ("test_gpu.py", "test_distributed.py")]
+        step, done = self.run("pytest-gpu", [
+            sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q",
+            "-rs", *files], 240, env=env, cwd=ROOT)
+        summary = [line for line in step.output.splitlines()
+                   if re.search(r"\d+ (passed|failed|skipped|error)", line)]
+        if summary:
+            step.reason = summary[-1].strip("= ")
+
+    def gpu_count(self) -> int:
+        try:
+            done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return 0
+        return len(re.findall(r"^GPU \d+", done.stdout, re.M)) if done.returncode == 0 else 0
+
+    # -- the report -------------------------------------------------------------------------
+
+    def header(self) -> list[str]:
+        lines = [f"pjrt GPU check, {time.strftime('%Y-%m-%d %H:%M:%S %Z')} on {platform.node()}",
+                 f"python {sys.version.split()[0]} at {sys.executable}",
+                 f"checkout {ROOT}" + (f", wheels {self.args.wheels}, site {self.args.site}"
+                                       if self.args.site else ""),
+                 f"platform checked: {self.platform}"]
+        try:
+            smi = subprocess.run(["nvidia-smi", "--query-gpu=index,name,driver_version,memory.total",
+                                  "--format=csv,noheader"], capture_output=True, text=True,
+                                 timeout=30)
+            lines += [f"GPU {line}" for line in smi.stdout.strip().splitlines()]
+        except (OSError, subprocess.TimeoutExpired):
+            lines.append("nvidia-smi: not available")
+        return lines
+
+    def write(self, report: pathlib.Path, started: float) -> int:
+        failed = [s for s in self.steps if s.verdict == "FAIL"]
+        verdicts = [f"{s.verdict:4}  {s.name:14} {s.seconds:6.1f} s  {s.reason}" for s in self.steps]
+        total = (f"{'FAILED' if failed else 'PASSED'}: "
+                 f"{sum(s.verdict == 'PASS' for s in self.steps)} passed, {len(failed)} failed, "
+                 f"{sum(s.verdict == 'SKIP' for s in self.steps)} skipped, in "
+                 f"{time.monotonic() - started:.0f} s")
+        details = []
+        for s in self.steps:
+            if s.output:
+                text = s.output[-OUTPUT_LIMIT:]
+                cut = "(... its beginning left out)\n" if len(s.output) > OUTPUT_LIMIT else ""
+                details += ["", f"== {s.name}: {s.verdict}", cut + text.rstrip()]
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text("\n".join([*self.header(), "", *verdicts, "", total, *details]) + "\n",
+                          encoding="utf-8")
+        print("\n".join([*verdicts, total, f"report: {report}"]))
+        return 1 if failed else 0
+
+
+def _text(value) -> str:
+    if value is None:
+        return ""
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def _load_snippets():
+    """tests/test_docs_snippets.py, the README extractor the tests use, loaded by path."""
+    spec = importlib.util.spec_from_file_location("test_docs_snippets",
+                                                  ROOT / "tests" / "test_docs_snippets.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: README's blocks use the CPU plugin; on a GPU machine without it they run on the CUDA plugin
+#: with these texts replaced (each must be found, so that a README change is noticed here).
+README_ON_CUDA = (
+    ("import pjrt, pjrt_cpu", "import pjrt, pjrt_cuda"),
+    ('pjrt.load_pjrt_plugin_dynamically("cpu", pjrt_cpu.library_path())',
+     'pjrt.load_pjrt_plugin_dynamically("cuda", pjrt_cuda.library_path())'),
+    ('pjrt.make_c_api_client("cpu", {"cpu_device_count": 8})',
+     'pjrt.make_c_api_client("cuda", pjrt_cuda.client_options())'),
+    ('pjrt.set_platforms("cpu")', 'pjrt.set_platforms("cuda")'),
+)
+
+#: Appended to README's script on the GPU: its first block's results against numpy.
+README_CHECKS = """
+# --- checks of README.md's results (scripts/gpu-check.py)
+_a = np.arange(8, dtype=np.float32)
+np.testing.assert_allclose(np.asarray(y), np.tanh(_a * _a), rtol=1e-5, atol=1e-6)
+_ones = np.ones(8, np.float32)
+np.testing.assert_allclose(np.asarray(f(_ones, _ones)), np.tanh(_ones), rtol=1e-5, atol=1e-6)
+assert client.platform == "cuda" and device.platform == "cuda", (client.platform, device)
+print("README.md's program on", device.device_kind, "equals numpy's")
+"""
+
+#: The README block that needs 8 devices: examples/programs/mlp.mlir is lowered for a 2x4 mesh.
+README_EIGHT_DEVICES = 'reshape(2, 4), ("x", "y"))'
+
+
+def readme_on_cuda(script: str, gpus: int) -> tuple[str | None, str]:
+    """README's script with the CPU plugin replaced by the CUDA plugin; None and why when a
+    text to replace is gone. Blocks that need 8 devices are cut off with fewer GPUs."""
+    for cpu_text, cuda_text in README_ON_CUDA:
+        if cpu_text not in script:
+            return None, (f"README.md no longer contains {cpu_text!r}: update README_ON_CUDA in "
+                          f"scripts/gpu-check.py")
+        script = script.replace(cpu_text, cuda_text)
+    # The blocks show results rather than check them; on the GPU they are checked here.
+    script += README_CHECKS
+    notes = ""
+    if gpus < 8:
+        blocks = script.split("\n# --- ")
+        kept = [b for b in blocks if README_EIGHT_DEVICES not in b]
+        if len(kept) < len(blocks):
+            left = [b.split("\n", 1)[0] for b in blocks if README_EIGHT_DEVICES in b]
+            notes = f"left out {', '.join(left)} (a 2x4 mesh: needs 8 GPUs, {gpus} here)"
+            script = "\n# --- ".join(kept)
+    return script, notes
+
+
+VENDOR_PROGRAM = """\
+import pjrt_cuda
+from pjrt_cuda import libraries
+vendor = pjrt_cuda.vendor_plugin()
+print(f"{vendor} (CUDA {vendor.cuda})")
+print(f"library {vendor.library}")
+for found in libraries.find_cuda_libraries(cuda=vendor.cuda):
+    print(f"  {found.component.name:13} {found.version_text:10} ({found.version_source}) "
+          f"{found.directory}" + (f" load error: {found.load_error}" if found.load_error else ""))
+libraries.check_versions(libraries.find_cuda_libraries(cuda=vendor.cuda), str(vendor))
+"""
+
+#: A program over all the platform's devices: each one's rows plus the sum of all rows (an
+#: all-reduce when there are several devices), checked against numpy.
+SHARDED_PROGRAM = """\
+import sys
+import numpy as np
+import pjrt
+
+platform = sys.argv[1]
+pjrt.set_platforms(platform)
+devices = pjrt.devices()
+n = len(devices)
+sharding = "{devices=[%d,1]%s}" % (n, ",".join(str(i) for i in range(n)))
+rows = 2 * n
+program = f'''
+module @sharded attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func public @main(%x: tensor<{rows}x4xf32> {{mhlo.sharding = "{sharding}"}})
+      -> (tensor<{rows}x4xf32> {{mhlo.sharding = "{sharding}"}}) {{
+    %zero = stablehlo.constant dense<0.0> : tensor<f32>
+    %sum = stablehlo.reduce(%x init: %zero) applies stablehlo.add across dimensions = [0, 1]
+        : (tensor<{rows}x4xf32>, tensor<f32>) -> tensor<f32>
+    %all = stablehlo.broadcast_in_dim %sum, dims = [] : (tensor<f32>) -> tensor<{rows}x4xf32>
+    %y = stablehlo.add %x, %all : tensor<{rows}x4xf32>
+    return %y : tensor<{rows}x4xf32>
+  }}
+}}'''
+mesh = pjrt.Mesh(np.array(devices), ("x",))
+host = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
+x = pjrt.device_put(host, pjrt.NamedSharding(mesh, pjrt.P("x", None)))
+y = pjrt.compile(program, mesh)(x)
+np.testing.assert_array_equal(np.asarray(y), host + host.sum())
+shard_devices = sorted(s.device.id for s in y.addressable_shards)
+assert shard_devices == sorted(d.id for d in devices), shard_devices
+print(f"{n}-device mesh over {platform} ({devices[0].device_kind}): rows + all-reduced sum "
+      f"equal numpy's, one shard per device")
+"""
+
+#: A torch tensor on the GPU into pjrt and back, through a program, checked against torch.
+DLPACK_PROGRAM = """\
+import sys
+import numpy as np
+import torch
+import pjrt
+
+platform = sys.argv[1]
+if platform == "cuda" and not torch.cuda.is_available():
+    print("SKIP torch has no CUDA here")
+    sys.exit(0)
+pjrt.set_platforms(platform)
+device = pjrt.devices()[0]
+where = "cuda:0" if platform == "cuda" else "cpu"
+tensor = torch.arange(24, dtype=torch.float32, device=where).reshape(4, 6) * 1.5
+array = pjrt.from_dlpack(tensor)
+assert array.devices() == {device} or next(iter(array.devices())).platform == platform, array
+np.testing.assert_array_equal(np.asarray(array), tensor.cpu().numpy())
+double = pjrt.compile('''
+func.func public @main(%x: tensor<4x6xf32>) -> tensor<4x6xf32> {
+  %y = stablehlo.add %x, %x : tensor<4x6xf32>
+  return %y : tensor<4x6xf32>
+}''', device)
+result = double(array)
+back = torch.from_dlpack(result)
+assert back.device.type == torch.device(where).type, back.device
+torch.testing.assert_close(back, tensor * 2)
+# And the other way: a pjrt Array read by torch without leaving the device.
+again = torch.from_dlpack(pjrt.from_dlpack(back))
+torch.testing.assert_close(again, tensor * 2)
+print(f"torch {torch.__version__} tensor on {where} -> pjrt ({device.device_kind}) -> program "
+      f"-> torch on {back.device}: values equal")
+"""
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--report", required=True, type=pathlib.Path)
+    parser.add_argument("--wheels", default=str(ROOT / ".gpu-check"),
+                        help="the folder gpu-check-prepare.sh filled")
+    parser.add_argument("--site", default="/tmp/pjrt-site",
+                        help="where the wheels are installed; '' uses the pjrt importable now")
+    parser.add_argument("--platform", default="cuda", choices=["cuda", "cpu"])
+    parser.add_argument("--budget", type=float, default=450,
+                        help="seconds for all the steps together")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    checker = Checker(args)
+    if checker.install():
+        checker.vendor()
+        checker.info()
+        checker.conform()
+        checker.readme()
+        checker.sharded()
+        checker.dlpack()
+        checker.gpu_tests()
+    else:
+        for name in ("vendor-plugin", "pjrt-info", "pjrt-conform", "readme", "sharded",
+                     "dlpack-torch", "pytest-gpu"):
+            checker.skip(name, "the install failed")
+    return checker.write(args.report, started)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Checks pjrt on this machine's NVIDIA GPUs, in one command: installs pjrt and pjrt-cuda from
+# the wheels scripts/gpu-check-prepare.sh put in .gpu-check/ (with --no-index --no-deps into
+# /tmp/pjrt-site, leaving numpy, torch and jax as they are), then runs, each step with its
+# verdict and reason (scripts/gpu-check.py):
+#
+#   vendor-plugin  which CUDA plugin wheel pjrt-cuda found, and NVIDIA's pip libraries
+#   pjrt-info      pjrt info, with the cuda backend up
+#   pjrt-conform   pjrt conform cuda
+#   readme         README.md's Python blocks, on the CUDA plugin
+#   sharded        a program over a mesh of all local GPUs (with one GPU, a 1-device mesh)
+#   dlpack-torch   a torch tensor on the GPU into pjrt, through a program, and back
+#   pytest-gpu     the gpu-marked tests (pytest -m gpu)
+#
+#   bash scripts/gpu-check.sh [REPORT]
+#
+# REPORT defaults to $OUT/gpu-check-report.txt when OUT is set, else gpu-check-report.txt
+# here. Without an NVIDIA GPU it says so and exits 0 at once. It uses the CUDA plugin wheel
+# installed on the machine (jax-cuda13-pjrt, else jax-cuda12-pjrt) whatever its release, and
+# needs no network. The steps together get 450 s; exit status 1 when one failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+report=${1:-}
+if [ -z "$report" ]; then
+  if [ -n "${OUT:-}" ]; then report=$OUT/gpu-check-report.txt; else report=gpu-check-report.txt; fi
+fi
+python=${PYTHON:-python3}
+
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1; then
+  gpus=$(timeout 30 nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+elif compgen -G '/dev/nvidia[0-9]*' >/dev/null; then
+  gpus=$(compgen -G '/dev/nvidia[0-9]*' | wc -l)
+fi
+if [ "${gpus:-0}" -eq 0 ]; then
+  message="no NVIDIA GPU here (nvidia-smi lists none, or no /dev/nvidiaN): nothing to check"
+  mkdir -p "$(dirname "$report")"
+  echo "$message" >"$report"
+  echo "$message"
+  exit 0
+fi
+
+echo "$gpus NVIDIA GPU(s); report: $report"
+exec timeout 470 "$python" scripts/gpu-check.py --report "$report" \
+  --wheels "${GPU_CHECK_WHEELS:-.gpu-check}" --site "${GPU_CHECK_SITE:-/tmp/pjrt-site}"
