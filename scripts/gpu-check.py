@@ -105,7 +105,7 @@ class Checker:
         if not self.args.site:
             self.skip("install", "--site not given: using the pjrt already importable")
             return True
-        wheels = sorted(pathlib.Path(self.args.wheels).glob("*.whl"))
+        wheels = sorted(pathlib.Path(self.args.wheels).resolve().glob("*.whl"))
         if not wheels:
             step = Step("install", "FAIL", f"no wheels in {self.args.wheels}: run "
                         f"bash scripts/gpu-check-prepare.sh where there is a network, and carry "
@@ -144,22 +144,27 @@ class Checker:
             step.reason = done.stdout.splitlines()[0]
 
     def info(self) -> None:
+        # The table is for the report; the verdict is read from --json, whose fields do not
+        # depend on column widths (a platform version such as "cuda 13000" holds a space).
         step, done = self.run("pjrt-info", [sys.executable, "-m", "pjrt", "info"], 120)
-        if done is None:
+        if done is None or step.verdict != "PASS":
             return
-        failed = re.search(rf"^\s*x {self.platform}: failed: (.*)$", done.stdout, re.M)
-        if step.verdict != "PASS" or failed:
+        listed = subprocess.run([sys.executable, "-m", "pjrt", "info", "--json"], cwd=self.work,
+                                env=self.env, capture_output=True, text=True, timeout=120)
+        try:
+            backends = json.loads(listed.stdout)["backends"]
+        except (ValueError, KeyError, TypeError):
             step.verdict = "FAIL"
-            step.reason = (f"the {self.platform} backend failed: {failed.group(1)}" if failed
-                           else step.reason)
+            step.reason = f"pjrt info --json printed no backends (exit status {listed.returncode})"
             return
-        match = re.search(rf"^\s*\*?\s*{self.platform}\s+{self.platform}\s+\S+\s+(\d+)",
-                          done.stdout, re.M)
-        if not match:
+        mine = [b for b in backends if b.get("name") == self.platform]
+        if not mine or mine[0].get("status") != "up":
             step.verdict = "FAIL"
-            step.reason = f"the {self.platform} backend did not come up (see its reason below)"
+            reason = mine[0].get("reason") if mine else "not listed"
+            step.reason = f"the {self.platform} backend did not come up: {reason}"
         else:
-            step.reason = f"{self.platform} backend up with {match.group(1)} devices"
+            step.reason = (f"{self.platform} backend up with {mine[0].get('device_count')} "
+                           f"device(s), PJRT API {mine[0].get('plugin_api_version')}")
 
     def conform(self) -> None:
         report = self.work / "conform.json"
