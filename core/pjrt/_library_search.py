@@ -98,8 +98,8 @@ def missing_libraries(path: str, *, environ: dict[str, str] | None = None,
 
 
 def format_missing(missing: list[MissingLibrary]) -> str:
-    """The missing libraries grouped by what provides them, one group a line, drivers first,
-    then a ``pip install`` line for those that pip provides."""
+    """The missing libraries grouped by what provides them, one group a line (ending with
+    ``;``), drivers first, then a ``pip install`` line for those that pip provides."""
     groups: dict[str, list[str]] = {}
     for library in missing:
         groups.setdefault(library.provider or "provider not known to pjrt", []).append(
@@ -109,7 +109,8 @@ def format_missing(missing: list[MissingLibrary]) -> str:
                                   if library.pip_package))
     if packages:
         lines.append(f"  (pip install {' '.join(packages)})")
-    return "\n".join(lines)
+    # Each group ends with ';' so that the list still reads right when a log joins its lines.
+    return ";\n".join(lines) + "."
 
 
 class _Search:
