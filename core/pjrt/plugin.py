@@ -159,6 +159,9 @@ def load_library(name: str, library_path: str | os.PathLike) -> Plugin:
         reports a PJRT API version this pjrt cannot drive.
     """
     path = os.fspath(library_path)
+    if not path.strip():
+        raise PluginLoadError(f"plugin {name!r}: the library path is empty; give the path of "
+                              f"the plugin's shared library (its .so file)", path=path)
     if not os.path.exists(path):
         raise PluginLoadError(f"plugin {name!r}: no file at {path}", path=path)
     if os.path.isdir(path):
@@ -356,8 +359,9 @@ class PluginTable:
                 if existing.library_path is not None and os.path.realpath(
                         existing.library_path) != os.path.realpath(path):
                     raise ValueError(
-                        f"plugin {name!r} is already loaded from {existing.library_path}; "
-                        f"cannot load it again from {path}. Use another name.")
+                        f"plugin {name!r} is already loaded from {existing.library_path}, so "
+                        f"{path} cannot be loaded under the same name; load one of them under "
+                        f"another name")
                 return existing
             plugin_logging.apply_defaults()  # plugins read their log switches when loaded
             plugin = load_library(name, path)

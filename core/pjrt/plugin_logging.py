@@ -25,6 +25,7 @@ backend's reason does not. So, unless told otherwise with :data:`LOG_LEVEL_ENV`:
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from typing import Any, Iterator, Mapping
@@ -45,6 +46,8 @@ _PLUGIN_ENV_DEFAULTS = {
 }
 
 _level_override: str | None = None
+
+logger = logging.getLogger(__name__)
 
 
 def _check_level(level: str, where: str) -> str:
@@ -156,10 +159,23 @@ def start(environ=None) -> bool:
 
 
 class PluginOutput:
-    """What plugins wrote to stderr, kept by the backend (or plugin module) it came from."""
+    """What plugins wrote to stderr, kept by the backend (or plugin module) it came from;
+    and the warnings about the operator's own settings, which are not plugin output and are
+    written to stderr once the capture in progress ends (:meth:`warn_operator`)."""
 
     def __init__(self):
         self._text: dict[str, str] = {}
+        self._depth = 0  # captures in progress (they nest)
+        self._pending: list[str] = []
+
+    def warn_operator(self, message: str) -> None:
+        """Log ``message`` as a warning about the operator's own configuration (a name given
+        twice, an entry that cannot be used): at once, or, while plugin output is being kept
+        back, as soon as that ends, so that it reaches stderr instead of being kept."""
+        if self._depth:
+            self._pending.append(message)
+        else:
+            logger.warning("%s", message)
 
     @contextlib.contextmanager
     def kept(self, enabled: bool, owner: str,
@@ -175,15 +191,21 @@ class PluginOutput:
             yield
             return
         captured: list[str] = []
+        self._depth += 1
         try:
             with capture_stderr(captured):
                 yield
         finally:
+            self._depth -= 1
             if captured:
                 names = [name for name, registration in (registrations or {}).items()
                          if getattr(registration, "module", None) == owner] or [owner]
                 for name in names:
                     self._text[name] = self._text.get(name, "") + "".join(captured)
+            if not self._depth:
+                pending, self._pending = self._pending, []
+                for message in dict.fromkeys(pending):  # each once, in order
+                    logger.warning("%s", message)
 
     def as_dict(self) -> dict[str, str]:
         """What was kept, by platform (or plugin module)."""
