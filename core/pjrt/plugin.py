@@ -364,7 +364,17 @@ class PluginTable:
                         f"another name")
                 return existing
             plugin_logging.apply_defaults()  # plugins read their log switches when loaded
-            plugin = load_library(name, path)
+            printed: list[str] = []
+            try:
+                with plugin_logging.quietly(name, printed):
+                    plugin = load_library(name, path)
+            except PluginLoadError as error:
+                if printed:  # kept back from stderr, but the plugin's last words explain it
+                    raise PluginLoadError(
+                        f"{error}; the plugin printed: {' | '.join(''.join(printed).split(chr(10)))}",
+                        path=error.path, missing_libraries=error.missing_libraries,
+                        missing_library=error.missing_library) from error
+                raise
             self._plugins[name] = plugin
         _run_hooks(plugin_load_hooks, plugin)
         return plugin
