@@ -134,11 +134,15 @@ class _Search:
             owner, owner_links, chain = queue.pop(0)
             read += 1
             rpaths = _rpath_dirs(owner, owner_links) + chain
+            # The directories before the cache, in the loader's order, expanded once.
+            directories = [] if owner_links.runpath else list(rpaths + program)
+            directories += self.ld_library_path
+            directories += _expand_all(owner_links.runpath, owner)
             for name in owner_links.needed:
                 self.names_seen.append(name)
                 if name in self.resolved or name in missing:
                     continue
-                found = self._find(name, owner, owner_links, rpaths, program)
+                found = self._find(name, directories)
                 if found is None:
                     missing[name] = owner
                     continue
@@ -147,15 +151,13 @@ class _Search:
                 queue.append((found[0], found[1], rpaths))
         return list(missing.items())
 
-    def _find(self, name: str, owner: str, links: _elf.DynamicLinks, rpaths: tuple[str, ...],
-              program: tuple[str, ...]) -> tuple[str, _elf.DynamicLinks] | None:
+    @staticmethod
+    def _find(name: str, directories: list[str]) -> tuple[str, _elf.DynamicLinks] | None:
+        """Where the loader finds ``name``: a path as it is; else the first usable file in
+        ``directories`` (the RPATHs, unless DT_RUNPATH switches them off, LD_LIBRARY_PATH,
+        the RUNPATH), the cache, the standard directories."""
         if "/" in name:
             return _usable(name)
-        directories: list[str] = []
-        if not links.runpath:  # DT_RUNPATH, when present, switches DT_RPATH off
-            directories += rpaths + program
-        directories += self.ld_library_path
-        directories += [_expand(entry, owner) for entry in links.runpath if entry]
         for directory in directories:
             found = _usable(os.path.join(directory, name))
             if found:
@@ -183,7 +185,7 @@ def _rpath_dirs(owner: str, links: _elf.DynamicLinks) -> tuple[str, ...]:
     """The object's DT_RPATH directories, expanded; none when it has DT_RUNPATH."""
     if links.runpath:
         return ()
-    return tuple(_expand(entry, owner) for entry in links.rpath if entry)
+    return tuple(_expand_all(links.rpath, owner))
 
 
 @lru_cache(maxsize=1)
@@ -194,9 +196,14 @@ def _program_rpath() -> tuple[str, ...]:
     return _rpath_dirs(program, links) if links else ()
 
 
-def _expand(entry: str, owner: str) -> str:
-    """A search-path entry with the loader's dynamic string tokens replaced."""
-    origin = os.path.dirname(os.path.realpath(owner))
+def _expand_all(entries: tuple[str, ...], owner: str) -> list[str]:
+    """Search-path entries with the loader's dynamic string tokens replaced; ``$ORIGIN`` is
+    the directory of ``owner`` once its symbolic links are resolved."""
+    origin = os.path.dirname(os.path.realpath(owner)) if entries else ""
+    return [_expand(entry, origin) for entry in entries if entry]
+
+
+def _expand(entry: str, origin: str) -> str:
     for token, value in (("ORIGIN", origin), ("LIB", _lib_token()),
                          ("PLATFORM", os.uname().machine)):
         entry = entry.replace("${" + token + "}", value).replace("$" + token, value)

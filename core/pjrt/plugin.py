@@ -370,8 +370,10 @@ class PluginTable:
                     plugin = load_library(name, path)
             except PluginLoadError as error:
                 if printed:  # kept back from stderr, but the plugin's last words explain it
+                    words = " | ".join(line.strip() for line in "".join(printed).splitlines()
+                                       if line.strip())
                     raise PluginLoadError(
-                        f"{error}; the plugin printed: {' | '.join(''.join(printed).split(chr(10)))}",
+                        f"{error}; the plugin printed: {words}",
                         path=error.path, missing_libraries=error.missing_libraries,
                         missing_library=error.missing_library) from error
                 raise
