@@ -173,6 +173,16 @@ def test_hang_in_execute_times_out_that_check(monkeypatch, fault_plugin):
     assert elapsed < 120
 
 
+def test_abort_in_client_create_keeps_the_plugins_last_words(monkeypatch, fault_plugin):
+    """What a plugin prints as it dies while making its client is quoted: the worker's stderr
+    is conform's to keep, so the plugin is not made quiet there."""
+    monkeypatch.delenv("PJRT_LOG_LEVEL", raising=False)
+    report, _ = _run_fault(monkeypatch, fault_plugin, "abort_create")
+    created = report.result("client.create")
+    assert created.status == pjrt.conform.FAIL and created.signal == "SIGABRT"
+    assert "fault plugin: aborting in PJRT_Client_Create" in created.detail
+
+
 def test_null_api_fails_get_pjrt_api_and_skips_the_rest(monkeypatch, fault_plugin):
     report, _ = _run_fault(monkeypatch, fault_plugin, "null_api")
     assert report.failed() == ["library.get_pjrt_api"], report.format_table()

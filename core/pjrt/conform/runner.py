@@ -82,6 +82,9 @@ def _start_worker(job: dict, python: str) -> _Worker:
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(
         [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    # The worker's stderr is already kept (and quoted when the plugin crashes or hangs): let
+    # the plugin write there rather than into a capture that dies with the worker.
+    env.setdefault("PJRT_LOG_LEVEL", "warning")
     try:
         process = subprocess.Popen(
             [python, "-m", "pjrt.conform._worker", "--report-fd", str(write_fd)],
