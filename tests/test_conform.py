@@ -173,6 +173,16 @@ def test_hang_in_execute_times_out_that_check(monkeypatch, fault_plugin):
     assert elapsed < 120
 
 
+def test_abort_in_client_create_keeps_the_plugins_last_words(monkeypatch, fault_plugin):
+    """What a plugin prints as it dies while making its client is quoted: the worker's stderr
+    is conform's to keep, so the plugin is not made quiet there."""
+    monkeypatch.delenv("PJRT_LOG_LEVEL", raising=False)
+    report, _ = _run_fault(monkeypatch, fault_plugin, "abort_create")
+    created = report.result("client.create")
+    assert created.status == pjrt.conform.FAIL and created.signal == "SIGABRT"
+    assert "fault plugin: aborting in PJRT_Client_Create" in created.detail
+
+
 def test_null_api_fails_get_pjrt_api_and_skips_the_rest(monkeypatch, fault_plugin):
     report, _ = _run_fault(monkeypatch, fault_plugin, "null_api")
     assert report.failed() == ["library.get_pjrt_api"], report.format_table()
@@ -250,3 +260,151 @@ def test_rocm_plugin_without_its_libraries_reports_the_missing_one():
     loaded = report.result("library.get_pjrt_api")
     assert loaded.status == pjrt.conform.FAIL and ".so" in loaded.detail
     assert report.failed() == ["library.get_pjrt_api"]
+
+
+# -- what the operator reads ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plugin_missing_hyphenated_libraries(tmp_path_factory) -> str:
+    """A would-be plugin (it exports GetPjrtApi) needing two libraries with hyphens in their
+    names, both deleted after linking."""
+    import shutil
+    import subprocess
+
+    if shutil.which("gcc") is None:
+        pytest.skip("needs gcc to build the library")
+    out = tmp_path_factory.mktemp("hyphens")
+    gone = out / "gone"
+    gone.mkdir()
+    for stem in ("roc-profiler-sdk-like", "another-made-up-runtime"):
+        source = gone / f"{stem}.c"
+        source.write_text(f"int {stem.replace('-', '_')}(void) {{ return 1; }}\n")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(gone / f"lib{stem}.so.1"),
+                        f"-Wl,-soname,lib{stem}.so.1", str(source)], check=True, timeout=60)
+    plugin_c = out / "plugin.c"
+    plugin_c.write_text("extern int roc_profiler_sdk_like(void);\n"
+                        "extern int another_made_up_runtime(void);\n"
+                        "const void* GetPjrtApi(void) {\n"
+                        "  return (roc_profiler_sdk_like() + another_made_up_runtime())\n"
+                        "      ? (const void*)0 : (const void*)0;\n}\n")
+    plugin = out / "libhyphen_plugin.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(plugin), str(plugin_c),
+                    "-Wl,--no-as-needed", f"-L{gone}", f"-l:libroc-profiler-sdk-like.so.1",
+                    "-l:libanother-made-up-runtime.so.1"], check=True, timeout=60)
+    shutil.rmtree(gone)
+    return str(plugin)
+
+
+def test_piped_output_keeps_every_reason_whole(plugin_missing_hyphenated_libraries, capsys):
+    """Not a terminal (here, pytest's capture): no detail is wrapped, cut or broken at a
+    hyphen, so each missing library can be searched for and the loader's words are there."""
+    status = cli.main(["conform", plugin_missing_hyphenated_libraries, "-k", "library."])
+    table = capsys.readouterr().out
+    assert status == 1, table
+    line = next(line for line in table.splitlines() if line.startswith("FAIL  library.get_pjrt_api"))
+    for name in ("libroc-profiler-sdk-like.so.1", "libanother-made-up-runtime.so.1"):
+        assert name in line
+    assert line.rstrip().endswith("No such file or directory")
+
+
+def _detail_lines(table: str, name: str) -> list[str]:
+    """The lines a check's row takes in a table: its own and the indented ones after it."""
+    lines = table.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith(f"FAIL  {name} "))
+    rest = []
+    for line in lines[first + 1:]:
+        if not line.startswith("      "):
+            break
+        rest.append(line)
+    return [lines[first]] + rest
+
+
+def test_a_terminal_table_wraps_whole_words_and_verbose_keeps_every_line(
+        plugin_missing_hyphenated_libraries):
+    report = pjrt.conform.run(plugin_missing_hyphenated_libraries, patterns=["library."],
+                              timeout=60)
+    detail = " ".join(report.result("library.get_pjrt_api").detail.split())
+    full = _detail_lines(report.format_table(width=72, full=True), "library.get_pjrt_api")
+    short = _detail_lines(report.format_table(width=72), "library.get_pjrt_api")
+    # -v: every word of the reason, none broken, in order.
+    words = " ".join(full).split()[3:]  # less the mark, the name and the time
+    assert " ".join(words) == detail
+    # The terminal's table: at most four lines, each word whole.
+    assert len(short) == 4 < len(full)
+    assert " ".join(" ".join(short).split()[3:]) in detail
+
+
+def test_a_directory_names_the_plugin_library_inside_it(tmp_path, capsys):
+    folder = tmp_path / "wheel_package"
+    folder.mkdir()
+    os.symlink(cpu_plugin_path("xla_cpu_0_106"), folder / "xla_cpu_plugin.so")
+    (folder / "README.txt").write_text("not a library\n")
+    status = cli.main(["conform", str(folder), "--check", "library.elf"])
+    table = capsys.readouterr().out
+    assert status == 0, table
+    assert f"library: {folder / 'xla_cpu_plugin.so'}" in table
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert cli.main(["conform", str(empty)]) == 2
+    error = capsys.readouterr().err
+    assert "is a directory" in error and "no PJRT plugin library" in error
+    assert "GetPjrtApi" in error
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT"])
+def test_a_signal_to_conform_ends_its_worker(signal_name, fault_plugin):
+    """The worker hangs in execute; the run is told to stop: it must end the worker too."""
+    import signal
+    import subprocess
+
+    from conftest import child_env
+
+    env = child_env(PJRT_FAULT_DELEGATE=cpu_plugin_path("xla_cpu_0_106"),
+                    PJRT_FAULT="hang_execute:conform_while_loop")
+    process = subprocess.Popen([sys.executable, "-m", "pjrt", "conform", fault_plugin,
+                                "--check", "compile.while_loop", "--timeout", "60"],
+                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        workers: list[int] = []
+        while not workers and time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.2)
+            workers = _children(process.pid)
+        assert workers, "no worker started"
+        time.sleep(1.0)  # let the worker reach its check
+        process.send_signal(getattr(signal, signal_name))
+        process.wait(timeout=30)
+        ended = time.monotonic() + 10
+        while any(_alive(pid) for pid in workers) and time.monotonic() < ended:
+            time.sleep(0.1)
+        assert not any(_alive(pid) for pid in workers), f"a worker outlived {signal_name}"
+        assert process.returncode != 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for pid in _children(process.pid):
+            os.kill(pid, 9)

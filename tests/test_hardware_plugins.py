@@ -489,9 +489,13 @@ def test_rocm_missing_library_names_it_and_how_to_install_rocm(make_registry):
     assert explained.missing_library in message and pjrt_rocm.ROCM_INSTALL_URL in message
     assert "/opt/rocm/lib" in message and "LD_LIBRARY_PATH" in message
     reg = make_registry()
-    assert reg.backend_errors()["rocm"] == f"PluginLoadError: {message}"
+    # The registry keeps the ROCm advice and every missing library, not only the first.
+    recorded = reg.backend_errors()["rocm"]
+    assert recorded.startswith(f"PluginLoadError: {message}")
+    for library in info.value.missing_libraries:
+        assert library.name in recorded
     record = next(r for r in reg.discovery_records if r.name == "pjrt_rocm")
-    assert (record.action, record.detail) == ("failed", message)
+    assert record.action == "failed" and f"PluginLoadError: {record.detail}" == recorded
 
 
 @pytest.mark.skipif(not HAS_AMD_GPU, reason="needs an AMD GPU (/dev/kfd)")

@@ -76,10 +76,17 @@ def test_cpu_plugin_info_line_is_quiet_by_default_and_back_with_the_switch():
 
 
 def test_a_threshold_the_user_set_is_kept():
-    code = "import os, pjrt; pjrt.make_cpu_client(2); print(os.environ['TF_CPP_MIN_LOG_LEVEL'])"
+    # The plugin logs at the user's threshold; whether it reaches stderr is PJRT_LOG_LEVEL's
+    # to say: quiet (the default) keeps it with the plugin, as for every client.
+    code = ("import os, pjrt; from pjrt import plugin_logging; pjrt.make_cpu_client(2); "
+            "print(os.environ['TF_CPP_MIN_LOG_LEVEL']); "
+            "print(''.join(plugin_logging.plugin_logs().values()).replace(chr(10), ' '))")
     result = run_python(code, TF_CPP_MIN_LOG_LEVEL="0")
-    assert result.stdout.strip() == "0"
-    assert "cpu_device_count set via create_options: 2" in result.stderr
+    threshold, kept = result.stdout.splitlines()
+    assert threshold == "0"
+    assert "cpu_device_count set via create_options: 2" in kept
+    shown = run_python(code, TF_CPP_MIN_LOG_LEVEL="0", PJRT_LOG_LEVEL="warning")
+    assert "cpu_device_count set via create_options: 2" in shown.stderr
 
 
 def test_an_unknown_log_level_is_refused_naming_the_variable():
@@ -242,3 +249,86 @@ def test_vendor_devices_prints_no_plugin_logs_and_keeps_them():
     for marker in PLUGIN_LOG_MARKERS:
         if marker in kept:
             assert marker in loud.stderr
+
+
+# -- plugins loaded and clients made directly, outside the registry ---------------------------
+
+_DIRECT_LOAD = """
+import json, sys
+import pjrt
+from pjrt import plugin_logging
+try:
+    pjrt.load_pjrt_plugin_dynamically("faulty", sys.argv[1])
+except pjrt.PluginLoadError as error:
+    print(json.dumps({"error": str(error), "logs": plugin_logging.plugin_logs()}))
+"""
+
+_DELEGATE_LINE = "fault plugin: PJRT_FAULT_DELEGATE"
+
+
+def test_a_plugin_loaded_directly_is_quiet_and_its_words_are_kept(built):
+    """The fault plugin prints a line when the library it forwards to cannot be loaded, and
+    then refuses to start: the line is kept back (plugin_logs()), and the load error quotes
+    it, since it is the plugin's own reason."""
+    code = _DIRECT_LOAD
+    quiet = subprocess.run([sys.executable, "-c", code, str(built.fault_plugin)],
+                           capture_output=True, text=True, timeout=120,
+                           env={**run_python_env(), "PJRT_FAULT_DELEGATE": "/nonexistent/d.so"})
+    assert _DELEGATE_LINE not in quiet.stderr, quiet.stderr
+    report = json.loads(quiet.stdout)
+    assert _DELEGATE_LINE in report["logs"]["faulty"]
+    assert "returned NULL" in report["error"] and _DELEGATE_LINE in report["error"]
+    loud = subprocess.run([sys.executable, "-c", code, str(built.fault_plugin)],
+                          capture_output=True, text=True, timeout=120,
+                          env={**run_python_env(), "PJRT_FAULT_DELEGATE": "/nonexistent/d.so",
+                               "PJRT_LOG_LEVEL": "warning"})
+    assert _DELEGATE_LINE in loud.stderr
+    assert json.loads(loud.stdout)["logs"] == {}
+
+
+def run_python_env() -> dict:
+    """The environment :func:`run_python` gives a child, without its added variables."""
+    from conftest import child_env
+
+    return {k: v for k, v in child_env().items()
+            if k not in ("PJRT_LOG_LEVEL", "TF_CPP_MIN_LOG_LEVEL", "PJRT_PLATFORMS")}
+
+
+def test_a_direct_client_inside_the_registry_leaves_the_choice_to_it(fresh_registry, capfd):
+    """A backend asked for by name speaks for itself: the direct-client capture must not
+    take its output away from the registry's decision."""
+    fresh_registry.register_backend_factory(
+        "loud", lambda: (write_to_fd2("a plugin line\n"), pjrt.make_cpu_client(1))[1])
+    fresh_registry.set_platforms("loud")
+    fresh_registry.backends()
+    assert "a plugin line" in capfd.readouterr().err
+    assert plugin_logging.plugin_logs().get("cpu", "").count("a plugin line") == 0
+
+
+@pytest.mark.vendor
+def test_a_cuda_client_made_directly_prints_nothing_and_keeps_the_plugins_words():
+    """jax-cuda12-pjrt prints lines about cuInit when it finds no GPU: made through
+    make_c_api_client, as through the registry, they are kept, not printed."""
+    import glob
+
+    from conftest import vendor_library
+
+    if glob.glob("/dev/nvidia[0-9]*"):
+        pytest.skip("this machine has an NVIDIA GPU: the plugin has nothing to complain of")
+    code = ("import json, sys, pjrt\n"
+            "from pjrt import plugin_logging\n"
+            "pjrt.load_pjrt_plugin_dynamically('direct_cuda', sys.argv[1])\n"
+            "try:\n"
+            "    pjrt.make_c_api_client('direct_cuda')\n"
+            "except pjrt.XlaRuntimeError as error:\n"
+            "    print(json.dumps({'error': str(error), 'logs': plugin_logging.plugin_logs()}))\n")
+    path = vendor_library("jax-cuda12-pjrt", "xla_cuda_plugin.so")
+    quiet = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
+                           timeout=300, env=run_python_env())
+    assert plugin_lines(quiet.stderr) == [], quiet.stderr
+    report = json.loads(quiet.stdout)
+    assert "No visible GPU devices" in report["error"]
+    assert "cuInit" in report["logs"]["direct_cuda"]
+    loud = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True,
+                          timeout=300, env={**run_python_env(), "PJRT_LOG_LEVEL": "warning"})
+    assert "cuInit" in loud.stderr

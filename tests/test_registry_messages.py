@@ -192,3 +192,91 @@ def test_make_cpu_client_comes_from_the_cpu_package(make_registry, tmp_path):
     with pytest.raises(RuntimeError, match="cannot make clients of its own; install its "
                                            "plugin package \\(pip install pjrt-cpu\\)"):
         env_only.new_client("cpu", num_devices=2)
+
+
+# -- the operator's own settings in conflict ------------------------------------------------
+
+_CONFLICT_CHILD = """
+import sys
+import pjrt
+from pjrt import registry
+library = sys.argv[1]
+if sys.argv[2] == "load":
+    pjrt.load_pjrt_plugin_dynamically("cpu", library)
+try:
+    print("devices:", len(pjrt.devices("cpu")))
+except RuntimeError as error:
+    print("error:", str(error).replace(chr(10), " "))
+print("errors:", registry.backend_errors())
+print("logs:", registry.backend_logs())
+"""
+
+
+def _lines(stdout: str, prefix: str) -> str:
+    return next(line[len(prefix):] for line in stdout.splitlines() if line.startswith(prefix))
+
+
+def test_an_env_entry_for_a_taken_name_is_a_warning_on_stderr_once():
+    """The operator's setting is ignored: they are told on stderr (once), not in the plugins'
+    kept output, and the installed cpu backend still comes up."""
+    from conftest import child_env, run_python
+
+    env = child_env(drop=("PJRT_",), **{ENV: f"cpu:{LIB_106}"})
+    result = run_python(_CONFLICT_CHILD, LIB_106, "env", env=env)
+    assert int(_lines(result.stdout, "devices: ")) > 0
+    warnings = [line for line in result.stderr.splitlines() if "already registered" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "'cpu'" in warnings[0] and LIB_106 in warnings[0] and "pjrt_cpu" in warnings[0]
+    assert "already registered" not in _lines(result.stdout, "logs: ")
+
+
+def test_a_name_taken_by_the_operators_own_library_leads_the_error():
+    """Another library loaded as 'cpu' first: pjrt-cpu cannot register its own under that
+    name. The error leads with that, backend_errors() holds it, stderr says it once."""
+    from conftest import child_env, run_python
+
+    result = run_python(_CONFLICT_CHILD, LIB_106, "load", env=child_env(drop=("PJRT_",)))
+    error = _lines(result.stdout, "error: ")
+    assert error.startswith("no PJRT backend could be started:")
+    assert f"cpu: ValueError: plugin 'cpu' is already loaded from {LIB_106}" in error
+    assert "install" not in error.partition("already loaded")[0]
+    assert "already loaded from" in _lines(result.stdout, "errors: ")
+    assert len([line for line in result.stderr.splitlines() if "already loaded" in line]) == 1
+
+
+@pytest.mark.parametrize("entry, what", [
+    ("emptypath:", "its path is empty"),
+    (f":{LIB_106}", "it has no name"),
+    ("nocolon", "it has no ':' between a name and a path"),
+])
+def test_a_malformed_env_entry_says_what_is_missing_and_the_format(entry, what, caplog):
+    caplog.set_level(logging.WARNING, logger="pjrt")
+    assert discovery.plugins_from_env(entry) == []
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert repr(entry) in message and what in message
+    assert "write each entry as name:path, e.g." in message
+
+
+def test_an_empty_library_path_is_named_empty():
+    with pytest.raises(pjrt.PluginLoadError) as info:
+        pjrt.load_pjrt_plugin_dynamically("empty_path", "")
+    assert "the library path is empty" in str(info.value)
+    assert "no file at" not in str(info.value)
+
+
+@pytest.mark.parametrize("value, words", [
+    (2 ** 70, ["'big'", str(2 ** 70), "64-bit signed integer", str(2 ** 63 - 1)]),
+    ([1, -2 ** 64], ["'big' (item 1)", str(-2 ** 64), str(-2 ** 63)]),
+    (1e39, ["'big'", "1e+39", "32-bit float"]),
+    ("\udc80", ["'big'", "UTF-8"]),
+])
+def test_an_option_value_that_cannot_be_converted_names_the_option(client, value, words):
+    with pytest.raises((OverflowError, ValueError)) as info:
+        pjrt.make_c_api_client(client.plugin.name, {"big": value})
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_the_largest_option_values_still_reach_the_plugin(client):
+    limits = {"largest": 2 ** 63 - 1, "smallest": -2 ** 63, "list": [2 ** 63 - 1, -2 ** 63]}
+    pjrt.make_c_api_client(client.plugin.name, limits).close()

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
 
 import pjrt
 from conftest import vendor_library
+from pjrt import _library_search
+
+HAS_LDD = shutil.which("ldd") is not None
 
 pytestmark = pytest.mark.vendor
 
@@ -106,3 +111,50 @@ def test_tpu_topology_compiles_ahead_of_time_without_a_tpu(libtpu_v5e):
     topology.close()
     with pytest.raises(RuntimeError, match="closed"):
         topology.device_descriptions()
+
+
+# -- the missing-library report over real wheels (pjrt._library_search; ldd is the oracle) ----
+
+def _ldd_missing(path) -> set[str]:
+    output = subprocess.run(["ldd", str(path)], capture_output=True, text=True,
+                            timeout=60).stdout
+    return {line.split("=>")[0].strip() for line in output.splitlines() if "not found" in line}
+
+
+def _names(missing) -> list[str]:
+    return [library.name for library in missing]
+
+
+def test_xla_cuda12_wheel_lists_all_it_lacks_driver_first():
+    path = vendor_library("xla-cuda12-pjrt", "xla_gpu_pjrt.so")
+    expected = _ldd_missing(path) if HAS_LDD else None
+    if expected == set():
+        pytest.skip("every library the CUDA plugin needs is installed here")
+    with pytest.raises(pjrt.PluginLoadError) as info:
+        pjrt.load_pjrt_plugin_dynamically("xla_cuda12_missing", path)
+    missing = info.value.missing_libraries
+    if expected is not None:
+        assert set(_names(missing)) == expected
+    message = str(info.value)
+    for library in missing:
+        assert library.name in message
+    if "libcuda.so.1" in _names(missing):
+        assert missing[0].is_driver and "NVIDIA's driver" in message
+        assert info.value.missing_library == missing[0].name
+    by_name = {library.name: library for library in missing}
+    if "libcupti.so.12" in by_name:
+        assert by_name["libcupti.so.12"].pip_package == "nvidia-cuda-cupti-cu12"
+        assert "pip install" in message and "nvidia-cuda-cupti-cu12" in message
+
+
+def test_rocm_wheel_lists_all_it_lacks_runtime_first():
+    path = vendor_library("jax-rocm7-pjrt", "xla_rocm_plugin.so")
+    expected = _ldd_missing(path) if HAS_LDD else None
+    if expected == set():
+        pytest.skip("every library the ROCm plugin needs is installed here")
+    missing = _library_search.missing_libraries(path)
+    if expected is not None:
+        assert set(_names(missing)) == expected
+    drivers = [library.name for library in missing if library.is_driver]
+    assert _names(missing)[:len(drivers)] == drivers
+    assert {"libamdhip64.so.7", "libhsa-runtime64.so.1"} & set(_names(missing)) <= set(drivers)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
+from dataclasses import dataclass
 
 from .errors import PluginLoadError
 
@@ -36,7 +37,8 @@ _HOST_MACHINES = {"x86_64": 62, "amd64": 62, "aarch64": 183, "arm64": 183, "ppc6
 
 _PT_LOAD, _PT_DYNAMIC = 1, 2
 _PF_X = 1
-_DT_NULL, _DT_HASH, _DT_STRTAB, _DT_SYMTAB, _DT_STRSZ = 0, 4, 5, 6, 10
+_DT_NULL, _DT_NEEDED, _DT_HASH, _DT_STRTAB, _DT_SYMTAB, _DT_STRSZ = 0, 1, 4, 5, 6, 10
+_DT_RPATH, _DT_RUNPATH = 15, 29
 _DT_GNU_HASH = 0x6FFFFEF5
 _SHN_UNDEF = 0
 _STT_NAMES = {0: "NOTYPE", 1: "OBJECT (data)", 2: "FUNC", 3: "SECTION", 4: "FILE",
@@ -50,6 +52,10 @@ _SYM_SIZE = 24
 _MAX_DYNAMIC_BYTES = 1 << 20
 #: Longest hash chain walked; real ones hold a handful of symbols, so more is a loop.
 _MAX_CHAIN = 1 << 16
+#: Dynamic strings are read in chunks of this many bytes, up to the longest one believed (a
+#: search path of a few dozen directories is a few KB; Bazel-built plugins have such paths).
+_STRING_CHUNK = 4096
+_MAX_STRING = 1 << 20
 
 _REINSTALL = "reinstall the plugin"
 
@@ -99,6 +105,42 @@ def check_plugin_library(path: str, plugin_name: str) -> None:
         os.close(fd)
 
 
+@dataclass(frozen=True)
+class DynamicLinks:
+    """What a shared library's dynamic section tells the loader about finding its dependencies.
+
+    Attributes:
+      needed: the DT_NEEDED names, in the order the loader loads them.
+      rpath: the DT_RPATH directories, as written (``$ORIGIN`` not expanded).
+      runpath: the DT_RUNPATH directories, as written.
+    """
+
+    needed: tuple[str, ...]
+    rpath: tuple[str, ...]
+    runpath: tuple[str, ...]
+
+
+def read_dynamic_links(path: str) -> DynamicLinks | None:
+    """The dependencies and search paths of the shared library at ``path``, read from its
+    headers without loading it.
+
+    Returns:
+      None when the file cannot be read or is not an ELF file the loader would map into this
+      process (another machine, 32-bit, another byte order, corrupt): the loader passes over
+      such a file and searches on, so callers do the same.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        return _ElfFile(fd, os.fstat(fd).st_size).links()
+    except (_Defect, OSError, struct.error):
+        return None
+    finally:
+        os.close(fd)
+
+
 def host_machine() -> int | None:
     """The ELF machine number of this process's machine; None for one not known here."""
     return _HOST_MACHINES.get(os.uname().machine.lower())
@@ -129,6 +171,48 @@ class _ElfFile:
         return data
 
     def check(self) -> None:
+        e_type, e_phoff, e_phnum = self._read_header()
+        if e_type != _TYPE_SHARED:
+            raise _Defect(f"it is {_TYPE_NAMES.get(e_type, f'of ELF type {e_type}')}, not a "
+                          f"shared library", "check the path: it must name the plugin's .so file")
+        dynamic = self._read_program_headers(e_phoff, e_phnum)
+        self._check_entry_point(dynamic)
+
+    def links(self) -> DynamicLinks:
+        """The names in the dynamic section that the loader's search uses."""
+        _type, e_phoff, e_phnum = self._read_header()
+        offset, size = self._read_program_headers(e_phoff, e_phnum)
+        entries = self._dynamic_entries(offset, size)
+        strtab = next((value for tag, value in entries if tag == _DT_STRTAB), None)
+        if strtab is None:
+            return DynamicLinks((), (), ())
+        self.strtab = self._file_offset(strtab, "string table")
+        self.strsz = next((value for tag, value in entries if tag == _DT_STRSZ), 0)
+
+        def strings(wanted: int) -> list[str]:
+            return [self._string(value) for tag, value in entries if tag == wanted]
+
+        def search_path(wanted: int) -> tuple[str, ...]:
+            return tuple(part for text in strings(wanted) for part in text.split(":"))
+
+        return DynamicLinks(tuple(strings(_DT_NEEDED)), search_path(_DT_RPATH),
+                            search_path(_DT_RUNPATH))
+
+    def _string(self, offset: int) -> str:
+        """The NUL-terminated string at ``offset`` in the dynamic string table."""
+        if self.strsz and offset >= self.strsz:
+            raise _Defect(f"a dynamic entry names string {offset}, past the string table")
+        start = self.strtab + offset
+        data = b""
+        while b"\0" not in data and len(data) < _MAX_STRING:
+            count = min(_STRING_CHUNK, self.size - (start + len(data)))
+            if count <= 0:
+                break
+            data += self.read(start + len(data), count, "a dynamic string")
+        return data.partition(b"\0")[0].decode("utf-8", "surrogateescape")
+
+    def _read_header(self) -> tuple[int, int, int]:
+        """Check the file is a 64-bit ELF file for this machine: its (type, phoff, phnum)."""
         start = os.pread(self.fd, 8, 0)
         if start[:4] != _MAGIC:
             raise _Defect(f"it is not an ELF shared library (it starts with {start!r})",
@@ -149,9 +233,6 @@ class _ElfFile:
         (e_type, e_machine, _version, _entry, e_phoff, _shoff, _flags, _ehsize, e_phentsize,
          e_phnum, _shentsize, _shnum, _shstrndx) = struct.unpack_from(
             self.order + "HHIQQQIHHHHHH", header, 16)
-        if e_type != _TYPE_SHARED:
-            raise _Defect(f"it is {_TYPE_NAMES.get(e_type, f'of ELF type {e_type}')}, not a "
-                          f"shared library", "check the path: it must name the plugin's .so file")
         expected = host_machine()
         if expected is not None and e_machine != expected:
             raise _Defect(f"it is built for {_machine_name(e_machine)} and this machine is "
@@ -160,8 +241,7 @@ class _ElfFile:
         if e_phnum == 0 or e_phentsize != _PHDR_SIZE:
             raise _Defect(f"its ELF header is corrupt ({e_phnum} program headers of "
                           f"{e_phentsize} bytes)")
-        dynamic = self._read_program_headers(e_phoff, e_phnum)
-        self._check_entry_point(dynamic)
+        return e_type, e_phoff, e_phnum
 
     def _read_program_headers(self, phoff: int, phnum: int) -> tuple[int, int]:
         """Check each loadable segment lies inside the file; the dynamic section's place."""
@@ -192,14 +272,20 @@ class _ElfFile:
                 return offset + (address - vaddr)
         raise _Defect(f"its {what} (address {address:#x}) lies in no loadable segment")
 
-    def _check_entry_point(self, dynamic: tuple[int, int]) -> None:
-        offset, size = dynamic
+    def _dynamic_entries(self, offset: int, size: int) -> list[tuple[int, int]]:
+        """The dynamic section's (tag, value) entries, in order, up to DT_NULL."""
         size = min(size, _MAX_DYNAMIC_BYTES)
         data = self.read(offset, size - size % 16, "the dynamic section")
-        tags: dict[int, int] = {}
+        entries = []
         for tag, value in struct.iter_unpack(self.order + "qQ", data):
             if tag == _DT_NULL:
                 break
+            entries.append((tag, value))
+        return entries
+
+    def _check_entry_point(self, dynamic: tuple[int, int]) -> None:
+        tags: dict[int, int] = {}
+        for tag, value in self._dynamic_entries(*dynamic):
             tags.setdefault(tag, value)
         if _DT_SYMTAB not in tags or _DT_STRTAB not in tags:
             raise _Defect("its dynamic section has no symbol table")

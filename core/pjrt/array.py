@@ -565,12 +565,12 @@ def native_host(value) -> np.ndarray:
     """``value`` as a numpy array in this machine's byte order (plugins read no other).
 
     Raises:
-      TypeError: ``value`` is a numpy masked array (a device array has no mask, and dropping
-        it silently would change the values' meaning).
+      ValueError: ``value`` is a numpy masked array (a device array has no mask, and dropping
+        it silently would change the values' meaning); ValueError, as jax raises.
     """
     if isinstance(value, np.ma.MaskedArray):
-        raise TypeError("numpy masked arrays cannot be placed on a device (the mask would be "
-                        "lost); pass value.filled(fill) or value.data explicitly")
+        raise ValueError("numpy masked arrays cannot be placed on a device (the mask would be "
+                         "lost); pass value.filled(fill) or value.data explicitly")
     host = np.asarray(value)
     if not host.dtype.isnative:
         host = host.astype(host.dtype.newbyteorder("="))

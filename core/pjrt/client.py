@@ -14,7 +14,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 
-from . import distributed
+from . import distributed, plugin_logging
 from . import plugin as plugin_module
 from ._c import to_str
 from ._pjrt_cffi import ffi
@@ -356,7 +356,10 @@ def create_client(plugin: plugin_module.Plugin,
         options, callbacks = multiprocess.prepare(plugin, options, distributed_client)
     named = NamedValues(check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types}))
     _check_not_inherited(plugin)
-    plugin.initialize()
+    # Plugins print while they start (cuInit failing, libtpu's environment): quiet by
+    # default, as when the registry brings a backend up (pjrt.plugin_logging.quietly).
+    with plugin_logging.quietly(plugin.name):
+        plugin.initialize()
     api = plugin.api
     for function in REQUIRED_FUNCTIONS:
         api.require(function, why="pjrt cannot manage buffers without it")
@@ -365,7 +368,8 @@ def create_client(plugin: plugin_module.Plugin,
     args.num_options = named.count
     if callbacks is not None:
         callbacks.fill(args)
-    api.call("PJRT_Client_Create", args)
+    with plugin_logging.quietly(plugin.name):
+        api.call("PJRT_Client_Create", args)
     handle = ClientHandle(api, args.client)
     # The plugin may call the callbacks for as long as its client lives.
     handle.keep_alive = callbacks

@@ -198,8 +198,11 @@ def plugins_from_env(value: str | None) -> list[EnvPlugin]:
         name, found, path = entry.partition(separator)
         name, path = name.strip(), path.strip()
         if not found or not name or not path:
-            logger.warning("ignoring malformed entry %r in %s: expected name%spath", entry,
-                           ENV_VARIABLE, separator)
+            what = ("it has no name" if found and not name else "its path is empty"
+                    if found else f"it has no {separator!r} between a name and a path")
+            logger.warning("ignoring malformed entry %r in %s: %s; write each entry as "
+                           "name%spath, e.g. myaccel%s/opt/myaccel/lib/pjrt_myaccel.so", entry,
+                           ENV_VARIABLE, what, separator, separator)
             continue
         if path.endswith(".json"):
             library_path, options = read_plugin_config(path, name)
@@ -207,6 +210,13 @@ def plugins_from_env(value: str | None) -> list[EnvPlugin]:
         else:
             plugins.append(EnvPlugin(name, path, None))
     return plugins
+
+
+def taken_name(entry: EnvPlugin, owner: str) -> str:
+    """What to tell the operator whose entry names a platform ``owner`` already registered."""
+    return (f"{ENV_VARIABLE} names {entry.name!r} ({entry.library_path}), which is already "
+            f"registered by {owner}; ignoring that entry: give it another name (e.g. "
+            f"{entry.name}2:{entry.library_path})")
 
 
 def iter_classified(modules: list[PluginModule]) -> Iterator[tuple[PluginModule, bool, str | None]]:

@@ -53,10 +53,23 @@ class XlaRuntimeError(RuntimeError):
 
 
 class PluginLoadError(RuntimeError):
-    """A PJRT plugin library could not be loaded; the message says why and what to do."""
+    """A PJRT plugin library could not be loaded; the message says why and what to do.
 
-    def __init__(self, message: str, *, path: str | None = None, missing_library: str | None = None):
+    Attributes:
+      path: the library's path, where there is one.
+      missing_library: the name of the first library to install when the loader could not
+        find a dependency (a driver's library when one is missing), else None.
+      missing_libraries: every dependency the loader cannot find, drivers first, each with
+        ``name``, ``needed_by``, ``provider`` (the pip package or system component, in
+        words, or None), ``pip_package`` and ``is_driver``; empty when none is missing.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, missing_library: str | None = None,
+                 missing_libraries: tuple = ()):
         self.path = path
+        self.missing_libraries = tuple(missing_libraries)
+        if missing_library is None and self.missing_libraries:
+            missing_library = self.missing_libraries[0].name
         self.missing_library = missing_library
         super().__init__(message)
 

@@ -5,6 +5,7 @@ report their attributes the same way.
 """
 from __future__ import annotations
 
+import math
 import numbers
 import sys
 from typing import Mapping, Union
@@ -90,9 +91,9 @@ class NamedValues:
             if not isinstance(key, str):
                 raise TypeError(f"option names must be str, got {key!r} ({type(key).__name__})")
             slot.struct_size = size
-            name = self._keep(ffi.new("char[]", key.encode()))
-            slot.name = name
-            slot.name_size = len(key.encode())
+            encoded_key = _utf8(f"option name {key!r}", key)
+            slot.name = self._keep(ffi.new("char[]", encoded_key))
+            slot.name_size = len(encoded_key)
             self._fill_value(slot, key, value)
 
     def _keep(self, cdata):
@@ -107,26 +108,60 @@ class NamedValues:
             slot.value_size = 1
         elif isinstance(value, numbers.Integral):
             slot.type = lib.PJRT_NamedValue_kInt64
-            slot.int64_value = int(value)
+            slot.int64_value = _int64(key, value)
             slot.value_size = 1
         elif isinstance(value, numbers.Real):
             slot.type = lib.PJRT_NamedValue_kFloat
-            slot.float_value = float(value)
+            slot.float_value = _float32(key, value)
             slot.value_size = 1
         elif isinstance(value, str):
-            encoded = value.encode()
+            encoded = _utf8(f"option {key!r}", value)
             slot.type = lib.PJRT_NamedValue_kString
             slot.string_value = self._keep(ffi.new("char[]", encoded))
             slot.value_size = len(encoded)
         elif isinstance(value, (list, tuple)) and all(
-                isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in value):
+                isinstance(v, numbers.Integral) and not _is_bool(v) for v in value):
             slot.type = lib.PJRT_NamedValue_kInt64List
-            slot.int64_array_value = self._keep(ffi.new("int64_t[]", [int(v) for v in value] or [0]))
+            items = [_int64(key, v, index) for index, v in enumerate(value)]
+            slot.int64_array_value = self._keep(ffi.new("int64_t[]", items or [0]))
             slot.value_size = len(value)
         else:
             raise TypeError(
                 f"option {key!r} has a value of type {type(value).__name__} ({value!r}); "
                 f"options must be str, int, float, bool or a list of ints")
+
+
+#: What a PJRT_NamedValue holds: a signed 64-bit int, and a 32-bit float.
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _int64(key: str, value, index: int | None = None) -> int:
+    """``value`` as a C int64, or an OverflowError naming the option and the range."""
+    number = int(value)
+    if _INT64_MIN <= number <= _INT64_MAX:
+        return number
+    where = f"option {key!r}" + (f" (item {index})" if index is not None else "")
+    raise OverflowError(f"{where} is {number}, which does not fit the 64-bit signed integer a "
+                        f"PJRT option holds ({_INT64_MIN} to {_INT64_MAX})")
+
+
+def _float32(key: str, value) -> float:
+    """``value`` as a C float, or an OverflowError naming the option and the range: a finite
+    value past float32's range would reach the plugin as infinity."""
+    number = float(value)
+    if math.isfinite(number) and abs(number) > _FLOAT32_MAX:
+        raise OverflowError(f"option {key!r} is {number!r}, which does not fit the 32-bit float "
+                            f"a PJRT option holds (magnitude at most {_FLOAT32_MAX:.7g})")
+    return number
+
+
+def _utf8(what: str, text: str) -> bytes:
+    try:
+        return text.encode()
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{what} cannot be encoded as UTF-8 ({error.reason} at character "
+                         f"{error.start}); PJRT option names and strings are UTF-8") from None
 
 
 def named_values_to_dict(values, count: int) -> dict:

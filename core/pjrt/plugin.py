@@ -13,7 +13,7 @@ import os
 import re
 import threading
 
-from . import _c, _elf, plugin_logging
+from . import _c, _elf, _library_search, plugin_logging
 from ._pjrt_cffi import ffi, lib
 from .errors import PluginLoadError
 from .options import named_values_to_dict
@@ -120,14 +120,29 @@ def _load_error(name: str, path: str, status: int, reason: str) -> PluginLoadErr
             f"it was built for. The loader said: {reason}", path=path)
     missing = _MISSING_DEPENDENCY.match(reason)
     if missing and os.path.basename(missing.group("lib")) != os.path.basename(path):
-        dependency = missing.group("lib")
-        return PluginLoadError(
-            f"plugin {name!r} at {path} needs the shared library {dependency}, which was not "
-            f"found; install the software that provides it (or add its directory to "
-            f"LD_LIBRARY_PATH) and try again. The loader said: {reason}",
-            path=path, missing_library=dependency)
+        return _missing_dependencies_error(name, path, missing.group("lib"), reason)
     return PluginLoadError(
         f"{path} could not be loaded as a shared library for plugin {name!r}: {reason}", path=path)
+
+
+def _missing_dependencies_error(name: str, path: str, dependency: str,
+                                reason: str) -> PluginLoadError:
+    """The loader stops at the first library it misses; name every one it would miss, with
+    what provides each, so that one round of installing fixes them all."""
+    every = _library_search.missing_libraries(path)
+    if not any(library.name == dependency for library in every):
+        # The walk disagrees with the loader (the file changed, or a search rule not
+        # modelled): the loader's own answer is the one to trust.
+        every.insert(0, _library_search.MissingLibrary(dependency, path))
+    count = f"{len(every)} libraries" if len(every) > 1 else "a library"
+    return PluginLoadError(
+        f"plugin {name!r} at {path} cannot be loaded: it needs {count} that the dynamic "
+        f"loader cannot find (searched its RPATH/RUNPATH, LD_LIBRARY_PATH, the loader's cache "
+        f"and the standard directories):\n{_library_search.format_missing(every)}\n"
+        f"To fix it, install what provides them, or add the directories that hold them to "
+        f"LD_LIBRARY_PATH, and try again (libraries these need in turn are checked once they "
+        f"are found). The loader said: {reason}",
+        path=path, missing_libraries=tuple(every))
 
 
 def load_library(name: str, library_path: str | os.PathLike) -> Plugin:
@@ -144,6 +159,9 @@ def load_library(name: str, library_path: str | os.PathLike) -> Plugin:
         reports a PJRT API version this pjrt cannot drive.
     """
     path = os.fspath(library_path)
+    if not path.strip():
+        raise PluginLoadError(f"plugin {name!r}: the library path is empty; give the path of "
+                              f"the plugin's shared library (its .so file)", path=path)
     if not os.path.exists(path):
         raise PluginLoadError(f"plugin {name!r}: no file at {path}", path=path)
     if os.path.isdir(path):
@@ -341,11 +359,24 @@ class PluginTable:
                 if existing.library_path is not None and os.path.realpath(
                         existing.library_path) != os.path.realpath(path):
                     raise ValueError(
-                        f"plugin {name!r} is already loaded from {existing.library_path}; "
-                        f"cannot load it again from {path}. Use another name.")
+                        f"plugin {name!r} is already loaded from {existing.library_path}, so "
+                        f"{path} cannot be loaded under the same name; load one of them under "
+                        f"another name")
                 return existing
             plugin_logging.apply_defaults()  # plugins read their log switches when loaded
-            plugin = load_library(name, path)
+            printed: list[str] = []
+            try:
+                with plugin_logging.quietly(name, printed):
+                    plugin = load_library(name, path)
+            except PluginLoadError as error:
+                if printed:  # kept back from stderr, but the plugin's last words explain it
+                    words = " | ".join(line.strip() for line in "".join(printed).splitlines()
+                                       if line.strip())
+                    raise PluginLoadError(
+                        f"{error}; the plugin printed: {words}",
+                        path=error.path, missing_libraries=error.missing_libraries,
+                        missing_library=error.missing_library) from error
+                raise
             self._plugins[name] = plugin
         _run_hooks(plugin_load_hooks, plugin)
         return plugin

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from . import __version__ as core_version
 from . import plugin
+from ._library_search import format_missing
 from .errors import PluginLoadError
 from .plugin import Plugin
 from .plugin_support import check_plugin_version, find_module_library
@@ -263,7 +264,7 @@ class PluginDeclaration:
             explained = self.explain_load_error(error) if self.explain_load_error else error
             if explained is error:
                 raise  # register_plugin has recorded it
-            self._unavailable(explained, error)
+            self._unavailable(_keep_missing_libraries(explained, error), error)
 
     def register_with_jax(self, bridge: Any) -> None:
         """Register the library, priority and options with JAX's registry (``bridge`` is
@@ -282,3 +283,16 @@ class PluginDeclaration:
     def _unavailable(self, failure: PluginLoadError, cause: Exception | None = None):
         register_unavailable(self.platform, failure, priority=self.priority)
         raise failure from cause
+
+
+def _keep_missing_libraries(explained: PluginLoadError, error: PluginLoadError) -> PluginLoadError:
+    """``explained``, still carrying every missing library ``error`` listed: a plugin's
+    explanation adds advice, and must not cut the list down to the one name it knows of."""
+    missing = error.missing_libraries
+    if not missing or getattr(explained, "missing_libraries", ()):
+        return explained
+    message = str(explained)
+    absent = [library for library in missing if library.name not in message]
+    if absent:
+        message += "\nEvery library it needs that is missing:\n" + format_missing(list(missing))
+    return PluginLoadError(message, path=explained.path, missing_libraries=missing)

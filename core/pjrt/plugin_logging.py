@@ -25,8 +25,11 @@ backend's reason does not. So, unless told otherwise with :data:`LOG_LEVEL_ENV`:
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import logging
 import os
 import sys
+import threading
 from typing import Any, Iterator, Mapping
 
 #: The environment variable that sets how much plugins may print.
@@ -45,6 +48,8 @@ _PLUGIN_ENV_DEFAULTS = {
 }
 
 _level_override: str | None = None
+
+logger = logging.getLogger(__name__)
 
 
 def _check_level(level: str, where: str) -> str:
@@ -100,14 +105,26 @@ def apply_defaults() -> None:
     apply_plugin_log_defaults(level)
 
 
+#: One redirect of file descriptor 2 at a time, process-wide: two threads redirecting at
+#: once would each restore what the other had put there, leaving stderr in a temporary file.
+_capture_lock = threading.RLock()
+
+
 @contextlib.contextmanager
 def capture_stderr(sink: list[str]) -> Iterator[None]:
     """Send file descriptor 2 to a temporary file while the block runs; keep what came.
 
     What was written is appended to ``sink`` (when not blank) as text. Both Python's and C's
-    writes to stderr are caught, from every thread: the redirect is process-wide, so callers
-    hold their lock around it and keep the block short. Blocks may nest.
+    writes to stderr are caught, from every thread: the redirect is process-wide, so it holds
+    a process-wide lock; keep the block short. Blocks may nest.
     """
+    with _capture_lock:
+        with _capture_stderr(sink):
+            yield
+
+
+@contextlib.contextmanager
+def _capture_stderr(sink: list[str]) -> Iterator[None]:
     _flush_python_stderr()
     try:
         saved = os.dup(2)
@@ -156,34 +173,62 @@ def start(environ=None) -> bool:
 
 
 class PluginOutput:
-    """What plugins wrote to stderr, kept by the backend (or plugin module) it came from."""
+    """What plugins wrote to stderr, kept by the backend (or plugin module) it came from;
+    and the warnings about the operator's own settings, which are not plugin output and are
+    written to stderr once the capture in progress ends (:meth:`warn_operator`)."""
 
     def __init__(self):
         self._text: dict[str, str] = {}
+        self._depth = 0  # captures in progress (they nest)
+        self._pending: list[str] = []
+
+    def warn_operator(self, message: str) -> None:
+        """Log ``message`` as a warning about the operator's own configuration (a name given
+        twice, an entry that cannot be used): at once, or, while plugin output is being kept
+        back, as soon as that ends, so that it reaches stderr instead of being kept."""
+        if self._depth:
+            self._pending.append(message)
+        else:
+            logger.warning("%s", message)
 
     @contextlib.contextmanager
     def kept(self, enabled: bool, owner: str,
-             registrations: Mapping[str, Any] | None = None) -> Iterator[None]:
+             registrations: Mapping[str, Any] | None = None,
+             printed: list[str] | None = None) -> Iterator[None]:
         """Capture stderr while the block runs (when ``enabled``) and keep what came.
 
         ``owner`` is a platform, or the plugin module being discovered: then the text is kept
         under each platform the module registered (its ``registrations`` entries whose
-        ``module`` it is, known only after the block), else under the module's name. The
-        caller holds its lock: the redirect is process-wide.
+        ``module`` it is, known only after the block), else under the module's name; it is
+        also appended to ``printed`` when given. Whether enabled or not, the block has
+        decided for the calls inside it: :func:`quietly` does nothing there.
         """
+        decided = _output_decided.set(True)
         if not enabled:
-            yield
+            try:
+                yield
+            finally:
+                _output_decided.reset(decided)
             return
         captured: list[str] = []
+        self._depth += 1
         try:
             with capture_stderr(captured):
                 yield
         finally:
+            _output_decided.reset(decided)
+            self._depth -= 1
+            if printed is not None:
+                printed.extend(captured)
             if captured:
                 names = [name for name, registration in (registrations or {}).items()
                          if getattr(registration, "module", None) == owner] or [owner]
                 for name in names:
                     self._text[name] = self._text.get(name, "") + "".join(captured)
+            if not self._depth:
+                pending, self._pending = self._pending, []
+                for message in dict.fromkeys(pending):  # each once, in order
+                    logger.warning("%s", message)
 
     def as_dict(self) -> dict[str, str]:
         """What was kept, by platform (or plugin module)."""
@@ -191,3 +236,37 @@ class PluginOutput:
 
     def clear(self) -> None:
         self._text.clear()
+
+
+#: Whether a caller up the stack (the registry bringing a backend up) has decided what
+#: becomes of plugin output; then :func:`quietly` leaves it to that caller.
+_output_decided: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "pjrt_plugin_output_decided", default=False)
+
+#: What plugins printed while loaded or making a client outside the registry.
+_direct_output = PluginOutput()
+
+
+@contextlib.contextmanager
+def quietly(plugin_name: str, printed: list[str] | None = None) -> Iterator[None]:
+    """Keep back what a plugin prints while it is loaded or makes a client outside the
+    registry (``load_pjrt_plugin_dynamically``, ``make_c_api_client``), as the registry keeps
+    back what backends print: at the ``quiet`` level (the default) it is kept by plugin
+    name (:func:`plugin_logs`) and appended to ``printed``; at the others it is printed. In
+    the registry's own bring-up, which decides for itself, this does nothing.
+    """
+    try:
+        quiet = log_level() == "quiet"
+    except ValueError:  # an unknown PJRT_LOG_LEVEL counts as quiet here; the registry says so
+        quiet = True
+    if _output_decided.get() or not quiet:
+        yield
+        return
+    with _direct_output.kept(True, plugin_name, printed=printed):
+        yield
+
+
+def plugin_logs() -> dict[str, str]:
+    """What plugins printed while loaded or making clients outside the registry, by the name
+    they were loaded under (the registry's backends: ``pjrt.registry.backend_logs()``)."""
+    return _direct_output.as_dict()

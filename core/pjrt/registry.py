@@ -211,9 +211,14 @@ class BackendRegistry:
                 return None
             try:
                 plugin = load()
-            except PluginLoadError as error:
-                self.register_unavailable(plugin_name, error, priority=priority, source=source,
-                                          module=module)
+            except (PluginLoadError, ValueError) as error:  # ValueError: the name is taken,
+                # by a registration (which stays) or by a library loaded by hand (the reason).
+                taken_by_hand = isinstance(error, ValueError) and plugin_name not in self._registrations
+                if isinstance(error, PluginLoadError) or taken_by_hand:
+                    self.register_unavailable(plugin_name, error, priority=priority, source=source,
+                                              module=module)
+                if taken_by_hand:
+                    self.plugin_output.warn_operator(f"backend {plugin_name!r}: {error}")
                 raise
             # Registered once loaded: a name already taken by another library (ValueError)
             # leaves the first registration in place.
@@ -276,17 +281,16 @@ class BackendRegistry:
         record = discovery.DiscoveryRecord(entry.name, source, "registered library", entry.library_path)
         self.discovery_records.append(record)
         if entry.name in self._registrations:
-            record.action = "skipped"
-            record.detail = f"{entry.name!r} is already registered"
-            logger.warning("%s names %r, which is already registered; ignoring that entry",
-                           discovery.ENV_VARIABLE, entry.name)
+            taken = self._registrations[entry.name]
+            record.action, record.detail = "skipped", f"{entry.name!r} is already registered"
+            self.plugin_output.warn_operator(discovery.taken_name(entry, taken.module or taken.source))
             return
         try:
             self.register_plugin(entry.name, library_path=entry.library_path,
                                  options=entry.options, source=source)
         except (PluginLoadError, ValueError) as error:
             record.action, record.detail = "failed", str(error)
-            logger.warning("%s entry %r: %s", discovery.ENV_VARIABLE, entry.name, error)
+            self.plugin_output.warn_operator(f"{discovery.ENV_VARIABLE} entry {entry.name!r}: {error}")
 
     # -- platform selection ----------------------------------------------------------------
 
@@ -425,10 +429,10 @@ class BackendRegistry:
         return client
 
     def _nothing_came_up(self) -> str:
-        if not self._registrations:
-            return ("no PJRT backend is registered: install a plugin package such as pjrt-cpu "
-                    f"(pip install pjrt-cpu), or name a plugin library in "
-                    f"{discovery.ENV_VARIABLE}{self._failed_modules()}")
+        if not self._registrations:  # the failures that left none registered lead
+            return (f"no PJRT backend is registered{self._failed_modules(lead=True) or ':'} "
+                    f"install a plugin package such as pjrt-cpu (pip install pjrt-cpu), or name "
+                    f"a plugin library in {discovery.ENV_VARIABLE}")
         lines = [f"  {name}: {self._errors.get(name, 'not started')}"
                  for name in self._registrations]
         return "no PJRT backend could be started:\n" + "\n".join(lines)
@@ -589,8 +593,10 @@ class BackendRegistry:
                            f"(registered: {known}); {_package_hint(platform)}"
                            f"{self._failed_modules()}")
 
-    def _failed_modules(self) -> str:
+    def _failed_modules(self, lead: bool = False) -> str:
         failed = [f"{r.name}: {r.detail}" for r in self.discovery_records if r.action == "failed"]
+        if failed and lead:  # the cause first, when it is why nothing is registered
+            return " because plugin modules failed during discovery: " + "; ".join(failed) + ";"
         return (" (plugin modules that failed during discovery: " + "; ".join(failed) + ")"
                 if failed else "")
 

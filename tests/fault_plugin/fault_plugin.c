@@ -35,8 +35,10 @@
  *                              first byte it writes (only for buffers whose
  *                              PJRT_Buffer_Type number is TYPE);
  *       hang_execute[:NAME]    PJRT_LoadedExecutable_Execute never returns
- *                              (only for executables whose name contains NAME).
- *   The last three need PJRT_FAULT_DELEGATE: this plugin compiles nothing.
+ *                              (only for executables whose name contains NAME);
+ *       abort_create           PJRT_Client_Create prints a line on stderr and
+ *                              aborts the process.
+ *   The last four need PJRT_FAULT_DELEGATE: this plugin compiles nothing.
  */
 #define _GNU_SOURCE /* memmem */
 #include <dlfcn.h>
@@ -743,6 +745,15 @@ static PJRT_Error* fault_Client_Compile(PJRT_Client_Compile_Args* args) {
   return g_delegate->PJRT_Client_Compile(args);
 }
 
+static PJRT_Error* fault_Client_Create(PJRT_Client_Create_Args* args) {
+  if (fault_is("abort_create")) {
+    fprintf(stderr, "fault plugin: aborting in PJRT_Client_Create (PJRT_FAULT=%s)\n",
+            getenv("PJRT_FAULT"));
+    abort();
+  }
+  return g_delegate->PJRT_Client_Create(args);
+}
+
 /* Whether the loaded executable's name contains the fault's argument. */
 static int executable_matches(PJRT_LoadedExecutable* loaded) {
   if (g_fault_argument[0] == '\0') return 1;
@@ -814,6 +825,7 @@ static const PJRT_Api* delegating_table(const char* path) {
 #define REPLACE(entry, function)                                             \
   if (offsetof(PJRT_Api, entry) + sizeof(void*) <= size && g_table.api.entry) \
     g_table.api.entry = function;
+  REPLACE(PJRT_Client_Create, fault_Client_Create)
   REPLACE(PJRT_Client_Compile, fault_Client_Compile)
   REPLACE(PJRT_LoadedExecutable_Execute, fault_LoadedExecutable_Execute)
   REPLACE(PJRT_Buffer_ToHostBuffer, fault_Buffer_ToHostBuffer)

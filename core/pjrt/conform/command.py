@@ -38,8 +38,9 @@ def parse_option(text: str) -> tuple[str, object]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The arguments of ``pjrt conform``."""
     parser.add_argument("plugin", metavar="PLUGIN", nargs="?",
-                        help="the plugin's shared library, or the platform name of an "
-                             "installed plugin package (cpu, cuda, tpu...)")
+                        help="the plugin's shared library (or the directory holding it), or "
+                             "the platform name of an installed plugin package (cpu, cuda, "
+                             "tpu...)")
     parser.add_argument("--option", "-o", action="append", default=[], metavar="NAME=VALUE",
                         help="a client create option (repeat for more), e.g. "
                              "cpu_device_count=8")
@@ -91,7 +92,9 @@ def main(args: argparse.Namespace) -> int:
         if progress is not None:
             sys.stderr.write("\r\033[K")
             sys.stderr.flush()
-    print(report.format_table())
+    # A terminal gets a table that fits it; a file, a pipe or -v gets every reason whole.
+    full = bool(getattr(args, "verbose", False)) or not sys.stdout.isatty()
+    print(report.format_table(full=full))
     if args.json:
         report.write_json(args.json)
     counts = report.counts()

@@ -88,9 +88,17 @@ class Report:
             json.dump(self.to_json(), out, indent=2)
             out.write("\n")
 
-    def format_table(self, width: int | None = None) -> str:
-        """A table of the results, one line per check, and a summary line."""
-        width = width or shutil.get_terminal_size((100, 24)).columns
+    def format_table(self, width: int | None = None, *, full: bool = False) -> str:
+        """A table of the results, one line per check, and a summary line.
+
+        Args:
+          width: the width to wrap details to; the terminal's when None and not ``full``.
+          full: keep every detail whole (a pass's too): wrapped to ``width`` when one is
+            given, else on one line each, for a reader that is not a terminal (a file, a
+            pipe, a CI log) or that asked for everything (``pjrt conform -v``).
+        """
+        if width is None and not full:
+            width = shutil.get_terminal_size((100, 24)).columns
         name_width = max([len(result.name) for result in self.results] + [5])
         lines = [f"pjrt conform {self.plugin}"]
         if self.library and self.library != self.plugin:
@@ -99,16 +107,23 @@ class Report:
             lines.append(f"  {key}: {value}")
         lines.append("")
         prefix_width = 6 + name_width + 2 + 8 + 2
-        room = max(width - prefix_width, 30)
         for result in self.results:
             mark = {PASS: "PASS", FAIL: "FAIL", SKIP: "skip"}[result.status]
             detail = " ".join(result.detail.split())
-            wrapped = textwrap.wrap(detail, room) or [""]
-            if result.status == PASS:
-                wrapped = wrapped[:1]  # a pass needs no more than its headline
+            if width is None:
+                wrapped = [detail]
+            else:
+                # Never break inside a word or at its hyphens: a library name such as
+                # librocprofiler-sdk.so.1 must stay whole to be searched for.
+                wrapped = textwrap.wrap(detail, max(width - prefix_width, 30),
+                                        break_long_words=False, break_on_hyphens=False) or [""]
+            if not full:
+                # On a terminal, a pass needs no more than its headline and a reason four
+                # lines; -v (or a pipe) shows them whole.
+                wrapped = wrapped[:1] if result.status == PASS else wrapped[:4]
             lines.append(f"{mark:<6}{result.name:<{name_width}}  {result.seconds:>7.2f}s  "
                          f"{wrapped[0]}")
-            lines.extend(" " * prefix_width + more for more in wrapped[1:4])
+            lines.extend(" " * prefix_width + more for more in wrapped[1:])
         counts = self.counts()
         verdict = "conforms" if self.passed else "DOES NOT CONFORM"
         lines.append("")

@@ -11,7 +11,8 @@ import importlib
 import os
 from typing import Any, Callable, Mapping, Union, cast
 
-from .. import discovery
+from .. import _elf, discovery
+from ..errors import PluginLoadError
 from ..plugin_api import PluginDeclaration
 
 
@@ -64,15 +65,53 @@ def _declarations() -> dict[str, tuple[_Library, _Options]]:
     return found
 
 
-def resolve_plugin(plugin: str) -> Target:
-    """The :class:`Target` that ``plugin`` (a library path or a platform name) names.
+def _plugin_in_directory(argument: str, directory: str) -> str:
+    """The one PJRT plugin library directly inside ``directory`` (a wheel's package folder,
+    say): the shared libraries there that export GetPjrtApi, judged from their headers.
 
     Raises:
-      ValueError: the path is not a file, or no installed plugin serves that platform; the
-        message lists the platforms that are installed.
+      ValueError: none of them is a plugin, or several are; the message names what was
+        looked at and what to give instead.
+    """
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError as error:
+        raise ValueError(f"{argument}: cannot list the directory ({error.strerror})") from None
+    libraries = [os.path.join(directory, name) for name in names
+                 if ".so" in name and os.path.isfile(os.path.join(directory, name))]
+    plugins = []
+    for library in libraries:
+        try:
+            _elf.check_plugin_library(library, os.path.basename(library))
+        except PluginLoadError:
+            continue
+        plugins.append(library)
+    if len(plugins) == 1:
+        return plugins[0]
+    if plugins:
+        raise ValueError(f"{argument} is a directory holding {len(plugins)} PJRT plugin "
+                         f"libraries ({', '.join(os.path.basename(p) for p in plugins)}); "
+                         f"give the path of the one to check")
+    seen = (f"its shared libraries ({', '.join(os.path.basename(p) for p in libraries)}) "
+            f"do not export GetPjrtApi" if libraries else "it holds no shared library (*.so)")
+    raise ValueError(f"{argument} is a directory, and no PJRT plugin library is in it: {seen}; "
+                     f"give the path of the plugin's shared library (a .so file that exports "
+                     f"GetPjrtApi) or the platform name of an installed plugin")
+
+
+def resolve_plugin(plugin: str) -> Target:
+    """The :class:`Target` that ``plugin`` (a library path, a directory holding one plugin
+    library, or a platform name) names.
+
+    Raises:
+      ValueError: the path is not a file, a directory holds no plugin library or several, or
+        no installed plugin serves that platform; the message lists the platforms that are
+        installed.
     """
     if _looks_like_path(plugin):
         path = os.path.abspath(plugin)
+        if os.path.isdir(path):
+            path = _plugin_in_directory(plugin, path)
         if not os.path.isfile(path):
             raise ValueError(f"{plugin}: no such file; give the path of a PJRT plugin's shared "
                              f"library or the platform name of an installed plugin")

@@ -8,6 +8,7 @@ stderr, and a new worker takes the checks that are left.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -16,6 +17,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import IO, Callable
 
@@ -80,6 +82,9 @@ def _start_worker(job: dict, python: str) -> _Worker:
     package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join(
         [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    # The worker's stderr is already kept (and quoted when the plugin crashes or hangs): let
+    # the plugin write there rather than into a capture that dies with the worker.
+    env.setdefault("PJRT_LOG_LEVEL", "warning")
     try:
         process = subprocess.Popen(
             [python, "-m", "pjrt.conform._worker", "--report-fd", str(write_fd)],
@@ -87,9 +92,39 @@ def _start_worker(job: dict, python: str) -> _Worker:
             env=env, start_new_session=True)
     finally:
         os.close(write_fd)
-    process.stdin.write(json.dumps(job).encode())
-    process.stdin.close()
-    return _Worker(process, os.fdopen(read_fd, "rb", buffering=0), output)
+    worker = _Worker(process, os.fdopen(read_fd, "rb", buffering=0), output)
+    try:
+        assert process.stdin is not None
+        process.stdin.write(json.dumps(job).encode())
+        process.stdin.close()
+    except BaseException:
+        # Interrupted (or the worker died at once): no worker may outlive its run.
+        worker.kill()
+        worker.close()
+        raise
+    return worker
+
+
+@contextlib.contextmanager
+def _termination_ends_the_run():
+    """Make SIGTERM end the run as SIGINT does, by an exception, so that the ``finally``
+    that kills the worker runs: the workers are in sessions of their own (a plugin's crash
+    must not take the run with it), so nothing else would end them, and a terminated
+    ``pjrt conform`` would leave a worker running on. The process still exits with the
+    status of a SIGTERM (143). A handler the program set itself is left in place."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def terminate(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _death(worker: _Worker) -> tuple[str, str | None]:
@@ -129,6 +164,13 @@ def run(plugin: str, *, checks: list[str] | None = None, patterns: list[str] | N
       ValueError: an unknown check name, a pattern matching nothing, or a plugin that is
         neither a file nor a known platform name.
     """
+    with _termination_ends_the_run():
+        return _run(plugin, checks, patterns, options, topology, timeout, progress, python)
+
+
+def _run(plugin: str, checks: list[str] | None, patterns: list[str] | None,
+         options: dict | None, topology: str, timeout: float, progress: Progress | None,
+         python: str | None) -> Report:
     started = time.perf_counter()
     names = select_checks(checks, patterns)
     target = resolve_plugin(plugin)
