@@ -1,0 +1,129 @@
+"""Ownership under attack: copies, DLPack both ways, clear_backends, close() racing readers,
+finalisers in reference cycles and hand-made DLPack capsules, on the real CPU plugins.
+
+Each case ends in a correct value or a clean Python exception; crashes are looked for in child
+processes, races are repeated at least 20 times. The tests read ``client._handle`` (the
+ClientHandle) only to see whether something was really freed.
+"""
+from __future__ import annotations
+
+import copy
+import gc
+import textwrap
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+import pjrt
+from conftest import cpu_plugin_path, run_python
+from fixtures import programs
+from pjrt._pjrt_cffi import ffi
+
+TINY = programs.get("tiny_tanh")
+LARGE = 1 << 17  # float32 elements: 512 KiB, read through a view of the buffer
+SMALL = 1024     # float32 elements: 4 KiB, read through a (cached) host copy
+
+
+def _aligned(values: np.ndarray, alignment: int = 64) -> np.ndarray:
+    """A copy of ``values`` at an ``alignment``-byte address (the CPU plugins view only
+    aligned memory, and copy the rest)."""
+    raw = np.empty(values.nbytes + alignment, np.uint8)
+    skip = -raw.ctypes.data % alignment
+    out = raw[skip:skip + values.nbytes].view(values.dtype).reshape(values.shape)
+    out[...] = values
+    return out
+
+
+# -- the ticket logic: close() while freeing runs Python code -------------------------------
+
+def test_a_call_begun_while_parked_buffers_are_freed_keeps_the_client(make_client):
+    """Freeing a parked buffer can run Python code (here a DLPack producer's deleter) while
+    the GIL is free; a call that begins then, followed by close(), must keep the client alive
+    until that call ends."""
+    own = make_client(1)
+    handle = own._handle
+    late = []
+
+    def a_call_begins_then_the_client_closes():
+        late.append(handle.begin())
+        own.close()
+
+    host = _aligned(np.arange(1 << 14, dtype=np.float32))
+    address = host.ctypes.data
+    weakref.finalize(host, a_call_begins_then_the_client_closes)
+    imported = pjrt.from_dlpack(host, device=own.local_devices()[0])
+    del host
+    assert imported.unsafe_buffer_pointer() == address  # a view: freeing it runs the deleter
+    first = handle.begin()
+    imported.delete()  # another call is running: the buffer is parked
+    assert len(handle.parked) == 1
+    handle.end(first)  # frees the parked buffer; the deleter begins a call and closes
+    assert len(late) == 1, "the producer's deleter did not run"
+    assert handle.pointer != ffi.NULL, "the client was freed under a running call"
+    handle.end(late[0])
+    assert handle.pointer == ffi.NULL and not handle.active
+
+
+def test_close_racing_two_reading_threads_never_crashes(cpu_plugin):
+    """close() against two threads reading DLPack imports and plain arrays and a thread
+    executing, 20 times over in a child: each call gives a value or ClosedClientError."""
+    script = f"""
+        import threading, time, numpy as np, pjrt
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        TINY = open({TINY.path()!r}).read()
+        hosts = []
+        for i in range(4):
+            raw = np.empty((1 << 14) * 4 + 64, np.uint8)
+            skip = -raw.ctypes.data % 64
+            host = raw[skip:skip + (1 << 16)].view(np.float32)
+            host[:] = i
+            hosts.append(host)
+        values = closed = 0
+        for rep in range(20):
+            client = pjrt.make_c_api_client("cpu", {{"cpu_device_count": 1}})
+            device = client.local_devices()[0]
+            executable = client.compile_and_load(TINY)
+            small = client.buffer_from_pyval(np.ones(8, np.float32))
+            go = threading.Event()
+            counts = []
+
+            def read(kind):
+                got = 0
+                go.wait()
+                try:
+                    for _ in range(400):
+                        for i, host in enumerate(hosts):
+                            a = (pjrt.from_dlpack(host, device=device) if kind
+                                 else client.buffer_from_pyval(host, device))
+                            assert float(np.asarray(a)[7]) == i
+                            got += 1
+                            del a
+                except pjrt.ClosedClientError:
+                    pass
+                counts.append(got)
+
+            def execute():
+                try:
+                    while True:
+                        (out,) = executable.execute([small, small])
+                        np.asarray(out)
+                except pjrt.ClosedClientError:
+                    pass
+
+            threads = [threading.Thread(target=read, args=(k,)) for k in (1, 1, 0)]
+            threads.append(threading.Thread(target=execute))
+            for t in threads:
+                t.start()
+            go.set()
+            time.sleep(0.002 * (rep % 5))
+            client.close()
+            for t in threads:
+                t.join(30)
+                assert not t.is_alive()
+            values += sum(counts)
+        print("ok", values)
+    """
+    result = run_python(script, timeout=120)
+    assert result.stdout.startswith("ok "), result.stdout + result.stderr
