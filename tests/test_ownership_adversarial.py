@@ -127,3 +127,47 @@ def test_close_racing_two_reading_threads_never_crashes(cpu_plugin):
     """
     result = run_python(script, timeout=120)
     assert result.stdout.startswith("ok "), result.stdout + result.stderr
+
+
+# -- finalisers in reference cycles ---------------------------------------------------------
+
+def test_a_finaliser_that_keeps_an_array_gets_deleted_array_error(cpu_plugin):
+    """A ``__del__`` in a reference cycle keeps the Arrays it holds (single-device, large and
+    small, and a global Array): whichever finaliser runs first, a kept Array reads as
+    garbage-collected instead of reading freed memory."""
+    script = f"""
+        import gc, numpy as np, pjrt
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        client = pjrt.make_c_api_client("cpu", {{"cpu_device_count": 2}})
+        mesh = pjrt.Mesh(np.array(client.devices()), ("a",))
+        kept = []
+
+        class Holder:
+            def __del__(self):
+                kept.extend(self.arrays)
+
+        for _ in range(5):
+            holder = Holder()
+            holder.arrays = [
+                client.buffer_from_pyval(np.arange({LARGE}, dtype=np.float32)),
+                client.buffer_from_pyval(np.arange({SMALL}, dtype=np.float32)),
+                pjrt.device_put(np.arange({LARGE}, dtype=np.float32),
+                                pjrt.NamedSharding(mesh, pjrt.P("a")))]
+            np.asarray(holder.arrays[1])  # a cached host copy
+            holder.cycle = holder
+            del holder
+            gc.collect()
+            for _ in range(4):  # reuse the freed memory
+                client.buffer_from_pyval(np.full({LARGE}, 9.0, np.float32))
+        refused = 0
+        for array in kept:
+            assert array.is_deleted()
+            try:
+                np.asarray(array)
+            except pjrt.DeletedArrayError as error:
+                assert "garbage-collected" in str(error), error
+                refused += 1
+        print("refused", refused, "of", len(kept))
+    """
+    result = run_python(script, timeout=60)
+    assert result.stdout.split() == ["refused", "15", "of", "15"], result.stdout

@@ -155,7 +155,11 @@ class Array:
     def __del__(self):
         # A __del__ on this slotted class rather than weakref.finalize: a finaliser object per
         # Array would cost more than a whole execute. It only hands the buffers to the handle,
-        # which frees them under its own rules.
+        # which frees them under its own rules. The array is marked deleted first: a __del__
+        # elsewhere in a reference cycle may still reach (and keep) it, and must then get
+        # DeletedArrayError rather than read freed memory.
+        self._buffers = None
+        self._deleted_reason = "garbage-collected"
         self._handle.release_buffers(id(self))
 
     def _live_buffers(self) -> list:
