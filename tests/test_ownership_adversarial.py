@@ -171,3 +171,38 @@ def test_a_finaliser_that_keeps_an_array_gets_deleted_array_error(cpu_plugin):
     """
     result = run_python(script, timeout=60)
     assert result.stdout.split() == ["refused", "15", "of", "15"], result.stdout
+
+
+# -- copy.copy ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size", [SMALL, LARGE])
+def test_copy_copy_is_a_copy_that_outlives_the_original(client, size):
+    original = client.buffer_from_pyval(np.arange(size, dtype=np.float32))
+    copied = copy.copy(original)
+    deep = copy.deepcopy(original)
+    assert copied is not original and copied.unsafe_buffer_pointer() != \
+        original.unsafe_buffer_pointer()
+    original.delete()
+    for _ in range(4):  # reuse the freed memory
+        client.buffer_from_pyval(np.full(size, -1.0, np.float32))
+    for other in (copied, deep):
+        assert not other.is_deleted() and other.device == client.local_devices()[0]
+        np.testing.assert_array_equal(np.asarray(other), np.arange(size, dtype=np.float32))
+
+
+def test_copy_copy_of_a_global_array_keeps_its_sharding(client, mesh):
+    value = np.arange(8 * LARGE // 8, dtype=np.float32).reshape(8, -1)
+    original = pjrt.device_put(value, pjrt.NamedSharding(mesh, pjrt.P("x", "y")))
+    copied = copy.copy(original)
+    assert copied.sharding == original.sharding
+    original.delete()
+    for shard in copied.addressable_shards:
+        np.testing.assert_array_equal(np.asarray(shard.data), value[shard.index])
+    np.testing.assert_array_equal(np.asarray(copied), value)
+
+
+def test_pickling_an_array_is_refused_with_a_way_out(client):
+    import pickle
+
+    with pytest.raises(TypeError, match="cannot be pickled.*np.asarray"):
+        pickle.dumps(client.buffer_from_pyval(np.ones(3, np.float32)))

@@ -181,6 +181,47 @@ class Array:
         """Free the device memory now. Using the array afterwards raises DeletedArrayError."""
         self._release("deleted")
 
+    def __copy__(self) -> "Array":
+        """``copy.copy(x)``: a new Array with its own buffers holding the same value, on the
+        same devices and with the same sharding (as jax's ``copy.copy`` of an Array). The two
+        are independent: deleting or donating one leaves the other intact."""
+        with self._handle.calling() as handle:
+            api = handle.api
+            buffers = self._live_buffers()
+            copies, holds = [], []
+            try:
+                for device, buffer in zip(self._devices, buffers):
+                    if api.has("PJRT_Buffer_CopyToDevice"):
+                        copies.append(api.call_new("PJRT_Buffer_CopyToDevice", buffer=buffer,
+                                                   dst_device=device._handle).dst_buffer)
+                        holds.append(None)
+                    else:  # through the host
+                        host = _buffer_to_host(api, buffer, self._shard_shape(), self.dtype)
+                        copied, hold = put_buffer(self._client, host, device, 0)
+                        copies.append(copied)
+                        holds.append(hold)
+            except BaseException:
+                for copied in copies:
+                    lib.pjrt_shim_buffer_destroy(api.table, copied)
+                raise
+            return Array(self._client, copies, self._devices, self.shape, self.dtype, holds,
+                         self._sharding)
+
+    def __deepcopy__(self, memo) -> "Array":
+        """``copy.deepcopy(x)``: the same as ``copy.copy(x)`` (an Array holds no Python
+        objects to copy deeper)."""
+        return self.__copy__()
+
+    def __reduce__(self):
+        raise TypeError("a pjrt Array cannot be pickled (its buffers live in this process's "
+                        "client); pickle np.asarray(x) and place it again with "
+                        "pjrt.device_put after loading")
+
+    def _shard_shape(self) -> tuple:
+        if self._sharding is None:
+            return self.shape
+        return tuple(self._sharding.shard_shape(self.shape))
+
     def is_deleted(self) -> bool:
         """Whether the array was deleted, donated, or its client closed."""
         if self._parent is not None and self._parent.is_deleted():
