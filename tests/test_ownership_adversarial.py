@@ -206,3 +206,106 @@ def test_pickling_an_array_is_refused_with_a_way_out(client):
 
     with pytest.raises(TypeError, match="cannot be pickled.*np.asarray"):
         pickle.dumps(client.buffer_from_pyval(np.ones(3, np.float32)))
+
+
+# -- DLPack exports and numpy views racing delete() -----------------------------------------
+
+@pytest.fixture
+def frequent_switches():
+    """Threads switch as often as CPython lets them, so that races show within a few rounds."""
+    import sys
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    yield
+    sys.setswitchinterval(interval)
+
+
+@pytest.mark.parametrize("reader", ["np.from_dlpack", "np.asarray"])
+def test_a_read_racing_delete_never_hands_out_freed_memory(client, frequent_switches, reader):
+    """One thread exports (or views) an Array while another deletes it and allocates: each
+    read is the Array's value or DeletedArrayError, never another array's memory."""
+    read = np.from_dlpack if reader == "np.from_dlpack" else np.asarray
+    wrong, refused, right = [], 0, 0
+    for round_ in range(60):
+        x = client.buffer_from_pyval(np.full(LARGE, round_, np.float32))
+        got, junk = [], []
+        start = threading.Barrier(2)
+
+        def take():
+            start.wait()
+            try:
+                got.append(read(x))
+            except pjrt.DeletedArrayError:
+                got.append(None)
+
+        def delete_and_allocate(spin=round_ % 20 * 300):
+            start.wait()
+            for _ in range(spin):  # a different point of the read each round
+                pass
+            x.delete()
+            for _ in range(4):
+                junk.append(client.buffer_from_pyval(np.full(LARGE, -1.0, np.float32)))
+
+        threads = [threading.Thread(target=take), threading.Thread(target=delete_and_allocate)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        for _ in range(4):
+            junk.append(client.buffer_from_pyval(np.full(LARGE, -1.0, np.float32)))
+        if got[0] is None:
+            refused += 1
+        elif np.all(got[0] == round_):
+            right += 1
+        else:
+            wrong.append(round_)
+        del got, junk
+    assert not wrong, f"{len(wrong)} of 60 reads saw another array's memory ({right} right, " \
+                      f"{refused} refused)"
+
+
+# -- a consumer that writes through a zero-copy export ---------------------------------------
+
+@pytest.mark.parametrize("size", [SMALL, LARGE])
+def test_writes_through_a_zero_copy_export_are_seen_by_every_reader(client, size):
+    """PyTorch ignores DLPack's read-only flag: after ``torch.from_dlpack(x).add_(7)`` the
+    Array is shared, and numpy (views read before and after) and a program agree on 7."""
+    torch = pytest.importorskip("torch")
+    negate = client.compile_and_load(f"""
+        func.func public @main(%x: tensor<{size}xf32>) -> tensor<{size}xf32> {{
+          %y = stablehlo.negate %x : tensor<{size}xf32>
+          return %y : tensor<{size}xf32>
+        }}""")
+    x = client.buffer_from_pyval(np.zeros(size, np.float32))
+    np.asarray(x)  # a cached host copy (small) or a view (large), read before the export
+    assert not x.shared
+    tensor = torch.from_dlpack(x)
+    assert x.shared and tensor.data_ptr() == x.unsafe_buffer_pointer()  # no copy
+    tensor.add_(7)
+    assert float(np.asarray(x)[0]) == 7.0 and float(np.asarray(x)[-1]) == 7.0
+    (negated,) = negate.execute([x])
+    assert float(np.asarray(negated)[0]) == -7.0
+    tensor.add_(1)  # a view taken before a later write sees it too
+    assert float(np.asarray(x)[0]) == 8.0
+
+
+def test_a_copying_export_leaves_the_array_unshared(client):
+    torch = pytest.importorskip("torch")
+    x = client.buffer_from_pyval(np.zeros(SMALL, np.float32))
+    tensor = torch.from_dlpack(x.__dlpack__(copy=True))
+    tensor.add_(7)
+    assert not x.shared and float(np.asarray(x)[0]) == 0.0
+
+
+def test_writes_by_the_producer_of_an_import_are_seen(client):
+    """The other way: a small Array viewing a torch tensor shows the tensor's later writes
+    (no stale host copy)."""
+    torch = pytest.importorskip("torch")
+    source = torch.zeros(64, dtype=torch.float32)
+    imported = pjrt.from_dlpack(source, device=client.local_devices()[0])
+    if imported.unsafe_buffer_pointer() != source.data_ptr():
+        pytest.skip("the plugin copied this tensor (alignment), so nothing is shared")
+    assert float(np.asarray(imported)[0]) == 0.0
+    source.add_(5)
+    assert float(np.asarray(imported)[0]) == 5.0

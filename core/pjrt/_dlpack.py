@@ -7,9 +7,11 @@ tensor's deleter when done. A capsule nobody consumed deletes the tensor when it
 
 Exporting (:func:`export`): the capsule's tensor keeps a strong reference to a small
 :class:`_Export` object that holds the pjrt Array, and the array's client records the export
-as a view of the array's buffers (``ClientHandle.add_view``), so ``delete()`` or closing the
-client leaves the memory in place until the consumer lets go: a buffer is freed only through
-``ClientHandle.release_buffers``, once the last Array and the last view are gone.
+as a view of the array's buffers (``Array.keep_memory_for``, inside the native call that read
+the address), so ``delete()`` or closing the client leaves the memory in place until the
+consumer lets go: a buffer is freed only through ``ClientHandle.release_buffers``, once the
+last Array and the last view are gone. A zero-copy export marks the Array shared
+(``Array.shared``): a consumer that writes to the memory is seen by every reader alike.
 
 Importing (:func:`consume`): the tensor's description is read and the capsule is renamed. The
 caller then either wraps the memory in a buffer (``PJRT_Client_CreateViewOfDeviceBuffer``,
@@ -196,17 +198,23 @@ def export(array, *, stream=None, max_version=None, dl_device=None, copy=None):
                             row_major_strides(host.shape), versioned=versioned,
                             read_only=False, copied=True)
     source = array.copy_to_device(array.device) if copy else array
-    pointer, strides = shared_memory(source, allow_copy=copy is not False)
+    holder = _Export(source)
+    pointer, strides = shared_memory(source, holder)
     if pointer is None:  # a layout DLPack cannot describe: hand out a dense copy
+        if copy is False:
+            raise BufferError(f"this array's buffer is laid out as {source.layout}, which "
+                              f"DLPack cannot describe, and copy=False was asked for")
         source = array.copy_to_device(array.device)  # the plugin's default (dense) layout
-        pointer, strides = shared_memory(source, allow_copy=False)
+        holder = _Export(source)
+        pointer, strides = shared_memory(source, holder)
         if pointer is None:
             raise BufferError(f"this array's buffer is laid out as {source.layout}, which "
                               f"DLPack cannot describe")
         copy = True
-    holder = _Export(source)
-    handle = source._handle
-    handle.add_view(source._owner_id(), holder)
+    if source is array:
+        # The consumer may write to the memory (PyTorch ignores the read-only flag below):
+        # from now on the Array shows such writes to every reader alike, as jax's does.
+        array.mark_shared()
     return make_capsule(holder, pointer, own, source.dtype, source.shape, strides,
                         versioned=versioned, read_only=True, copied=bool(copy))
 
@@ -227,24 +235,33 @@ def device_of(array) -> tuple[int, int]:
     return (device_type, int(hardware_id if hardware_id is not None else device.id))
 
 
-def shared_memory(array, *, allow_copy: bool) -> tuple:
-    """``(address, element strides)`` of a ready single-device array's buffer, or
-    ``(None, None)`` when its layout is tiled or packed (no DLPack strides describe it)."""
+def shared_memory(array, keeper) -> tuple:
+    """``(address, element strides)`` of a ready single-device array's buffer, kept alive for
+    as long as ``keeper`` lives; ``(None, None)`` (nothing kept) when its layout is tiled or
+    packed (no DLPack strides describe it).
+
+    The keeper is registered before the call that read the address ends, so a ``delete()``
+    racing in another thread cannot free the memory in between.
+
+    Raises:
+      DeletedArrayError: the array is deleted (or was, meanwhile).
+    """
     with array._handle.calling() as handle:
         api = handle.api
         buffer = array._live_buffers()[0]
         layout = None
         if api.has("PJRT_Buffer_GetMemoryLayout"):
             layout = buffer_layout(api, buffer).layout
+        if layout is not None and not layout.is_row_major() and (
+                layout.element_size_in_bits()
+                or (layout.tiling() and any(any(d != 1 for d in t) for t in layout.tiling()))):
+            return None, None
         array.block_until_ready()
         pointer = int(api.call_new("PJRT_Buffer_UnsafePointer", buffer=buffer).buffer_pointer)
+        array.keep_memory_for(keeper)
     shape = array.shape
     if layout is None or layout.is_row_major():
         return pointer, row_major_strides(shape)
-    if layout.tiling() and any(any(d != 1 for d in tile) for tile in layout.tiling()):
-        return None, None
-    if layout.element_size_in_bits():
-        return None, None
     strides = [0] * len(shape)
     step = 1
     for dimension in layout.minor_to_major():

@@ -54,8 +54,8 @@ class _HostMemory:
 
     numpy views of it keep this object alive, and it keeps ``owner`` alive (the Array, or the
     private copy), so the memory outlives every view. numpy cannot make a view of it writeable,
-    since this object offers no writeable memory: an Array never changes, whichever way it is
-    read. The Array holds only a weak reference back, so that it can tell whether any view of
+    since this object offers no writeable memory: pjrt never changes an Array's value, and
+    only a DLPack consumer that ignores the read-only flag can (see ``Array.shared``). The Array holds only a weak reference back, so that it can tell whether any view of
     its buffer is still in use.
     """
 
@@ -91,7 +91,7 @@ class Array:
     """
 
     __slots__ = ("_client", "_handle", "_buffers", "_devices", "shape", "dtype", "_host_copy",
-                 "_host_view", "_deleted_reason", "_sharding", "_parent",
+                 "_host_view", "_deleted_reason", "_sharding", "_parent", "_shared",
                  "__weakref__")
 
     def __init__(self, client: "Client", buffers: list, devices: tuple, shape: tuple,
@@ -116,6 +116,7 @@ class Array:
         self._host_copy = None
         self._host_view = None
         self._deleted_reason = None
+        self._shared = False
         self._sharding = sharding
         self._parent = parent
         if parent is None:
@@ -134,6 +135,38 @@ class Array:
     def _viewed(self) -> bool:
         """Whether numpy views of the buffers' memory are still in use somewhere."""
         return self._handle.is_viewed(self._owner_id())
+
+    def keep_memory_for(self, keeper) -> None:
+        """Keep the buffers' memory for as long as ``keeper`` lives (the object a numpy view
+        or a DLPack export holds), even past ``delete()`` or ``Client.close()``.
+
+        Called inside a native call, after the buffers were read: the keeper is registered
+        first and the array checked afterwards, so a ``delete()`` racing from another thread
+        either sees the keeper or is seen here.
+
+        Raises:
+          DeletedArrayError: the array was deleted meanwhile (nothing is kept).
+          ClosedClientError: its client was closed meanwhile.
+        """
+        self._handle.add_view(self._owner_id(), keeper)
+        self._live_buffers()
+
+    @property
+    def shared(self) -> bool:
+        """Whether the buffers' memory is shared with a DLPack consumer or producer (a
+        zero-copy ``__dlpack__`` or ``pjrt.from_dlpack``). Such a consumer may write to it
+        (PyTorch ignores DLPack's read-only flag); the Array then shows the writes to every
+        reader alike (numpy, programs), as a jax Array does, since its value is never cached
+        on the host again."""
+        return self._shared or (self._parent is not None and self._parent._shared)
+
+    def mark_shared(self) -> None:
+        """Record that the memory is shared through DLPack (see :attr:`shared`): the cached
+        host copy is dropped, and reads see the buffer itself from now on."""
+        self._shared = True
+        self._host_copy = None
+        if self._parent is not None:
+            self._parent.mark_shared()
 
     def _release(self, reason: str = "deleted") -> None:
         """Destroy the buffers now (idempotent). Later uses raise DeletedArrayError.
@@ -422,25 +455,35 @@ class Array:
                 "this array has shards on devices of other processes, so its value cannot be "
                 "read here; read its addressable_shards, or gather it into one process first")
         if len(buffers) != 1:
-            value = self._host_copy = self._assemble()
+            value = self._assemble()
+            self._cache(value)
             return value
         api = handle.api
         wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
         nbytes = self.nbytes
-        if nbytes < _VIEW_THRESHOLD_BYTES:
-            value = self._host_copy = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
+        if nbytes < _VIEW_THRESHOLD_BYTES and not self.shared:
+            value = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
+            self._cache(value)
             return value
         address = ffi.new("uintptr_t *")
         check(api, lib.pjrt_shim_buffer_host_address(api.table, buffers[0], nbytes, address))
         if address[0]:
             memory = _HostMemory(self, address[0], nbytes)
+            self.keep_memory_for(memory)  # before a delete() racing in another thread frees it
             view = np.asarray(memory).view(self.dtype).reshape(self.shape)
-            self._handle.add_view(self._owner_id(), memory)
             self._host_view = weakref.ref(view)
             return view
         value = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
-        self._host_copy = value
+        self._cache(value)
         return value
+
+    def _cache(self, value: np.ndarray) -> None:
+        """Keep a host copy for later reads, unless the memory is shared through DLPack (a
+        consumer's writes would make it stale)."""
+        if not self.shared:
+            self._host_copy = value
+            if self.shared:  # exported by another thread meanwhile
+                self._host_copy = None
 
     def _assemble(self) -> np.ndarray:
         """The global value of a multi-device array, from one copy of each distinct shard."""
