@@ -309,3 +309,83 @@ def test_writes_by_the_producer_of_an_import_are_seen(client):
     assert float(np.asarray(imported)[0]) == 0.0
     source.add_(5)
     assert float(np.asarray(imported)[0]) == 5.0
+
+
+# -- hand-made DLPack capsules ---------------------------------------------------------------
+
+CAPSULE_CASES = {
+    # name: (field settings applied to a valid float32[4] tensor, what the error names)
+    "valid": ({}, None),
+    "huge ndim": ({"ndim": 1 << 30}, "ndim is 1073741824"),
+    "negative ndim": ({"ndim": -1}, "ndim is -1"),
+    "NULL shape": ({"ndim": 2, "shape": "NULL"}, "shape pointer is NULL"),
+    "unreadable shape": ({"shape": 0x10}, "shape pointer leads"),
+    "unreadable strides": ({"strides": 0x10}, "strides pointer leads"),
+    "NULL data": ({"data": 0}, "data pointer is NULL"),
+    "unmapped data": ({"data": 0x1000}, "not readable memory"),
+    "negative extent": ({"extent": -5}, "negative extent"),
+    "huge extent": ({"extent": 1 << 62}, "spans more bytes"),
+    "huge offset": ({"byte_offset": 1 << 62}, "byte_offset"),
+    "far offset": ({"byte_offset": 1 << 44}, "not readable memory"),
+    "huge stride": ({"stride": 1 << 60}, "span more bytes"),
+    "far stride": ({"stride": 1 << 40}, "not readable memory"),
+    "negative stride": ({"stride": -(1 << 52)}, "outside addressable memory"),
+    "unknown device": ({"device_type": 99}, "device type 99"),
+    "negative device id": ({"device_id": -1}, "device id -1"),
+}
+
+
+@pytest.mark.parametrize("versioned", [True, False], ids=["dltensor_versioned", "dltensor"])
+def test_damaged_capsules_are_refused_with_the_field_named(cpu_plugin, versioned):
+    """Capsules built by hand (cffi structs, ctypes capsules), each with one field wrong:
+    from_dlpack refuses each with a ValueError naming the field, in a child process that must
+    not crash, and takes the valid one."""
+    script = f"""
+        import ctypes, json, numpy as np, pjrt
+        from pjrt._pjrt_cffi import ffi, lib
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        client = pjrt.make_c_api_client("cpu", {{"cpu_device_count": 1}})
+        device = client.local_devices()[0]
+        new_capsule = ctypes.pythonapi.PyCapsule_New
+        new_capsule.restype = ctypes.py_object
+        new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        versioned = {versioned!r}
+        cases = {CAPSULE_CASES!r}
+        data = np.arange(4, dtype=np.float32)
+        results = {{}}
+        for name, (fields, _) in cases.items():
+            struct = "DLManagedTensorVersioned" if versioned else "DLManagedTensor"
+            managed = ffi.new(struct + " *")
+            if versioned:
+                managed.version.major, managed.version.minor = 1, 1
+            tensor = managed.dl_tensor
+            shape = ffi.new("int64_t[]", [fields.get("extent", 4), 1])
+            strides = ffi.new("int64_t[]", [fields.get("stride", 1), 1])
+            tensor.data = ffi.cast("void *", fields.get("data", data.ctypes.data))
+            tensor.device.device_type = fields.get("device_type", lib.kDLCPU)
+            tensor.device.device_id = fields.get("device_id", 0)
+            tensor.ndim = fields.get("ndim", 1)
+            tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes = lib.kDLFloat, 32, 1
+            tensor.shape = (ffi.NULL if fields.get("shape") == "NULL"
+                            else ffi.cast("int64_t *", fields.get("shape", 0)) if "shape" in fields
+                            else shape)
+            tensor.strides = (ffi.cast("int64_t *", fields["strides"]) if "strides" in fields
+                              else strides if "stride" in fields else ffi.NULL)
+            tensor.byte_offset = fields.get("byte_offset", 0)
+            name_bytes = b"dltensor_versioned" if versioned else b"dltensor"
+            capsule = new_capsule(int(ffi.cast("uintptr_t", managed)), name_bytes, None)
+            try:
+                array = pjrt.from_dlpack(capsule, device=device, copy=True)
+                results[name] = ["ok", np.asarray(array).tolist()]
+            except ValueError as error:
+                results[name] = ["ValueError", str(error)]
+        print(json.dumps(results))
+    """
+    result = run_python(script, timeout=60)
+    import json
+
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert results.pop("valid") == ["ok", [0.0, 1.0, 2.0, 3.0]]
+    for name, (kind, message) in results.items():
+        expected = CAPSULE_CASES[name][1]
+        assert kind == "ValueError" and expected in message, (name, kind, message)

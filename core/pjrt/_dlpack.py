@@ -322,6 +322,8 @@ def consume(capsule) -> Consumed:
     Raises:
       BufferError: the object is not an unconsumed DLPack capsule, or the tensor has a
         dtype or lane count pjrt cannot hold (the capsule is then left to its producer).
+      ValueError: a field of the tensor is damaged (ndim, shape, strides, byte_offset, data
+        pointer, device), named in the message; the capsule is left to its producer.
     """
     versioned = None
     for flag, name in ((True, _NAME_BYTES[1]), (False, _NAME_BYTES[0])):
@@ -335,6 +337,9 @@ def consume(capsule) -> Consumed:
         raise BufferError("expected an unconsumed DLPack capsule ('dltensor' or "
                           "'dltensor_versioned'); a capsule can be consumed only once")
     address = _capsule_get_pointer(capsule, _NAME_BYTES[int(versioned)])
+    struct = "DLManagedTensorVersioned" if versioned else "DLManagedTensor"
+    _require(_readable(address or 0, ffi.sizeof(struct)),
+             f"the capsule's {struct} pointer leads to memory that cannot be read")
     if versioned:
         managed = ffi.cast("DLManagedTensorVersioned *", address)
         if managed.version.major > VERSION[0]:
@@ -348,12 +353,96 @@ def consume(capsule) -> Consumed:
         tensor = managed.dl_tensor
         read_only = False
     dtype = dtype_of(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
-    ndim = int(tensor.ndim)
-    shape = tuple(int(tensor.shape[i]) for i in range(ndim))
-    strides = (tuple(int(tensor.strides[i]) for i in range(ndim))
-               if tensor.strides != _NULL and ndim else None)
-    data = _address(tensor.data) + int(tensor.byte_offset)
-    device = (int(tensor.device.device_type), int(tensor.device.device_id))
+    device = _checked_device(tensor)
+    shape, strides = _checked_geometry(tensor)
+    data = _checked_data(tensor, device, dtype, shape, strides)
     if _capsule_set_name(capsule, _NAMES[2 + int(versioned)]) != 0:
         raise BufferError("could not mark the DLPack capsule as consumed")
     return Consumed(managed, bool(versioned), data, device, dtype, shape, strides, read_only)
+
+
+# -- checking a producer's tensor before anything reads through it -------------------------
+#
+# A capsule is a C struct of pointers that pjrt follows: a wrong field (a damaged or hostile
+# producer) would crash the process. Each field is checked first; a bad one is a ValueError
+# naming it, and the capsule is left unconsumed.
+
+#: The most dimensions a tensor may have (XLA's shapes have far fewer in practice).
+MAX_NDIM = 64
+#: No tensor spans more bytes than this (nor lies beyond it): far above any real memory, and
+#: far enough below 2**64 that address arithmetic cannot wrap.
+_MAX_BYTES = 1 << 56
+#: Device types a DLPack tensor may name (DLPack's DLDeviceType values).
+_KNOWN_DEVICE_TYPES = frozenset({1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17})
+#: Device types whose memory this process reads directly.
+_HOST_DEVICE_TYPES = frozenset({lib.kDLCPU, lib.kDLCUDAHost, lib.kDLROCMHost,
+                                lib.kDLCUDAManaged})
+
+
+def _require(condition: bool, problem: str) -> None:
+    if not condition:
+        raise ValueError(f"invalid DLPack tensor: {problem}; the producer handed over a "
+                         f"damaged capsule (nothing was read or consumed)")
+
+
+def _readable(address: int, size: int) -> bool:
+    return lib.pjrt_dlpack_readable(address, size) != 0
+
+
+def _checked_device(tensor) -> tuple[int, int]:
+    device = (int(tensor.device.device_type), int(tensor.device.device_id))
+    _require(device[0] in _KNOWN_DEVICE_TYPES, f"device type {device[0]} is not one DLPack "
+                                               f"defines")
+    _require(device[1] >= 0, f"device id {device[1]} is negative")
+    return device
+
+
+def _checked_geometry(tensor) -> tuple[tuple, tuple | None]:
+    """``(shape, element strides or None)``, read only once their pointers check out."""
+    ndim = int(tensor.ndim)
+    _require(0 <= ndim <= MAX_NDIM, f"ndim is {ndim}; it must be 0 to {MAX_NDIM}")
+    if not ndim:
+        return (), None
+    for name in ("shape", "strides"):
+        pointer = getattr(tensor, name)
+        if name == "shape":
+            _require(pointer != _NULL, f"ndim is {ndim} but the shape pointer is NULL")
+        if pointer != _NULL:
+            _require(_readable(_address(pointer), 8 * ndim),
+                     f"its {name} pointer leads to memory that cannot be read")
+    shape = tuple(int(tensor.shape[i]) for i in range(ndim))
+    _require(all(extent >= 0 for extent in shape), f"its shape {shape} has a negative extent")
+    strides = (tuple(int(tensor.strides[i]) for i in range(ndim))
+               if tensor.strides != _NULL else None)
+    return shape, strides
+
+
+def _checked_data(tensor, device: tuple, dtype: np.dtype, shape: tuple,
+                  strides: tuple | None) -> int:
+    """The address of the first element, once the whole span of elements is known to lie
+    in addressable memory (and, for host memory, its first and last bytes to be readable)."""
+    offset = int(tensor.byte_offset)
+    _require(offset < _MAX_BYTES, f"its byte_offset {offset} is beyond any memory")
+    count = math.prod(shape)
+    itemsize = dtype.itemsize
+    _require(count * itemsize < _MAX_BYTES, f"its shape {shape} of {dtype} spans more bytes "
+                                            f"than any memory holds")
+    base = _address(tensor.data)
+    if count == 0:
+        return base + offset
+    _require(base != 0, f"its data pointer is NULL but its shape {shape} holds {count} "
+                        f"elements")
+    steps = strides if strides is not None else row_major_strides(shape)
+    low = sum(min(0, (n - 1) * s) for n, s in zip(shape, steps)) * itemsize
+    high = (sum(max(0, (n - 1) * s) for n, s in zip(shape, steps)) + 1) * itemsize
+    _require(high - low < _MAX_BYTES, f"its strides {strides} span more bytes than any "
+                                      f"memory holds")
+    first, end = base + offset + low, base + offset + high
+    _require(0 < first and end < _MAX_BYTES, f"its elements (data {base:#x}, byte_offset "
+                                             f"{offset}, strides {strides}) lie outside "
+                                             f"addressable memory")
+    if device[0] in _HOST_DEVICE_TYPES:
+        _require(_readable(first, 1) and _readable(end - 1, 1),
+                 f"its elements (data {base:#x}, byte_offset {offset}, strides {strides}) "
+                 f"are not readable memory of this process")
+    return base + offset

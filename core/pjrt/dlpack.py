@@ -48,6 +48,8 @@ def from_dlpack(external, device: Device | None = None, copy: bool | None = None
       A single-device :class:`~pjrt.array.Array`.
 
     Raises:
+      ValueError: the producer's capsule is damaged (its ndim, shape, strides, byte_offset,
+        data pointer or device cannot be right); the message names the field.
       BufferError: the producer's dtype or layout cannot be taken as asked, or ``copy=False``
         where the memory cannot be shared.
       TypeError: ``external`` is not a DLPack producer.
