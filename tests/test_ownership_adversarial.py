@@ -93,7 +93,7 @@ def test_close_racing_two_reading_threads_never_crashes(cpu_plugin):
                 got = 0
                 go.wait()
                 try:
-                    for _ in range(400):
+                    for _ in range(150):
                         for i, host in enumerate(hosts):
                             a = (pjrt.from_dlpack(host, device=device) if kind
                                  else client.buffer_from_pyval(host, device))
@@ -389,3 +389,50 @@ def test_damaged_capsules_are_refused_with_the_field_named(cpu_plugin, versioned
     for name, (kind, message) in results.items():
         expected = CAPSULE_CASES[name][1]
         assert kind == "ValueError" and expected in message, (name, kind, message)
+
+
+# -- an import keeps its producer's memory ---------------------------------------------------
+
+def test_an_import_keeps_the_producers_memory_until_its_last_owner_goes(make_client):
+    """The producer's deleter runs once, when the last pjrt owner of the view goes (not
+    when the producer's own object does)."""
+    own = make_client(1)
+    host = _aligned(np.arange(LARGE, dtype=np.float32))
+    address, released = host.ctypes.data, []
+    weakref.finalize(host, released.append, True)
+    imported = pjrt.from_dlpack(host, device=own.local_devices()[0])
+    del host
+    gc.collect()
+    assert imported.unsafe_buffer_pointer() == address and not released
+    shard = copy.copy(imported)  # an independent copy: not an owner of the producer's memory
+    np.testing.assert_array_equal(np.asarray(imported)[-3:], [LARGE - 3, LARGE - 2, LARGE - 1])
+    del imported
+    gc.collect()
+    assert released == [True]
+    np.testing.assert_array_equal(np.asarray(shard)[:3], [0, 1, 2])
+
+
+@pytest.mark.slow  # importing torch in a fresh interpreter takes seconds
+def test_a_torch_import_survives_its_tensor(cpu_plugin):
+    """``q = pjrt.from_dlpack(t); del t`` and a collection: q still reads t's values (in a
+    child, which must not crash), both as a view and through a program."""
+    pytest.importorskip("torch")
+    script = f"""
+        import gc, numpy as np, pjrt, torch
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        client = pjrt.make_c_api_client("cpu", {{"cpu_device_count": 1}})
+        device = client.local_devices()[0]
+        for n in (8, {SMALL}, {LARGE}, 1 << 20):
+            t = torch.arange(n, dtype=torch.float32)
+            q = pjrt.from_dlpack(t, device=device)
+            del t
+            gc.collect()
+            junk = [torch.full((n,), -1.0) for _ in range(8)]
+            assert np.array_equal(np.asarray(q), np.arange(n, dtype=np.float32)), n
+            assert np.array_equal(np.asarray(copy_of := q.copy_to_device(device)),
+                                  np.arange(n, dtype=np.float32)), n
+            del q, copy_of, junk
+            gc.collect()
+        print("ok")
+    """
+    assert run_python(script, timeout=60).stdout.strip() == "ok"
