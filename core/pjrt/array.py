@@ -85,9 +85,10 @@ class Array:
       dtype: its numpy dtype.
 
     ``np.asarray(array)`` gives its value on the host, waiting for any computation producing
-    it. The result is read-only, since an Array never changes. When the device memory is host
-    memory (CPU plugins) it is a view of the buffer itself, with no copy; otherwise it is a
-    copy, cached for later reads.
+    it. The result is read-only: pjrt never changes an Array's value. When the device memory is
+    host memory (CPU plugins) it is a view of the buffer itself, with no copy; otherwise it is
+    a copy, cached for later reads (never for a :attr:`shared` Array, whose DLPack partner may
+    write to the memory).
     """
 
     __slots__ = ("_client", "_handle", "_buffers", "_devices", "shape", "dtype", "_host_copy",
@@ -357,6 +358,10 @@ class Array:
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule of the (single-device) array, sharing its memory (the protocol's
         method; see :mod:`pjrt.dlpack`). A versioned capsule when ``max_version >= (1, 0)``.
+
+        Without a copy the array becomes :attr:`shared`: a consumer that writes to the memory
+        (PyTorch ignores the read-only flag) is seen by every reader, as with jax. Pass
+        ``copy=True`` to hand out a private copy instead.
 
         Raises:
           BufferError: the array spans several devices, or cannot be shared as asked.
