@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import gc
-import textwrap
 import threading
 import weakref
 

@@ -55,8 +55,9 @@ class _HostMemory:
     numpy views of it keep this object alive, and it keeps ``owner`` alive (the Array, or the
     private copy), so the memory outlives every view. numpy cannot make a view of it writeable,
     since this object offers no writeable memory: pjrt never changes an Array's value, and
-    only a DLPack consumer that ignores the read-only flag can (see ``Array.shared``). The Array holds only a weak reference back, so that it can tell whether any view of
-    its buffer is still in use.
+    only a DLPack consumer that ignores the read-only flag can (see ``Array.shared``). The
+    Array holds only a weak reference back, so that it can tell whether any view of its buffer
+    is still in use.
     """
 
     __slots__ = ("owner", "__array_interface__", "__weakref__")
