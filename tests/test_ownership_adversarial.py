@@ -435,3 +435,15 @@ def test_a_torch_import_survives_its_tensor(cpu_plugin):
         print("ok")
     """
     assert run_python(script, timeout=60).stdout.strip() == "ok"
+
+
+def test_reading_a_shared_array_over_and_over_keeps_no_dead_views(client):
+    """A shared Array is read through a new view each time; the views that went are
+    forgotten, so the bookkeeping stays small however often it is read."""
+    x = client.buffer_from_pyval(np.arange(SMALL, dtype=np.float32))
+    capsule_consumer = np.from_dlpack(x)  # a zero-copy export: x is shared from now on
+    assert x.shared
+    for _ in range(2000):
+        assert float(np.asarray(x)[1]) == 1.0
+    assert len(client._handle.viewed[id(x)]) <= 2
+    del capsule_consumer

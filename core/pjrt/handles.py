@@ -344,7 +344,7 @@ class ClientHandle:
     def add_view(self, owner_id: int, memory) -> None:
         """Record that numpy views of ``owner_id``'s buffers keep ``memory`` alive."""
         self.viewed.setdefault(owner_id, []).append(
-            weakref.ref(memory, lambda _, owner_id=owner_id: self._view_gone(owner_id)))
+            weakref.ref(memory, lambda ref, owner_id=owner_id: self._view_gone(owner_id, ref)))
 
     def release_when_unviewed(self, owner_id: int) -> None:
         """Release ``owner_id``'s buffers (see :meth:`release_buffers`) as soon as no numpy
@@ -352,7 +352,15 @@ class ClientHandle:
         self.released_while_viewed.add(owner_id)
         self._view_gone(owner_id)
 
-    def _view_gone(self, owner_id: int) -> None:
+    def _view_gone(self, owner_id: int, gone=None) -> None:
+        references = self.viewed.get(owner_id)
+        if gone is not None and references is not None:
+            # Forget the dead reference, so that an array read over and over (each read a new
+            # view) does not collect them. remove() is one step: appends of other threads stay.
+            try:
+                references.remove(gone)
+            except ValueError:
+                pass
         if ((owner_id in self.released_while_viewed or self.closed)
                 and not self._is_viewed(owner_id)):
             self.released_while_viewed.discard(owner_id)
