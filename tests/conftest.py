@@ -183,6 +183,9 @@ def make_registry():
 
     yield make
     for reg in made:
+        if reg.backends_are_initialized():
+            for backend in reg.backends().values():
+                backend.close()  # clear_backends() only forgets them
         reg.clear_backends()
 
 

@@ -7,9 +7,11 @@ tensor's deleter when done. A capsule nobody consumed deletes the tensor when it
 
 Exporting (:func:`export`): the capsule's tensor keeps a strong reference to a small
 :class:`_Export` object that holds the pjrt Array, and the array's client records the export
-as a view of the array's buffers (``ClientHandle.add_view``), so ``delete()`` or closing the
-client leaves the memory in place until the consumer lets go: a buffer is freed only through
-``ClientHandle.release_buffers``, once the last Array and the last view are gone.
+as a view of the array's buffers (``Array.keep_memory_for``, inside the native call that read
+the address), so ``delete()`` or closing the client leaves the memory in place until the
+consumer lets go: a buffer is freed only through ``ClientHandle.release_buffers``, once the
+last Array and the last view are gone. A zero-copy export marks the Array shared
+(``Array.shared``): a consumer that writes to the memory is seen by every reader alike.
 
 Importing (:func:`consume`): the tensor's description is read and the capsule is renamed. The
 caller then either wraps the memory in a buffer (``PJRT_Client_CreateViewOfDeviceBuffer``,
@@ -196,17 +198,23 @@ def export(array, *, stream=None, max_version=None, dl_device=None, copy=None):
                             row_major_strides(host.shape), versioned=versioned,
                             read_only=False, copied=True)
     source = array.copy_to_device(array.device) if copy else array
-    pointer, strides = shared_memory(source, allow_copy=copy is not False)
+    holder = _Export(source)
+    pointer, strides = shared_memory(source, holder)
     if pointer is None:  # a layout DLPack cannot describe: hand out a dense copy
+        if copy is False:
+            raise BufferError(f"this array's buffer is laid out as {source.layout}, which "
+                              f"DLPack cannot describe, and copy=False was asked for")
         source = array.copy_to_device(array.device)  # the plugin's default (dense) layout
-        pointer, strides = shared_memory(source, allow_copy=False)
+        holder = _Export(source)
+        pointer, strides = shared_memory(source, holder)
         if pointer is None:
             raise BufferError(f"this array's buffer is laid out as {source.layout}, which "
                               f"DLPack cannot describe")
         copy = True
-    holder = _Export(source)
-    handle = source._handle
-    handle.add_view(source._owner_id(), holder)
+    if source is array:
+        # The consumer may write to the memory (PyTorch ignores the read-only flag below):
+        # from now on the Array shows such writes to every reader alike, as jax's does.
+        array.mark_shared()
     return make_capsule(holder, pointer, own, source.dtype, source.shape, strides,
                         versioned=versioned, read_only=True, copied=bool(copy))
 
@@ -227,24 +235,33 @@ def device_of(array) -> tuple[int, int]:
     return (device_type, int(hardware_id if hardware_id is not None else device.id))
 
 
-def shared_memory(array, *, allow_copy: bool) -> tuple:
-    """``(address, element strides)`` of a ready single-device array's buffer, or
-    ``(None, None)`` when its layout is tiled or packed (no DLPack strides describe it)."""
+def shared_memory(array, keeper) -> tuple:
+    """``(address, element strides)`` of a ready single-device array's buffer, kept alive for
+    as long as ``keeper`` lives; ``(None, None)`` (nothing kept) when its layout is tiled or
+    packed (no DLPack strides describe it).
+
+    The keeper is registered before the call that read the address ends, so a ``delete()``
+    racing in another thread cannot free the memory in between.
+
+    Raises:
+      DeletedArrayError: the array is deleted (or was, meanwhile).
+    """
     with array._handle.calling() as handle:
         api = handle.api
         buffer = array._live_buffers()[0]
         layout = None
         if api.has("PJRT_Buffer_GetMemoryLayout"):
             layout = buffer_layout(api, buffer).layout
+        if layout is not None and not layout.is_row_major() and (
+                layout.element_size_in_bits()
+                or (layout.tiling() and any(any(d != 1 for d in t) for t in layout.tiling()))):
+            return None, None
         array.block_until_ready()
         pointer = int(api.call_new("PJRT_Buffer_UnsafePointer", buffer=buffer).buffer_pointer)
+        array.keep_memory_for(keeper)
     shape = array.shape
     if layout is None or layout.is_row_major():
         return pointer, row_major_strides(shape)
-    if layout.tiling() and any(any(d != 1 for d in tile) for tile in layout.tiling()):
-        return None, None
-    if layout.element_size_in_bits():
-        return None, None
     strides = [0] * len(shape)
     step = 1
     for dimension in layout.minor_to_major():
@@ -305,6 +322,8 @@ def consume(capsule) -> Consumed:
     Raises:
       BufferError: the object is not an unconsumed DLPack capsule, or the tensor has a
         dtype or lane count pjrt cannot hold (the capsule is then left to its producer).
+      ValueError: a field of the tensor is damaged (ndim, shape, strides, byte_offset, data
+        pointer, device), named in the message; the capsule is left to its producer.
     """
     versioned = None
     for flag, name in ((True, _NAME_BYTES[1]), (False, _NAME_BYTES[0])):
@@ -318,6 +337,9 @@ def consume(capsule) -> Consumed:
         raise BufferError("expected an unconsumed DLPack capsule ('dltensor' or "
                           "'dltensor_versioned'); a capsule can be consumed only once")
     address = _capsule_get_pointer(capsule, _NAME_BYTES[int(versioned)])
+    struct = "DLManagedTensorVersioned" if versioned else "DLManagedTensor"
+    _require(_readable(address or 0, ffi.sizeof(struct)),
+             f"the capsule's {struct} pointer leads to memory that cannot be read")
     if versioned:
         managed = ffi.cast("DLManagedTensorVersioned *", address)
         if managed.version.major > VERSION[0]:
@@ -331,12 +353,96 @@ def consume(capsule) -> Consumed:
         tensor = managed.dl_tensor
         read_only = False
     dtype = dtype_of(tensor.dtype.code, tensor.dtype.bits, tensor.dtype.lanes)
-    ndim = int(tensor.ndim)
-    shape = tuple(int(tensor.shape[i]) for i in range(ndim))
-    strides = (tuple(int(tensor.strides[i]) for i in range(ndim))
-               if tensor.strides != _NULL and ndim else None)
-    data = _address(tensor.data) + int(tensor.byte_offset)
-    device = (int(tensor.device.device_type), int(tensor.device.device_id))
+    device = _checked_device(tensor)
+    shape, strides = _checked_geometry(tensor)
+    data = _checked_data(tensor, device, dtype, shape, strides)
     if _capsule_set_name(capsule, _NAMES[2 + int(versioned)]) != 0:
         raise BufferError("could not mark the DLPack capsule as consumed")
     return Consumed(managed, bool(versioned), data, device, dtype, shape, strides, read_only)
+
+
+# -- checking a producer's tensor before anything reads through it -------------------------
+#
+# A capsule is a C struct of pointers that pjrt follows: a wrong field (a damaged or hostile
+# producer) would crash the process. Each field is checked first; a bad one is a ValueError
+# naming it, and the capsule is left unconsumed.
+
+#: The most dimensions a tensor may have (XLA's shapes have far fewer in practice).
+MAX_NDIM = 64
+#: No tensor spans more bytes than this (nor lies beyond it): far above any real memory, and
+#: far enough below 2**64 that address arithmetic cannot wrap.
+_MAX_BYTES = 1 << 56
+#: Device types a DLPack tensor may name (DLPack's DLDeviceType values).
+_KNOWN_DEVICE_TYPES = frozenset({1, 2, 3, 4, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17})
+#: Device types whose memory this process reads directly.
+_HOST_DEVICE_TYPES = frozenset({lib.kDLCPU, lib.kDLCUDAHost, lib.kDLROCMHost,
+                                lib.kDLCUDAManaged})
+
+
+def _require(condition: bool, problem: str) -> None:
+    if not condition:
+        raise ValueError(f"invalid DLPack tensor: {problem}; the producer handed over a "
+                         f"damaged capsule (nothing was read or consumed)")
+
+
+def _readable(address: int, size: int) -> bool:
+    return lib.pjrt_dlpack_readable(address, size) != 0
+
+
+def _checked_device(tensor) -> tuple[int, int]:
+    device = (int(tensor.device.device_type), int(tensor.device.device_id))
+    _require(device[0] in _KNOWN_DEVICE_TYPES, f"device type {device[0]} is not one DLPack "
+                                               f"defines")
+    _require(device[1] >= 0, f"device id {device[1]} is negative")
+    return device
+
+
+def _checked_geometry(tensor) -> tuple[tuple, tuple | None]:
+    """``(shape, element strides or None)``, read only once their pointers check out."""
+    ndim = int(tensor.ndim)
+    _require(0 <= ndim <= MAX_NDIM, f"ndim is {ndim}; it must be 0 to {MAX_NDIM}")
+    if not ndim:
+        return (), None
+    for name in ("shape", "strides"):
+        pointer = getattr(tensor, name)
+        if name == "shape":
+            _require(pointer != _NULL, f"ndim is {ndim} but the shape pointer is NULL")
+        if pointer != _NULL:
+            _require(_readable(_address(pointer), 8 * ndim),
+                     f"its {name} pointer leads to memory that cannot be read")
+    shape = tuple(int(tensor.shape[i]) for i in range(ndim))
+    _require(all(extent >= 0 for extent in shape), f"its shape {shape} has a negative extent")
+    strides = (tuple(int(tensor.strides[i]) for i in range(ndim))
+               if tensor.strides != _NULL else None)
+    return shape, strides
+
+
+def _checked_data(tensor, device: tuple, dtype: np.dtype, shape: tuple,
+                  strides: tuple | None) -> int:
+    """The address of the first element, once the whole span of elements is known to lie
+    in addressable memory (and, for host memory, its first and last bytes to be readable)."""
+    offset = int(tensor.byte_offset)
+    _require(offset < _MAX_BYTES, f"its byte_offset {offset} is beyond any memory")
+    count = math.prod(shape)
+    itemsize = dtype.itemsize
+    _require(count * itemsize < _MAX_BYTES, f"its shape {shape} of {dtype} spans more bytes "
+                                            f"than any memory holds")
+    base = _address(tensor.data)
+    if count == 0:
+        return base + offset
+    _require(base != 0, f"its data pointer is NULL but its shape {shape} holds {count} "
+                        f"elements")
+    steps = strides if strides is not None else row_major_strides(shape)
+    low = sum(min(0, (n - 1) * s) for n, s in zip(shape, steps)) * itemsize
+    high = (sum(max(0, (n - 1) * s) for n, s in zip(shape, steps)) + 1) * itemsize
+    _require(high - low < _MAX_BYTES, f"its strides {strides} span more bytes than any "
+                                      f"memory holds")
+    first, end = base + offset + low, base + offset + high
+    _require(0 < first and end < _MAX_BYTES, f"its elements (data {base:#x}, byte_offset "
+                                             f"{offset}, strides {strides}) lie outside "
+                                             f"addressable memory")
+    if device[0] in _HOST_DEVICE_TYPES:
+        _require(_readable(first, 1) and _readable(end - 1, 1),
+                 f"its elements (data {base:#x}, byte_offset {offset}, strides {strides}) "
+                 f"are not readable memory of this process")
+    return base + offset

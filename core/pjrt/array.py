@@ -54,9 +54,10 @@ class _HostMemory:
 
     numpy views of it keep this object alive, and it keeps ``owner`` alive (the Array, or the
     private copy), so the memory outlives every view. numpy cannot make a view of it writeable,
-    since this object offers no writeable memory: an Array never changes, whichever way it is
-    read. The Array holds only a weak reference back, so that it can tell whether any view of
-    its buffer is still in use.
+    since this object offers no writeable memory: pjrt never changes an Array's value, and
+    only a DLPack consumer that ignores the read-only flag can (see ``Array.shared``). The
+    Array holds only a weak reference back, so that it can tell whether any view of its buffer
+    is still in use.
     """
 
     __slots__ = ("owner", "__array_interface__", "__weakref__")
@@ -85,13 +86,14 @@ class Array:
       dtype: its numpy dtype.
 
     ``np.asarray(array)`` gives its value on the host, waiting for any computation producing
-    it. The result is read-only, since an Array never changes. When the device memory is host
-    memory (CPU plugins) it is a view of the buffer itself, with no copy; otherwise it is a
-    copy, cached for later reads.
+    it. The result is read-only: pjrt never changes an Array's value. When the device memory is
+    host memory (CPU plugins) it is a view of the buffer itself, with no copy; otherwise it is
+    a copy, cached for later reads (never for a :attr:`shared` Array, whose DLPack partner may
+    write to the memory).
     """
 
     __slots__ = ("_client", "_handle", "_buffers", "_devices", "shape", "dtype", "_host_copy",
-                 "_host_view", "_deleted_reason", "_sharding", "_parent",
+                 "_host_view", "_deleted_reason", "_sharding", "_parent", "_shared",
                  "__weakref__")
 
     def __init__(self, client: "Client", buffers: list, devices: tuple, shape: tuple,
@@ -116,6 +118,7 @@ class Array:
         self._host_copy = None
         self._host_view = None
         self._deleted_reason = None
+        self._shared = False
         self._sharding = sharding
         self._parent = parent
         if parent is None:
@@ -134,6 +137,38 @@ class Array:
     def _viewed(self) -> bool:
         """Whether numpy views of the buffers' memory are still in use somewhere."""
         return self._handle.is_viewed(self._owner_id())
+
+    def keep_memory_for(self, keeper) -> None:
+        """Keep the buffers' memory for as long as ``keeper`` lives (the object a numpy view
+        or a DLPack export holds), even past ``delete()`` or ``Client.close()``.
+
+        Called inside a native call, after the buffers were read: the keeper is registered
+        first and the array checked afterwards, so a ``delete()`` racing from another thread
+        either sees the keeper or is seen here.
+
+        Raises:
+          DeletedArrayError: the array was deleted meanwhile (nothing is kept).
+          ClosedClientError: its client was closed meanwhile.
+        """
+        self._handle.add_view(self._owner_id(), keeper)
+        self._live_buffers()
+
+    @property
+    def shared(self) -> bool:
+        """Whether the buffers' memory is shared with a DLPack consumer or producer (a
+        zero-copy ``__dlpack__`` or ``pjrt.from_dlpack``). Such a consumer may write to it
+        (PyTorch ignores DLPack's read-only flag); the Array then shows the writes to every
+        reader alike (numpy, programs), as a jax Array does, since its value is never cached
+        on the host again."""
+        return self._shared or (self._parent is not None and self._parent._shared)
+
+    def mark_shared(self) -> None:
+        """Record that the memory is shared through DLPack (see :attr:`shared`): the cached
+        host copy is dropped, and reads see the buffer itself from now on."""
+        self._shared = True
+        self._host_copy = None
+        if self._parent is not None:
+            self._parent.mark_shared()
 
     def _release(self, reason: str = "deleted") -> None:
         """Destroy the buffers now (idempotent). Later uses raise DeletedArrayError.
@@ -155,7 +190,11 @@ class Array:
     def __del__(self):
         # A __del__ on this slotted class rather than weakref.finalize: a finaliser object per
         # Array would cost more than a whole execute. It only hands the buffers to the handle,
-        # which frees them under its own rules.
+        # which frees them under its own rules. The array is marked deleted first: a __del__
+        # elsewhere in a reference cycle may still reach (and keep) it, and must then get
+        # DeletedArrayError rather than read freed memory.
+        self._buffers = None
+        self._deleted_reason = "garbage-collected"
         self._handle.release_buffers(id(self))
 
     def _live_buffers(self) -> list:
@@ -176,6 +215,47 @@ class Array:
     def delete(self) -> None:
         """Free the device memory now. Using the array afterwards raises DeletedArrayError."""
         self._release("deleted")
+
+    def __copy__(self) -> "Array":
+        """``copy.copy(x)``: a new Array with its own buffers holding the same value, on the
+        same devices and with the same sharding (as jax's ``copy.copy`` of an Array). The two
+        are independent: deleting or donating one leaves the other intact."""
+        with self._handle.calling() as handle:
+            api = handle.api
+            buffers = self._live_buffers()
+            copies, holds = [], []
+            try:
+                for device, buffer in zip(self._devices, buffers):
+                    if api.has("PJRT_Buffer_CopyToDevice"):
+                        copies.append(api.call_new("PJRT_Buffer_CopyToDevice", buffer=buffer,
+                                                   dst_device=device._handle).dst_buffer)
+                        holds.append(None)
+                    else:  # through the host
+                        host = _buffer_to_host(api, buffer, self._shard_shape(), self.dtype)
+                        copied, hold = put_buffer(self._client, host, device, 0)
+                        copies.append(copied)
+                        holds.append(hold)
+            except BaseException:
+                for copied in copies:
+                    lib.pjrt_shim_buffer_destroy(api.table, copied)
+                raise
+            return Array(self._client, copies, self._devices, self.shape, self.dtype, holds,
+                         self._sharding)
+
+    def __deepcopy__(self, memo) -> "Array":
+        """``copy.deepcopy(x)``: the same as ``copy.copy(x)`` (an Array holds no Python
+        objects to copy deeper)."""
+        return self.__copy__()
+
+    def __reduce__(self):
+        raise TypeError("a pjrt Array cannot be pickled (its buffers live in this process's "
+                        "client); pickle np.asarray(x) and place it again with "
+                        "pjrt.device_put after loading")
+
+    def _shard_shape(self) -> tuple:
+        if self._sharding is None:
+            return self.shape
+        return tuple(self._sharding.shard_shape(self.shape))
 
     def is_deleted(self) -> bool:
         """Whether the array was deleted, donated, or its client closed."""
@@ -280,6 +360,10 @@ class Array:
         """A DLPack capsule of the (single-device) array, sharing its memory (the protocol's
         method; see :mod:`pjrt.dlpack`). A versioned capsule when ``max_version >= (1, 0)``.
 
+        Without a copy the array becomes :attr:`shared`: a consumer that writes to the memory
+        (PyTorch ignores the read-only flag) is seen by every reader, as with jax. Pass
+        ``copy=True`` to hand out a private copy instead.
+
         Raises:
           BufferError: the array spans several devices, or cannot be shared as asked.
         """
@@ -377,25 +461,35 @@ class Array:
                 "this array has shards on devices of other processes, so its value cannot be "
                 "read here; read its addressable_shards, or gather it into one process first")
         if len(buffers) != 1:
-            value = self._host_copy = self._assemble()
+            value = self._assemble()
+            self._cache(value)
             return value
         api = handle.api
         wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
         nbytes = self.nbytes
-        if nbytes < _VIEW_THRESHOLD_BYTES:
-            value = self._host_copy = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
+        if nbytes < _VIEW_THRESHOLD_BYTES and not self.shared:
+            value = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
+            self._cache(value)
             return value
         address = ffi.new("uintptr_t *")
         check(api, lib.pjrt_shim_buffer_host_address(api.table, buffers[0], nbytes, address))
         if address[0]:
             memory = _HostMemory(self, address[0], nbytes)
+            self.keep_memory_for(memory)  # before a delete() racing in another thread frees it
             view = np.asarray(memory).view(self.dtype).reshape(self.shape)
-            self._handle.add_view(self._owner_id(), memory)
             self._host_view = weakref.ref(view)
             return view
         value = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
-        self._host_copy = value
+        self._cache(value)
         return value
+
+    def _cache(self, value: np.ndarray) -> None:
+        """Keep a host copy for later reads, unless the memory is shared through DLPack (a
+        consumer's writes would make it stale)."""
+        if not self.shared:
+            self._host_copy = value
+            if self.shared:  # exported by another thread meanwhile
+                self._host_copy = None
 
     def _assemble(self) -> np.ndarray:
         """The global value of a multi-device array, from one copy of each distinct shard."""

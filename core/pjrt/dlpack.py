@@ -12,7 +12,9 @@ only through the client's ownership rules (:mod:`pjrt.handles`), at which point 
 calls back and the producer's deleter runs.
 
 An Array made by :func:`from_dlpack` without a copy shares memory with the producer: writes the
-producer makes later show through it (as with jax).
+producer makes later show through it (as with jax). The same holds the other way: after a
+zero-copy export, writes a consumer makes (PyTorch ignores DLPack's read-only flag) show in
+``np.asarray(x)`` and in programs alike (``Array.shared``).
 """
 from __future__ import annotations
 
@@ -46,6 +48,8 @@ def from_dlpack(external, device: Device | None = None, copy: bool | None = None
       A single-device :class:`~pjrt.array.Array`.
 
     Raises:
+      ValueError: the producer's capsule is damaged (its ndim, shape, strides, byte_offset,
+        data pointer or device cannot be right); the message names the field.
       BufferError: the producer's dtype or layout cannot be taken as asked, or ``copy=False``
         where the memory cannot be shared.
       TypeError: ``external`` is not a DLPack producer.
@@ -154,7 +158,9 @@ def _view(tensor: _dlpack.Consumed, target: Device, *, must: bool) -> Array | No
                                   f"this memory: {error}") from error
             return None  # the plugin did not take the callback: the tensor is still ours
         tensor.handed_over = True  # the plugin runs the deleter when it frees the buffer
-        return Array(client, [args.buffer], (target,), tensor.shape, tensor.dtype)
+        array = Array(client, [args.buffer], (target,), tensor.shape, tensor.dtype)
+        array.mark_shared()  # the producer may write to it later: never cache its value
+        return array
 
 
 def _copy(tensor: _dlpack.Consumed, target: Device) -> Array:

@@ -145,17 +145,19 @@ class ClientHandle:
     def release_buffers(self, owner_id: int) -> None:
         """The buffers of ``owner_id`` are no longer wanted: free them once no call that may
         be using them is running (at once if none is)."""
-        buffers = self.buffers.pop(owner_id, None)  # one caller wins
-        if buffers is None:
-            return
-        self.viewed.pop(owner_id, None)
-        holds = self.holds.pop(owner_id, None)
-        # The common case, made cheap: with no other call running, none can be using the
-        # buffers (calls that start now find their owner released), so they go at once. This
-        # release is itself a call, so the client cannot be freed under it.
+        # This release is itself a call, and its ticket is taken before the buffers are
+        # looked up: a client being torn down either sees the ticket (and waits for it) or
+        # has already emptied ``buffers`` (and this finds nothing to free).
         ticket = next(self.tickets)
         self.active[ticket] = None
         try:
+            buffers = self.buffers.pop(owner_id, None)  # one caller wins
+            if buffers is None:
+                return
+            self.viewed.pop(owner_id, None)
+            holds = self.holds.pop(owner_id, None)
+            # The common case, made cheap: with no other call running, none can be using the
+            # buffers (calls that start now find their owner released), so they go at once.
             if (len(self.active) == 1 and not holds and not self.parked
                     and self.generation == _fork_generation and self.pointer != _NULL):
                 if len(buffers) == 1:
@@ -227,7 +229,11 @@ class ClientHandle:
                           if e[0] < limit and (oldest is None or e[0] < oldest)]:
                 self.parked.remove(entry)
                 self._free(entry[1], entry[2])
-        if self.closed and oldest is None:
+        # Freeing the entries above released the GIL and may have run Python code (a DLPack
+        # producer's deleter, a view's callback): calls may have begun and the client may
+        # have been closed meanwhile, so ``oldest`` is read again. ``closed`` is read first:
+        # a call that begins after both reads sees it and raises before touching a pointer.
+        if self.closed and _oldest(self.active) is None:
             self._tear_down()
 
     def _free(self, kind: str, payload) -> None:
@@ -258,7 +264,8 @@ class ClientHandle:
             if buffers is not None:
                 self.viewed.pop(owner_id, None)
                 self._free("buffers", (buffers, self.holds.pop(owner_id, None)))
-        if self.buffers or self.parked:
+        # Freeing the above ran plugin code without the GIL: look again at what is left.
+        if self.buffers or self.parked or _oldest(self.active) is not None:
             return
         pointer, self.pointer = self.pointer, _NULL
         if pointer == _NULL:
@@ -337,7 +344,7 @@ class ClientHandle:
     def add_view(self, owner_id: int, memory) -> None:
         """Record that numpy views of ``owner_id``'s buffers keep ``memory`` alive."""
         self.viewed.setdefault(owner_id, []).append(
-            weakref.ref(memory, lambda _, owner_id=owner_id: self._view_gone(owner_id)))
+            weakref.ref(memory, lambda ref, owner_id=owner_id: self._view_gone(owner_id, ref)))
 
     def release_when_unviewed(self, owner_id: int) -> None:
         """Release ``owner_id``'s buffers (see :meth:`release_buffers`) as soon as no numpy
@@ -345,7 +352,15 @@ class ClientHandle:
         self.released_while_viewed.add(owner_id)
         self._view_gone(owner_id)
 
-    def _view_gone(self, owner_id: int) -> None:
+    def _view_gone(self, owner_id: int, gone=None) -> None:
+        references = self.viewed.get(owner_id)
+        if gone is not None and references is not None:
+            # Forget the dead reference, so that an array read over and over (each read a new
+            # view) does not collect them. remove() is one step: appends of other threads stay.
+            try:
+                references.remove(gone)
+            except ValueError:
+                pass
         if ((owner_id in self.released_while_viewed or self.closed)
                 and not self._is_viewed(owner_id)):
             self.released_while_viewed.discard(owner_id)

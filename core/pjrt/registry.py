@@ -523,13 +523,14 @@ class BackendRegistry:
             return self._backends is not None
 
     def clear_backends(self) -> None:
-        """Close the clients made so far; the next question discovers and initialises afresh.
+        """Forget the backends made so far; the next question discovers and initialises afresh.
 
-        Registrations made through the API stay; those made by discovery are redone.
+        As in jax, nothing is closed: arrays and executables made before keep working (in
+        any thread, during the call too), and each old client is freed once nothing refers
+        to it any more (its last array and executable gone). ``Client.close()`` frees one at
+        once. Registrations made through the API stay; those made by discovery are redone.
         """
         with self._lock:
-            for client in (self._backends or {}).values():
-                client.close()
             self._backends = None
             self._errors = {}
             self._default = None
@@ -731,7 +732,7 @@ def backends_are_initialized() -> bool:
 
 
 def clear_backends() -> None:
-    """Close every backend client; the next question initialises afresh."""
+    """Forget every backend client (closing none); the next question initialises afresh."""
     default_registry.clear_backends()
 
 

@@ -126,3 +126,36 @@ void pjrt_dlpack_release_legacy(void* device_buffer_ptr, void* managed) {
   (void)device_buffer_ptr;
   pjrt_dlpack_run_deleter(managed, 0);
 }
+
+#ifndef _WIN32
+#include <errno.h>
+#include <unistd.h>
+#endif
+
+int pjrt_dlpack_readable(uintptr_t address, size_t size) {
+  if (size == 0) return 1;
+  if (address == 0 || address + size < address) return 0;
+#ifdef _WIN32
+  return 1; /* no cheap probe there: trust the producer */
+#else
+  int fds[2];
+  if (pipe(fds) != 0) return -1;
+  int readable = 1;
+  size_t done = 0;
+  char sink[4096];
+  while (done < size) {
+    size_t chunk = size - done < sizeof sink ? size - done : sizeof sink;
+    ssize_t written = write(fds[1], (const char*)address + done, chunk);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      readable = errno == EFAULT ? 0 : -1;
+      break;
+    }
+    if (read(fds[0], sink, (size_t)written) < 0) { readable = -1; break; }
+    done += (size_t)written;
+  }
+  close(fds[0]);
+  close(fds[1]);
+  return readable;
+#endif
+}

@@ -120,3 +120,9 @@ void pjrt_dlpack_capsule_destructor(void* capsule);
  * runs the producer's deleter (taking the GIL) once the plugin lets go. */
 void pjrt_dlpack_release_versioned(void* device_buffer_ptr, void* managed);
 void pjrt_dlpack_release_legacy(void* device_buffer_ptr, void* managed);
+
+/* Whether the `size` bytes at `address` can be read without a fault (1), or
+ * not (0): checked by handing them to write() on a pipe, which the kernel
+ * answers with EFAULT instead of a signal. Lets a DLPack consumer refuse a
+ * tensor whose pointers lead nowhere. -1 when no pipe could be made. */
+int pjrt_dlpack_readable(uintptr_t address, size_t size);
