@@ -273,6 +273,24 @@ def test_a_python_exception_never_crosses_into_the_plugin(driver):
 
 
 
+class _InterruptedStore(_BrokenStore):
+    def get(self, key, timeout):
+        raise KeyboardInterrupt  # what Ctrl-C raises in a store's wait
+
+
+def test_ctrl_c_in_a_callback_is_cancelled_and_kept_as_it_is(driver):
+    callbacks = _Callbacks(_InterruptedStore())
+    code, message = _c_get(driver, callbacks, "k", 100)
+    # The plugin is told to give up, not that the store broke...
+    assert code == ErrorCode.CANCELLED
+    assert "key-value get interrupted: KeyboardInterrupt" in message
+    # ...and the interrupt waits, with its type, for the caller to raise it.
+    assert isinstance(callbacks.bound.interrupt, KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        callbacks.bound.raise_interrupt()
+    callbacks.bound.raise_interrupt()  # once
+
+
 _SETTER = textwrap.dedent("""
     import sys, time
     from pjrt.kv_store import RedisStore, SQLiteStore
