@@ -142,10 +142,11 @@ def _env_device_ids() -> tuple[int, ...] | None:
 #: Launcher names PJRT_CLUSTER_DETECTION (and initialize's cluster_detection_method) accept.
 CLUSTER_LAUNCHERS = ("slurm", "mpi", "k8s")
 
-#: Variables through which a launcher (or the operator) already chose the devices a process
-#: sees; the plugin then numbers them from 0, so the local rank would name the wrong device.
-_DEVICES_CHOSEN_BY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
-                      "TPU_VISIBLE_CHIPS")
+#: Variables that list the devices a process sees. One device listed means the process was
+#: given its own (a wrapper's ``CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK``): the plugin
+#: numbers it 0, so the local rank would name a device that is not there.
+_VISIBLE_DEVICE_LISTS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES",
+                         "TPU_VISIBLE_CHIPS")
 
 
 class ClusterEnvironment:
@@ -157,6 +158,8 @@ class ClusterEnvironment:
       process_id: this process's id (its rank), or None.
       local_process_id: its rank among the job's processes on this host, or None.
       shares_host: whether other processes of the job run on this host (None: not said).
+      binds_devices: whether the launcher gave each process devices of its own (``srun
+        --gpus-per-task``), so that each sees only those.
       origins: for each attribute above that is set, the variable that gave it, as
         ``NAME=value`` (for messages).
     """
@@ -168,6 +171,7 @@ class ClusterEnvironment:
         self.process_id: int | None = None
         self.local_process_id: int | None = None
         self.shares_host: bool | None = None
+        self.binds_devices = False
         self.origins: dict[str, str] = {}
 
     def read(self, environ: Mapping[str, str], field: str, *names: str) -> int | None:
@@ -181,13 +185,17 @@ class ClusterEnvironment:
         return None
 
     def local_device_ids(self, environ: Mapping[str, str]) -> tuple[int, ...] | None:
-        """The device a process gets when several share a host: the one numbered by its local
-        rank (as jax does); None (all devices) when it has the host to itself, when the
-        launcher does not say, or when ``CUDA_VISIBLE_DEVICES`` and the like already chose."""
-        if not self.shares_host or self.local_process_id is None:
+        """The device a process gets when several share a host: the one its local rank
+        numbers (as jax does). None (every device it sees) when it has the host to itself,
+        when the launcher does not say, or when the launcher or a wrapper already gave it
+        devices of its own (``srun --gpus-per-task``; a single device in
+        ``CUDA_VISIBLE_DEVICES`` or the like)."""
+        if not self.shares_host or self.local_process_id is None or self.binds_devices:
             return None
-        if any(environ.get(name, "").strip() for name in _DEVICES_CHOSEN_BY):
-            return None
+        for name in _VISIBLE_DEVICE_LISTS:
+            listed = environ.get(name, "").strip()
+            if listed and len(listed.split(",")) == 1:
+                return None
         return (self.local_process_id,)
 
     def __repr__(self) -> str:
@@ -208,6 +216,7 @@ def _slurm(environ: Mapping[str, str]) -> ClusterEnvironment | None:
     hosts = _env_int("SLURM_STEP_NUM_NODES", environ) or _env_int("SLURM_NNODES", environ)
     if count is not None and hosts:
         found.shares_host = count > hosts
+    found.binds_devices = bool(environ.get("SLURM_GPUS_PER_TASK", "").strip())
     return found
 
 
@@ -328,6 +337,7 @@ def _merge(found: list[ClusterEnvironment]) -> ClusterEnvironment:
                 merged.launcher, merged.source = givers[0].launcher, givers[0].source
     shares = [e.shares_host for e in found if e.shares_host is not None]
     merged.shares_host = any(shares) if shares else None
+    merged.binds_devices = any(e.binds_devices for e in found)
     return merged
 
 
