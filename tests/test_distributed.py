@@ -538,6 +538,25 @@ def test_initialize_again_with_the_same_store(clean_distributed, tmp_path):
     assert distributed.is_initialized()
 
 
+
+def test_a_recorded_failure_stops_a_clients_wait(clean_distributed, tmp_path):
+    # What a process's client sees when another process is refused after this one joined: its
+    # blocking get for the other's topology stops with the reason, not after its timeout.
+    distributed.initialize(tmp_path / "job.db", 1, 0, timeout=5)
+    view = distributed.job_store()
+    threading.Timer(0.3, distributed.global_state.store.set,
+                    ("pjrt/job/1/failed", b"process id 0 is claimed twice: ...")).start()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="stopped by another of its processes: process id 0 "
+                                           "is claimed twice"):
+        view.get("pjrt/cpu/0/topology", 30)
+    assert time.monotonic() - started < 10
+    with pytest.raises(RuntimeError, match="claimed twice"):
+        distributed.check_job()
+    with pytest.raises(RuntimeError, match="claimed twice"):
+        distributed.shutdown()
+    assert not distributed.is_initialized()
+
 # -- clients --------------------------------------------------------------------------------
 
 def test_cpu_plugins_refuse_to_span_processes(cpu_plugin, tmp_path):

@@ -520,7 +520,9 @@ class JobStore:
         return claim(self.store, key, value)
 
     def barrier(self, name: str, process_id: int, num_processes: int, timeout: float) -> None:
-        check_job()
+        failure = _failure(self.store, self.generation)
+        if failure is not None:
+            raise _failed_elsewhere(failure)
         self.store.barrier(name, process_id, num_processes, timeout)
 
     def __repr__(self) -> str:
