@@ -30,7 +30,7 @@ processes on one host, its local device) are read from the launcher's own variab
 neither an argument nor a ``PJRT_*`` variable gives them: SLURM's ``srun``, Open MPI's and
 MPICH's ``mpirun`` (and PMIx), and Kubernetes indexed jobs. ``PJRT_CLUSTER_DETECTION``
 (``auto``, ``off``, or one launcher: ``slurm``, ``mpi``, ``k8s``) chooses; see
-:func:`detect_cluster`. The coordinator is always named by the operator.
+`detect_cluster`. The coordinator is always named by the operator.
 
 A store serves one job. Each process claims its id in the store, so a second process with the
 same id, an id out of range, a process that counts the job differently, or a store left by an
@@ -72,8 +72,10 @@ class DistributedState:
       process_id: this process's id.
       local_device_ids: the local devices this process uses, or None for all.
       timeout: seconds to wait for the other processes.
-      generation: how many times this process initialised (names its barriers, which are
-        used once).
+      generation: how many times this process initialised: names the job's keys in the store
+        (``pjrt/job/<generation>/...``: who holds each id, who left, why the job failed), so a
+        process that leaves and joins again starts afresh, while a new process meeting an
+        earlier job's keys is refused.
       client_counts: plugin name -> clients made with this store so far (names each client's
         key prefix).
       owns_store: whether this module opened the store (closed by shutdown); a store passed
@@ -487,8 +489,8 @@ class JobStore:
     for a process that will never write.
 
     Attributes:
-      store: the store :func:`initialize` opened.
-      generation: the job's generation (see :class:`DistributedState`).
+      store: the store `initialize` opened.
+      generation: the job's generation (see `DistributedState`).
     """
 
     def __init__(self, store: "KeyValueStore", generation: int):
@@ -530,8 +532,7 @@ class JobStore:
 
 
 def job_store() -> JobStore:
-    """The store of the job :func:`initialize` joined, as clients use it (see
-    :class:`JobStore`).
+    """The store of the job `initialize` joined, as clients use it (see `JobStore`).
 
     Raises:
       RuntimeError: not initialised.
@@ -562,7 +563,7 @@ def initialize(coordinator=None, num_processes: int | None = None,
 
     Each value comes from its argument, else its ``PJRT_*`` variable, else (the number of
     processes, this process's id and, with several processes on one host, the local device) the
-    cluster launcher's variables (see :func:`detect_cluster`).
+    cluster launcher's variables (see `detect_cluster`).
 
     Args:
       coordinator: the key-value store (see the module docstring); ``PJRT_COORDINATOR``
@@ -577,7 +578,7 @@ def initialize(coordinator=None, num_processes: int | None = None,
         ``PJRT_CLUSTER_DETECTION`` or ``"auto"`` when None.
 
     Raises:
-      RuntimeError: already initialised (call :func:`shutdown` first); or the job was refused
+      RuntimeError: already initialised (call `shutdown` first); or the job was refused
         in this or another process: a process id claimed twice, processes that disagree on
         the number of processes, or a store left by an earlier job.
       ValueError: an argument is missing (and its variable unset) or out of range, or the

@@ -14,7 +14,7 @@ Rules the plugin relies on, kept here:
   plugin waits for another process) is CANCELLED, anything else is INTERNAL with the
   exception's text, each built with the ``callback_error`` the plugin passed in.
 * An interrupt is not lost in the plugin's error: the callbacks keep it
-  (:attr:`KeyValueCallbacks.interrupt`), and :meth:`KeyValueCallbacks.raise_interrupt` raises
+  (`KeyValueCallbacks.interrupt`), and `KeyValueCallbacks.raise_interrupt` raises
   it again, with its type, once the call into the plugin has returned.
 * A value handed back is malloc'd memory (``_native/kv.c``) that the plugin frees with the
   deleter we set, whenever it likes, without needing the interpreter.
@@ -46,7 +46,7 @@ class KeyValueCallbacks:
       interrupt: the ``KeyboardInterrupt`` (or other exception that is not an ``Exception``,
         such as ``SystemExit`` from a signal handler) raised in a callback, or None. The
         plugin got a CANCELLED error in its place; whoever called into the plugin raises it
-        with :meth:`raise_interrupt`.
+        with `raise_interrupt`.
     """
 
     def __init__(self, store: KeyValueStore, prefix: str):

@@ -51,7 +51,7 @@ class KeyValueStore(Protocol):
 
     # Optional: ``claim(key, value) -> bytes`` sets ``key`` only if no process set it before,
     # in one atomic step, and returns the value the key holds afterwards (``value`` itself when
-    # this call set it). Every store here has it; see :func:`claim` for stores without it.
+    # this call set it). Every store here has it; see `claim` for stores without it.
 
 
 def claim(store, key: str, value: bytes) -> bytes:
