@@ -359,10 +359,11 @@ def test_initialize_needs_its_arguments_or_the_environment(clean_distributed, tm
     with pytest.raises(ValueError, match="PJRT_COORDINATOR.*PJRT_NUM_PROCESSES.*"
                                          "PJRT_PROCESS_ID"):
         distributed.initialize()
+    generation = distributed.global_state.generation + 1  # this process's next job
     with pytest.raises(ValueError, match=r"process id 2 \(pid \d+ .*\) is outside 0..1"):
         distributed.initialize(tmp_path / "x.db", 2, 2)
     # Recorded in the store, where the other processes of the job read why they must stop.
-    failed = SQLiteStore(tmp_path / "x.db").try_get("pjrt/job/1/failed")
+    failed = SQLiteStore(tmp_path / "x.db").try_get(f"pjrt/job/{generation}/failed")
     assert failed is not None and b"process id 2" in failed
     with pytest.raises(ValueError, match="names no store"):
         distributed.initialize("ftp://nowhere", 1, 0)
@@ -544,8 +545,9 @@ def test_a_recorded_failure_stops_a_clients_wait(clean_distributed, tmp_path):
     # blocking get for the other's topology stops with the reason, not after its timeout.
     distributed.initialize(tmp_path / "job.db", 1, 0, timeout=5)
     view = distributed.job_store()
+    failed_key = f"pjrt/job/{distributed.global_state.generation}/failed"
     threading.Timer(0.3, distributed.global_state.store.set,
-                    ("pjrt/job/1/failed", b"process id 0 is claimed twice: ...")).start()
+                    (failed_key, b"process id 0 is claimed twice: ...")).start()
     started = time.monotonic()
     with pytest.raises(RuntimeError, match="stopped by another of its processes: process id 0 "
                                            "is claimed twice"):
