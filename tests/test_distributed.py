@@ -497,6 +497,10 @@ def test_initialize_the_operator_wins_over_the_launcher(clean_distributed, monke
     distributed.shutdown()
     distributed.initialize(tmp_path / "other.db", 1, 0, timeout=5)  # arguments, likewise
     assert distributed.global_state.num_processes == 1
+    distributed.shutdown()
+    # A misspelt detection setting is an error even where nothing is detected.
+    with pytest.raises(ValueError, match="'slrum' is not one of auto, off"):
+        distributed.initialize(tmp_path / "third.db", 1, 0, cluster_detection_method="slrum")
 
 
 def test_initialize_with_detection_off(clean_distributed, monkeypatch, tmp_path):

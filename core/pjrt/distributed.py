@@ -300,14 +300,9 @@ def detect_cluster(method: str | None = None,
         that is not an integer; or two launchers whose variables disagree.
     """
     environ = os.environ if environ is None else environ
-    if method is None:
-        method = environ.get(CLUSTER_DETECTION_ENV, "").strip() or "auto"
-    method = method.strip().lower()
-    if method in ("off", "deactivate", "none"):
+    method = _detection_method(method, environ)
+    if method == "off":
         return None
-    if method != "auto" and method not in CLUSTER_LAUNCHERS:
-        raise ValueError(f"cluster detection {method!r} is not one of auto, off, "
-                         f"{', '.join(CLUSTER_LAUNCHERS)} (set {CLUSTER_DETECTION_ENV})")
     found = [e for e in (detect(environ) for detect in _DETECTORS)
              if e is not None and method in ("auto", e.launcher)]
     if not found:
@@ -318,6 +313,19 @@ def detect_cluster(method: str | None = None,
                              f"that launcher")
         return None
     return _merge(found)
+
+
+def _detection_method(method: str | None, environ: Mapping[str, str]) -> str:
+    """``method`` (or ``PJRT_CLUSTER_DETECTION``, or ``"auto"``), checked and normalised."""
+    if method is None:
+        method = environ.get(CLUSTER_DETECTION_ENV, "").strip() or "auto"
+    method = method.strip().lower()
+    if method in ("off", "deactivate", "none"):  # jax spells it "deactivate"
+        return "off"
+    if method != "auto" and method not in CLUSTER_LAUNCHERS:
+        raise ValueError(f"cluster detection {method!r} is not one of auto, off, "
+                         f"{', '.join(CLUSTER_LAUNCHERS)} (set {CLUSTER_DETECTION_ENV})")
+    return method
 
 
 def _merge(found: list[ClusterEnvironment]) -> ClusterEnvironment:
@@ -596,6 +604,7 @@ def initialize(coordinator=None, num_processes: int | None = None,
     if timeout is None:
         timeout = float(os.environ.get(TIMEOUT_ENV, "").strip() or DEFAULT_TIMEOUT_SECONDS)
     cluster = None
+    _detection_method(cluster_detection_method, os.environ)  # a misspelt value is an error
     if num_processes is None or process_id is None:
         cluster = detect_cluster(cluster_detection_method)
         if cluster is not None:
