@@ -7,12 +7,17 @@ environment), makes a client of the multi-process test plugin, builds global arr
 ways and writes what it sees to OUTPUT_DIR/<process id>.json for the test to judge.
 ``cuda-allreduce``: sums an array sharded over one GPU per process with a program compiled
 on a mesh spanning the processes, and writes the result.
+
+With ``PJRT_TEST_START_LINE=PATH`` set, the process imports everything, writes
+``PATH.ready.<pid>`` and waits for PATH to exist before it joins the job: the test then starts
+every process's ``initialize`` within milliseconds of the others, as a launcher would.
 """
 from __future__ import annotations
 
 import json
 import os
 import sys
+import time
 
 import numpy as np
 
@@ -96,8 +101,22 @@ def cuda_allreduce(_library: str) -> dict:
     return {"process_id": state.process_id, "sum": _shards(out)}
 
 
+def _wait_at_the_start_line() -> None:
+    start_line = os.environ.get("PJRT_TEST_START_LINE")
+    if not start_line:
+        return
+    with open(f"{start_line}.ready.{os.getpid()}", "w"):
+        pass
+    deadline = time.monotonic() + 60
+    while not os.path.exists(start_line):
+        if time.monotonic() > deadline:
+            sys.exit("the test never opened the start line")
+        time.sleep(0.005)
+
+
 def main() -> None:
     mode, library, output = sys.argv[1:4]
+    _wait_at_the_start_line()
     distributed.initialize()
     result = {"multinode": multinode, "cuda-allreduce": cuda_allreduce}[mode](library)
     with open(os.path.join(output, f"{result['process_id']}.json"), "w") as f:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -28,7 +29,9 @@ from pjrt import distributed
 from pjrt._pjrt_cffi import ffi, lib
 from pjrt.errors import ErrorCode
 from pjrt.kv_callbacks import KeyValueCallbacks
-from pjrt.kv_store import JaxDistributedStore, RedisStore, SQLiteStore, as_store
+from pjrt.kv_store import JaxDistributedStore, RedisStore, SQLiteStore, as_store, claim
+
+from conftest import child_env
 
 HERE = Path(__file__).resolve().parent
 WORKER = HERE / "distributed_worker.py"
@@ -173,6 +176,36 @@ def test_store_set_get_try_get(store):
     assert store.try_get("a/missing") is None
 
 
+def test_store_claim_is_won_once(store):
+    assert store.claim("owner", b"first") == b"first"
+    assert store.claim("owner", b"second") == b"first"
+    assert store.try_get("owner") == b"first"
+    assert claim(store, "other", b"x") == b"x"
+
+
+def test_store_claim_is_atomic_across_processes(tmp_path, request):
+    # Four processes race for one key, started together: exactly one wins, and every one is
+    # told the same winner.
+    code = textwrap.dedent("""
+        import os, sys, time
+        from pjrt import distributed
+        store, _ = distributed.open_store(sys.argv[1])
+        while not os.path.exists(sys.argv[2]):
+            time.sleep(0.002)
+        print(store.claim("the-key", sys.argv[3].encode()).decode())
+    """)
+    where = str(tmp_path / "race.db")
+    distributed.open_store(where)[0].close()  # the file and its table exist before the race
+    go = tmp_path / "go"
+    racers = [subprocess.Popen([sys.executable, "-c", code, where, str(go), f"racer {i}"],
+                               stdout=subprocess.PIPE, text=True, env=child_env())
+              for i in range(4)]
+    time.sleep(1.0)
+    go.touch()
+    said = {p.communicate(timeout=60)[0].strip() for p in racers}
+    assert len(said) == 1 and said.pop().startswith("racer ")
+
+
 def test_store_blocking_get_times_out(store):
     started = time.monotonic()
     with pytest.raises(TimeoutError, match="missing"):
@@ -239,6 +272,25 @@ def test_a_python_exception_never_crosses_into_the_plugin(driver):
     assert failures == 2 and "disk on fire" in report.value.decode()
 
 
+
+class _InterruptedStore(_BrokenStore):
+    def get(self, key, timeout):
+        raise KeyboardInterrupt  # what Ctrl-C raises in a store's wait
+
+
+def test_ctrl_c_in_a_callback_is_cancelled_and_kept_as_it_is(driver):
+    callbacks = _Callbacks(_InterruptedStore())
+    code, message = _c_get(driver, callbacks, "k", 100)
+    # The plugin is told to give up, not that the store broke...
+    assert code == ErrorCode.CANCELLED
+    assert "key-value get interrupted: KeyboardInterrupt" in message
+    # ...and the interrupt waits, with its type, for the caller to raise it.
+    assert isinstance(callbacks.bound.interrupt, KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        callbacks.bound.raise_interrupt()
+    callbacks.bound.raise_interrupt()  # once
+
+
 _SETTER = textwrap.dedent("""
     import sys, time
     from pjrt.kv_store import RedisStore, SQLiteStore
@@ -285,22 +337,34 @@ def test_barrier_across_processes(kind, tmp_path, request):
 
 # -- initialize / shutdown -----------------------------------------------------------------
 
+#: Variables of the cluster launchers pjrt reads (and of a launcher's device binding), which a
+#: test must not inherit from a machine that runs the suite under srun or mpirun.
+LAUNCHER_PREFIXES = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "MPI_LOCAL", "JOB_COMPLETION_INDEX",
+                     "PJRT_", "CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                     "ROCR_VISIBLE_DEVICES", "TPU_VISIBLE_CHIPS")
+
+
 @pytest.fixture
 def clean_distributed(monkeypatch):
-    for name in (distributed.COORDINATOR_ENV, distributed.NUM_PROCESSES_ENV,
-                 distributed.PROCESS_ID_ENV, distributed.LOCAL_DEVICE_IDS_ENV):
-        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):
+        if name.startswith(LAUNCHER_PREFIXES) and name not in ("PJRT_PLATFORMS",
+                                                               "PJRT_LOG_LEVEL"):
+            monkeypatch.delenv(name)
     distributed.shutdown(wait=False)
     yield
     distributed.shutdown(wait=False)
 
 
-def test_initialize_needs_its_arguments_or_the_environment(clean_distributed):
+def test_initialize_needs_its_arguments_or_the_environment(clean_distributed, tmp_path):
     with pytest.raises(ValueError, match="PJRT_COORDINATOR.*PJRT_NUM_PROCESSES.*"
                                          "PJRT_PROCESS_ID"):
         distributed.initialize()
-    with pytest.raises(ValueError, match="process_id 2 is outside 0..1"):
-        distributed.initialize("x.db", 2, 2)
+    generation = distributed.global_state.generation + 1  # this process's next job
+    with pytest.raises(ValueError, match=r"process id 2 \(pid \d+ .*\) is outside 0..1"):
+        distributed.initialize(tmp_path / "x.db", 2, 2)
+    # Recorded in the store, where the other processes of the job read why they must stop.
+    failed = SQLiteStore(tmp_path / "x.db").try_get(f"pjrt/job/{generation}/failed")
+    assert failed is not None and b"process id 2" in failed
     with pytest.raises(ValueError, match="names no store"):
         distributed.initialize("ftp://nowhere", 1, 0)
     assert not distributed.is_initialized()
@@ -326,6 +390,178 @@ def test_initialize_times_out_without_the_other_processes(clean_distributed, tmp
         distributed.initialize(tmp_path / "job.db", 2, 0, timeout=0.3)
     assert not distributed.is_initialized()
 
+
+# -- cluster launchers ----------------------------------------------------------------------
+
+SRUN_STEP = {"SLURM_JOB_ID": "4242", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "node[01-02]",
+             "SLURM_NTASKS": "4", "SLURM_STEP_NUM_TASKS": "4", "SLURM_PROCID": "3",
+             "SLURM_LOCALID": "1", "SLURM_STEP_NUM_NODES": "2", "SLURM_NNODES": "2"}
+OPEN_MPI = {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "3",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            "PMIX_RANK": "3"}
+HYDRA = {"PMI_SIZE": "4", "PMI_RANK": "3", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"}
+
+
+@pytest.mark.parametrize("environ", [SRUN_STEP, OPEN_MPI, HYDRA], ids=["srun", "openmpi",
+                                                                       "hydra"])
+def test_detect_cluster_reads_the_launchers_variables(environ):
+    found = distributed.detect_cluster(environ=environ)
+    assert (found.num_processes, found.process_id, found.local_process_id) == (4, 3, 1)
+    assert found.launcher == ("slurm" if environ is SRUN_STEP else "mpi")
+    # Two processes per host: each gets the device its local rank numbers, of those the
+    # host's processes see...
+    assert found.local_device_ids(environ) == (1,)
+    assert found.local_device_ids({**environ, "CUDA_VISIBLE_DEVICES": "4,5,6,7"}) == (1,)
+    # ...unless it was given a device of its own (which the plugin numbers 0).
+    assert found.local_device_ids({**environ, "CUDA_VISIBLE_DEVICES": "5"}) is None
+    assert found.local_device_ids({**environ, "ROCR_VISIBLE_DEVICES": "GPU-5f3a"}) is None
+
+
+def test_detect_cluster_srun_gpus_per_task_keeps_the_tasks_devices():
+    environ = {**SRUN_STEP, "SLURM_GPUS_PER_TASK": "2", "CUDA_VISIBLE_DEVICES": "2,3"}
+    assert distributed.detect_cluster(environ=environ).local_device_ids(environ) is None
+
+
+def test_detect_cluster_one_process_per_host_keeps_every_device():
+    environ = {**SRUN_STEP, "SLURM_STEP_NUM_NODES": "4", "SLURM_LOCALID": "0"}
+    assert distributed.detect_cluster(environ=environ).local_device_ids(environ) is None
+
+
+def test_detect_cluster_ignores_an_sbatch_script_and_plain_processes():
+    # In the batch script itself SLURM_PROCID is 0 and SLURM_NTASKS counts the allocation;
+    # only srun's job step (SLURM_STEP_NODELIST) starts the processes.
+    batch = {k: v for k, v in SRUN_STEP.items() if not k.startswith("SLURM_STEP")}
+    assert distributed.detect_cluster(environ=batch) is None
+    assert distributed.detect_cluster(environ={}) is None
+
+
+def test_detect_cluster_kubernetes_indexed_job_gives_the_id_only():
+    found = distributed.detect_cluster(environ={"JOB_COMPLETION_INDEX": "2"})
+    assert (found.launcher, found.num_processes, found.process_id) == ("k8s", None, 2)
+
+
+def test_detect_cluster_agreeing_launchers_are_one_answer():
+    # srun --mpi=pmix exports PMIX_RANK beside SLURM's variables.
+    found = distributed.detect_cluster(environ={**SRUN_STEP, "PMIX_RANK": "3"})
+    assert (found.launcher, found.num_processes, found.process_id) == ("slurm", 4, 3)
+
+
+def test_detect_cluster_refuses_launchers_that_disagree():
+    # mpirun started from an interactive srun step: the step says 1 task, Open MPI 4.
+    environ = {**SRUN_STEP, "SLURM_NTASKS": "1", "SLURM_STEP_NUM_TASKS": "1",
+               "SLURM_PROCID": "0", "SLURM_LOCALID": "0", **OPEN_MPI}
+    with pytest.raises(ValueError, match=r"disagree on the number of processes: "
+                                         r"SLURM_STEP_NUM_TASKS=1 \(SLURM\), "
+                                         r"OMPI_COMM_WORLD_SIZE=4 \(Open MPI\).*"
+                                         r"PJRT_CLUSTER_DETECTION"):
+        distributed.detect_cluster(environ=environ)
+    # Naming the launcher settles it.
+    chosen = distributed.detect_cluster("mpi", environ=environ)
+    assert (chosen.num_processes, chosen.process_id) == (4, 3)
+    chosen = distributed.detect_cluster(environ={**environ, "PJRT_CLUSTER_DETECTION": "slurm"})
+    assert (chosen.num_processes, chosen.process_id) == (1, 0)
+
+
+def test_detect_cluster_off_unknown_and_absent_launchers():
+    assert distributed.detect_cluster("off", environ=SRUN_STEP) is None
+    assert distributed.detect_cluster(environ={**SRUN_STEP,
+                                               "PJRT_CLUSTER_DETECTION": "off"}) is None
+    with pytest.raises(ValueError, match="'pbs' is not one of auto, off, slurm, mpi, k8s"):
+        distributed.detect_cluster("pbs", environ=SRUN_STEP)
+    with pytest.raises(ValueError, match="PJRT_CLUSTER_DETECTION=k8s, but none of its"):
+        distributed.detect_cluster("k8s", environ=SRUN_STEP)
+    with pytest.raises(ValueError, match="SLURM_PROCID='three' is not an integer"):
+        distributed.detect_cluster(environ={**SRUN_STEP, "SLURM_PROCID": "three"})
+
+
+def test_initialize_under_srun(clean_distributed, monkeypatch, tmp_path):
+    for name, value in {**SRUN_STEP, "SLURM_NTASKS": "1", "SLURM_STEP_NUM_TASKS": "1",
+                        "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv(distributed.COORDINATOR_ENV, str(tmp_path / "job.db"))
+    distributed.initialize(timeout=5)
+    state = distributed.global_state
+    assert (state.num_processes, state.process_id, state.cluster) == (1, 0, "slurm")
+    assert (state.local_process_id, state.local_device_ids) == (0, None)
+
+
+def test_initialize_the_operator_wins_over_the_launcher(clean_distributed, monkeypatch,
+                                                        tmp_path):
+    for name, value in SRUN_STEP.items():
+        monkeypatch.setenv(name, value)  # 4 processes, this one 3: would wait for the others
+    monkeypatch.setenv(distributed.NUM_PROCESSES_ENV, "1")
+    monkeypatch.setenv(distributed.PROCESS_ID_ENV, "0")
+    distributed.initialize(tmp_path / "job.db", timeout=5)
+    state = distributed.global_state
+    assert (state.num_processes, state.process_id, state.cluster) == (1, 0, None)
+    distributed.shutdown()
+    distributed.initialize(tmp_path / "other.db", 1, 0, timeout=5)  # arguments, likewise
+    assert distributed.global_state.num_processes == 1
+    distributed.shutdown()
+    # A misspelt detection setting is an error even where nothing is detected.
+    with pytest.raises(ValueError, match="'slrum' is not one of auto, off"):
+        distributed.initialize(tmp_path / "third.db", 1, 0, cluster_detection_method="slrum")
+
+
+def test_initialize_with_detection_off(clean_distributed, monkeypatch, tmp_path):
+    for name, value in SRUN_STEP.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match="needs num_processes .*process_id .*pjrt launch"):
+        distributed.initialize(tmp_path / "job.db", cluster_detection_method="off")
+    monkeypatch.setenv(distributed.CLUSTER_DETECTION_ENV, "off")
+    with pytest.raises(ValueError, match="needs num_processes"):
+        distributed.initialize(tmp_path / "job.db")
+    assert not distributed.is_initialized()
+
+
+def test_initialize_in_a_kubernetes_indexed_job(clean_distributed, monkeypatch, tmp_path):
+    monkeypatch.setenv("JOB_COMPLETION_INDEX", "0")
+    with pytest.raises(ValueError, match=r"needs coordinator .*num_processes \(or "
+                                         r"PJRT_NUM_PROCESSES\).*started by a Kubernetes "
+                                         r"indexed Job \(JOB_COMPLETION_INDEX=0\)"):
+        distributed.initialize()
+    monkeypatch.setenv(distributed.NUM_PROCESSES_ENV, "1")  # the Job's completions
+    distributed.initialize(tmp_path / "job.db", timeout=5)
+    state = distributed.global_state
+    assert (state.num_processes, state.process_id, state.cluster) == (1, 0, "k8s")
+
+
+def test_initialize_refuses_launchers_that_disagree(clean_distributed, monkeypatch, tmp_path):
+    for name, value in {**SRUN_STEP, "OMPI_COMM_WORLD_RANK": "0"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=r"disagree on this process's id: SLURM_PROCID=3 "
+                                         r"\(SLURM\), OMPI_COMM_WORLD_RANK=0 \(Open MPI\)"):
+        distributed.initialize(tmp_path / "job.db")
+    assert not distributed.is_initialized()
+
+
+def test_initialize_again_with_the_same_store(clean_distributed, tmp_path):
+    # A process may leave and join again: its second job has keys of its own.
+    distributed.initialize(tmp_path / "job.db", 1, 0, timeout=5)
+    distributed.shutdown()
+    distributed.initialize(tmp_path / "job.db", 1, 0, timeout=5)
+    assert distributed.is_initialized()
+
+
+
+def test_a_recorded_failure_stops_a_clients_wait(clean_distributed, tmp_path):
+    # What a process's client sees when another process is refused after this one joined: its
+    # blocking get for the other's topology stops with the reason, not after its timeout.
+    distributed.initialize(tmp_path / "job.db", 1, 0, timeout=5)
+    view = distributed.job_store()
+    failed_key = f"pjrt/job/{distributed.global_state.generation}/failed"
+    threading.Timer(0.3, distributed.global_state.store.set,
+                    (failed_key, b"process id 0 is claimed twice: ...")).start()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="stopped by another of its processes: process id 0 "
+                                           "is claimed twice"):
+        view.get("pjrt/cpu/0/topology", 30)
+    assert time.monotonic() - started < 10
+    with pytest.raises(RuntimeError, match="claimed twice"):
+        distributed.check_job()
+    with pytest.raises(RuntimeError, match="claimed twice"):
+        distributed.shutdown()
+    assert not distributed.is_initialized()
 
 # -- clients --------------------------------------------------------------------------------
 
@@ -420,6 +656,118 @@ def test_job_on_one_machine(num_processes, multinode_library, tmp_path):
 def test_job_over_redis(multinode_library, tmp_path, redis_url):
     results = _run_job(2, multinode_library, tmp_path, coordinator=redis_url.replace("/0", "/2"))
     _check_job(results, 2)
+
+
+def _run_workers(environments: list[dict], library: Path, output: Path, coordinator: str,
+                 timeout: float = 30) -> list[tuple[int, str]]:
+    """Run one worker per entry of ``environments`` (each adds its variables to a clean
+    environment), all joining the job at the same moment; their exit statuses and stderr.
+
+    Unlike `pjrt launch`, nothing stops the others when one fails: each must stop by itself.
+    """
+    start_line = output / "start-line"
+    workers = []
+    for extra in environments:
+        env = child_env(drop=LAUNCHER_PREFIXES, PJRT_COORDINATOR=coordinator,
+                        PJRT_DISTRIBUTED_TIMEOUT=str(timeout), PJRT_PLATFORMS="cpu",
+                        PJRT_TEST_START_LINE=str(start_line), **extra)
+        workers.append(subprocess.Popen([sys.executable, str(WORKER), "multinode",
+                                         str(library), str(output)], env=env, text=True,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE))
+    try:
+        deadline = time.monotonic() + 120
+        while not all(Path(f"{start_line}.ready.{w.pid}").exists() or w.poll() is not None
+                      for w in workers):
+            assert time.monotonic() < deadline, "the workers did not start"
+            time.sleep(0.02)
+        start_line.touch()
+        return [(w.wait(timeout + 60), w.stderr.read()) for w in workers]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+                w.wait()
+
+
+def _ids(*layout: tuple[int, int]) -> list[dict]:
+    return [{"PJRT_NUM_PROCESSES": str(n), "PJRT_PROCESS_ID": str(i)} for n, i in layout]
+
+
+def _srun_tasks(count: int) -> list[dict]:
+    """What srun -n COUNT on one node gives each task."""
+    return [{"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_STEP_NODELIST": "node01",
+             "SLURM_NTASKS": str(count), "SLURM_STEP_NUM_TASKS": str(count),
+             "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i), "SLURM_STEP_NUM_NODES": "1",
+             "SLURM_NNODES": "1"} for i in range(count)]
+
+
+def _mpirun_ranks(count: int) -> list[dict]:
+    """What Open MPI's mpirun -n COUNT on one node gives each rank."""
+    return [{"OMPI_COMM_WORLD_SIZE": str(count), "OMPI_COMM_WORLD_RANK": str(i),
+             "OMPI_COMM_WORLD_LOCAL_RANK": str(i), "OMPI_COMM_WORLD_LOCAL_SIZE": str(count),
+             "PMIX_RANK": str(i)} for i in range(count)]
+
+
+@pytest.mark.parametrize("launcher", ["srun-sqlite", "mpirun-redis"])
+def test_job_laid_out_by_a_cluster_launcher(launcher, multinode_library, tmp_path, request):
+    # No PJRT_NUM_PROCESSES or PJRT_PROCESS_ID: each process reads the launcher's variables.
+    if launcher == "srun-sqlite":
+        environments, coordinator = _srun_tasks(2), f"sqlite://{tmp_path}/job.db"
+    else:
+        environments = _mpirun_ranks(2)
+        coordinator = request.getfixturevalue("redis_url").replace("/0", "/3")
+    outcomes = _run_workers(environments, multinode_library, tmp_path, coordinator)
+    assert [status for status, _ in outcomes] == [0, 0], outcomes
+    _check_job([json.loads((tmp_path / f"{i}.json").read_text()) for i in range(2)], 2)
+
+
+@pytest.mark.parametrize("layout, refusal", [
+    ([(2, 0), (2, 0), (2, 1)], r"process id 0 is claimed twice: by pid \d+ on .* and by pid "),
+    ([(2, 0), (2, 2)], r"process id 2 \(pid \d+ on .*\) is outside 0..1 for a job of 2"),
+    ([(2, 0), (2, 1), (3, 2)], r"the processes disagree on the size of the job"),
+], ids=["duplicate", "out-of-range", "sizes-differ"])
+def test_a_bad_layout_is_refused_in_every_process(layout, refusal, multinode_library,
+                                                  tmp_path):
+    started = time.monotonic()
+    outcomes = _run_workers(_ids(*layout), multinode_library, tmp_path,
+                            f"sqlite://{tmp_path}/job.db")
+    # Each stops with the reason, at whichever step it had reached when the refused process
+    # wrote it (joining, creating its client, or leaving), and none waits out its timeout.
+    for status, stderr in outcomes:
+        assert status != 0, stderr
+        assert re.search(refusal, stderr), stderr[-3000:]
+    assert time.monotonic() - started < 25
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_a_store_left_by_an_earlier_job_is_refused(kind, multinode_library, tmp_path, request):
+    if kind == "sqlite":
+        coordinator = f"sqlite://{tmp_path}/job.db"
+    else:
+        coordinator = request.getfixturevalue("redis_url").replace("/0", "/4")
+    first = tmp_path / "first"
+    first.mkdir()
+    _check_job(_run_job(2, multinode_library, first, coordinator=coordinator), 2)
+    # Process 0 of a new job, alone: refused at once, where it used to pass the join on the
+    # finished job's keys and build that job's 4-device client.
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    started = time.monotonic()
+    (outcome,) = _run_workers(_ids((2, 0)), multinode_library, alone, coordinator)
+    assert outcome[0] != 0 and not list(alone.glob("*.json"))
+    assert re.search(r"the store holds a job that has finished: process 0 \(pid \d+ .*\) "
+                     r"joined it and left\. A store serves one job.*new store", outcome[1]), \
+        outcome[1][-3000:]
+    assert time.monotonic() - started < 20
+    if kind == "redis":
+        return  # the store's claim works alike; one whole new job (below) is enough
+    # A whole new job: every process refused.
+    again = tmp_path / "again"
+    again.mkdir()
+    for status, stderr in _run_workers(_ids((2, 0), (2, 1)), multinode_library, again,
+                                       coordinator):
+        assert status != 0 and "a job that has finished" in stderr, stderr[-3000:]
+    assert not list(again.glob("*.json"))
 
 
 def test_launch_stops_the_job_when_a_process_fails(tmp_path):

@@ -10,8 +10,12 @@ store under the client's key prefix.
 Rules the plugin relies on, kept here:
 
 * A Python exception never crosses into the plugin: a missing key is NOT_FOUND, a blocking
-  get that runs out of time is DEADLINE_EXCEEDED, anything else is INTERNAL with the
+  get that runs out of time is DEADLINE_EXCEEDED, a ``KeyboardInterrupt`` (Ctrl-C while the
+  plugin waits for another process) is CANCELLED, anything else is INTERNAL with the
   exception's text, each built with the ``callback_error`` the plugin passed in.
+* An interrupt is not lost in the plugin's error: the callbacks keep it
+  (`KeyValueCallbacks.interrupt`), and `KeyValueCallbacks.raise_interrupt` raises
+  it again, with its type, once the call into the plugin has returned.
 * A value handed back is malloc'd memory (``_native/kv.c``) that the plugin frees with the
   deleter we set, whenever it likes, without needing the interpreter.
 * The callbacks and their store stay alive as long as the C client: the client's
@@ -39,12 +43,25 @@ class KeyValueCallbacks:
       prefix: prepended to every key the plugin uses, so that clients (the k-th client of a
         plugin in each process pairs with the k-th in the others) never mix their keys.
       user_arg: the ``void*`` to put in each ``kv_*_user_arg``.
+      interrupt: the ``KeyboardInterrupt`` (or other exception that is not an ``Exception``,
+        such as ``SystemExit`` from a signal handler) raised in a callback, or None. The
+        plugin got a CANCELLED error in its place; whoever called into the plugin raises it
+        with `raise_interrupt`.
     """
 
     def __init__(self, store: KeyValueStore, prefix: str):
         self.store = store
         self.prefix = prefix
         self.user_arg = ffi.new_handle(self)
+        self.interrupt: BaseException | None = None
+
+    def raise_interrupt(self) -> None:
+        """Raise the interrupt a callback caught (once), if any: call it when the call into
+        the plugin (``PJRT_Client_Create``) has returned, before turning its error into an
+        exception, so that Ctrl-C stays a ``KeyboardInterrupt``."""
+        interrupt, self.interrupt = self.interrupt, None
+        if interrupt is not None:
+            raise interrupt
 
     def fill(self, args) -> None:
         """Set the callbacks in ``PJRT_Client_Create_Args`` ``args`` (all three)."""
@@ -79,6 +96,18 @@ def _hand_back(args, value: bytes):
 
 
 def _internal(args, what: str, error: BaseException):
+    if not isinstance(error, Exception):
+        # Ctrl-C (or a signal handler's SystemExit) while the plugin waits: not a failure of
+        # the store. The plugin is told to give up; the exception is kept to be raised again,
+        # as it is, in the caller (it cannot cross the plugin's C frames).
+        try:
+            callbacks = ffi.from_handle(args.user_arg)
+            if callbacks.interrupt is None:
+                callbacks.interrupt = error
+        except BaseException:  # noqa: BLE001 - a broken user_arg: nothing to keep it on
+            pass
+        return _error(args, ErrorCode.CANCELLED, f"key-value {what} interrupted: "
+                                                 f"{type(error).__name__}")
     logger.warning("key-value %s failed: %r", what, error)
     return _error(args, ErrorCode.INTERNAL, f"key-value {what} failed: "
                                             f"{type(error).__name__}: {error}")

@@ -24,7 +24,7 @@ import time
 from typing import Protocol, runtime_checkable
 
 __all__ = ["KeyValueStore", "SQLiteStore", "RedisStore", "JaxDistributedStore", "PrefixedStore",
-           "as_store", "wait_for"]
+           "as_store", "wait_for", "claim"]
 
 
 @runtime_checkable
@@ -48,6 +48,28 @@ class KeyValueStore(Protocol):
     def barrier(self, name: str, process_id: int, num_processes: int, timeout: float) -> None:
         """Wait until ``num_processes`` processes reached the barrier ``name`` (each name used
         once); raises :class:`TimeoutError` after ``timeout`` seconds."""
+
+    # Optional: ``claim(key, value) -> bytes`` sets ``key`` only if no process set it before,
+    # in one atomic step, and returns the value the key holds afterwards (``value`` itself when
+    # this call set it). Every store here has it; see `claim` for stores without it.
+
+
+def claim(store, key: str, value: bytes) -> bytes:
+    """Set ``key`` to ``value`` unless another process set it first; the value ``key`` holds
+    afterwards (``value`` when this call won).
+
+    Processes use it to take something only one of them may have (a process id in a job). It
+    is atomic with the stores of this module; a store without a ``claim`` method gets a
+    read-then-write that two processes racing within milliseconds can both win.
+    """
+    method = getattr(store, "claim", None)
+    if callable(method):
+        return method(key, bytes(value))
+    held = store.try_get(key)
+    if held is not None:
+        return held
+    store.set(key, value)
+    return bytes(value)
 
 
 def wait_for(probe, key: str, timeout: float):
@@ -134,6 +156,16 @@ class SQLiteStore:
     def get(self, key: str, timeout: float) -> bytes:
         return wait_for(lambda: self.try_get(key), key, timeout)
 
+    def claim(self, key: str, value: bytes) -> bytes:
+        connection = self._connection()
+        # One statement, so SQLite's write lock makes it atomic across processes; a claimed
+        # key is never replaced, so reading it afterwards gives the winner's value.
+        _retry_while_locked(lambda: connection.execute(
+            "INSERT OR IGNORE INTO kv (key, value) VALUES (?, ?)", (key, bytes(value))))
+        held = self.try_get(key)
+        assert held is not None  # inserted above, by this call or an earlier one
+        return held
+
     def barrier(self, name: str, process_id: int, num_processes: int, timeout: float) -> None:
         _barrier_by_keys(self, name, process_id, num_processes, timeout)
 
@@ -207,6 +239,13 @@ class RedisStore:
     def get(self, key: str, timeout: float) -> bytes:
         return wait_for(lambda: self.try_get(key), key, timeout)
 
+    def claim(self, key: str, value: bytes) -> bytes:
+        # SET NX is atomic on the server; a claimed key is never replaced.
+        self._redis.set(self._key(key), bytes(value), nx=True)
+        held = self.try_get(key)
+        assert held is not None
+        return held
+
     def barrier(self, name: str, process_id: int, num_processes: int, timeout: float) -> None:
         _barrier_by_keys(self, name, process_id, num_processes, timeout)
 
@@ -259,6 +298,16 @@ class JaxDistributedStore:
                                    f"{timeout:g} s") from error
             raise
 
+    def claim(self, key: str, value: bytes) -> bytes:
+        try:
+            self._client.key_value_set_bytes(key, bytes(value), allow_overwrite=False)
+        except Exception as error:  # noqa: BLE001 - jaxlib reports a taken key as an error
+            if "ALREADY_EXISTS" not in str(error) and "already exists" not in str(error).lower():
+                raise
+        held = self.try_get(key)
+        assert held is not None
+        return held
+
     def barrier(self, name: str, process_id: int, num_processes: int, timeout: float) -> None:
         try:
             self._client.wait_at_barrier(name, int(timeout * 1000))
@@ -287,6 +336,9 @@ class PrefixedStore:
 
     def get(self, key: str, timeout: float) -> bytes:
         return self.store.get(self.prefix + key, timeout)
+
+    def claim(self, key: str, value: bytes) -> bytes:
+        return claim(self.store, self.prefix + key, value)
 
     def barrier(self, name: str, process_id: int, num_processes: int, timeout: float) -> None:
         self.store.barrier(self.prefix + name, process_id, num_processes, timeout)

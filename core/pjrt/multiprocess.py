@@ -59,10 +59,15 @@ def prepare(plugin, options: Mapping | None, distributed_client) -> tuple[dict, 
       ValueError: a store was given, but neither the options nor ``initialize`` say the
         number of processes and this one's id.
       UnsupportedFeatureError: several processes, and the plugin cannot span processes.
+      RuntimeError: another process of the job was refused after this one joined (a process
+        id claimed twice); the plugin would otherwise wait for it, or pair with it.
     """
     state = distributed.global_state
-    store = as_store(distributed_client) if distributed_client is not None else state.store
-    assert store is not None  # create_client calls this with a client or once initialised
+    if distributed_client is not None:
+        store = as_store(distributed_client)
+    else:
+        distributed.check_job()
+        store = distributed.job_store()  # create_client calls this once initialised
     given = dict(options or {})
     if NUM_NODES_OPTION in given or NODE_ID_OPTION in given:
         num_processes = int(given.get(NUM_NODES_OPTION, state.num_processes))
