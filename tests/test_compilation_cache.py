@@ -184,7 +184,7 @@ def test_entry_from_another_plugin_build_is_refused(cache_dir, client, caplog, t
 
 
 def test_size_bound_evicts_least_recently_used(tmp_path):
-    cache = CompilationCache(tmp_path, max_bytes=250)
+    cache = CompilationCache(tmp_path, max_bytes=350)
     for index, key in enumerate(["a", "b", "c"]):
         cache.put(key, bytes(100))
         os.utime(cache._path(key), (1000 + index, 1000 + index))

@@ -295,7 +295,11 @@ def _cache_entry(client: "Client", program: bytes, serialized_options: bytes) ->
         return None, None
     if not identity.verifiable:
         return None, None
-    return cache, cache.key(program, serialized_options, identity)
+    # The device ids compiled for are in the options; the kinds and the count of the client's
+    # devices are what the plugin may also tune the code to.
+    devices = client.devices()
+    described = f"{len(devices)} devices: {sorted({d.device_kind for d in devices})}"
+    return cache, cache.key(program, serialized_options, identity, described)
 
 
 def _load_cached(client, cache, key: str, declared) -> LoadedExecutable | None:
