@@ -21,7 +21,8 @@ from ._pjrt_cffi import ffi
 from .device import Device, Memory, handle_key
 from .errors import ClosedClientError
 from .handles import ClientHandle, HostBufferSemantics, fork_generation
-from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
+from .options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types,
+                      check_option_values)
 
 if TYPE_CHECKING:
     import numpy
@@ -354,7 +355,9 @@ def create_client(plugin: plugin_module.Plugin,
         from . import multiprocess  # jobs of several processes only: keep it off start-up
 
         options, callbacks = multiprocess.prepare(plugin, options, distributed_client)
-    named = NamedValues(check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types}))
+    checked = check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types})
+    check_option_values(checked)
+    named = NamedValues(checked)
     _check_not_inherited(plugin)
     plugin.initialize()
     api = plugin.api

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import compilation_cache, handles, serialization
+from . import compilation_cache, handles, mlir_bytecode, program_checks, serialization
 from ._pjrt_cffi import ffi
 from .compile_options import CompileOptions, DeviceAssignment
 from .errors import IncompatibleExecutableError, XlaRuntimeError
@@ -196,6 +196,20 @@ def check_static_signature(program: bytes) -> None:
         f"instead of jax.export.symbolic_shape(...)), once per shape you need")
 
 
+def check_structure(program: bytes, partitions: int, signature=None) -> None:
+    """What pjrt can check of a program's structure before the plugin's compiler, which ends
+    the process on some damage: shardings and recursion in text
+    (:mod:`pjrt.program_checks`), the container of bytecode (:mod:`pjrt.mlir_bytecode`).
+
+    Raises:
+      ValueError: naming the damage.
+    """
+    if mlir_bytecode.is_bytecode(program):
+        mlir_bytecode.check_container(program)
+    else:
+        program_checks.check_program_structure(program, max(int(partitions), 1), signature)
+
+
 def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
     devices = list(devices)
     if not devices:
@@ -243,6 +257,8 @@ def compile_program(client: "Client", computation, executable_devices=None,
         if given != assigned:
             raise ValueError(f"executable_devices (ids {given}) and the device assignment in "
                              f"compile_options (ids {assigned}) disagree; pass one of them")
+    check_structure(program, compile_options.executable_build_options.num_partitions,
+                    signature)
     serialized_options = compile_options.SerializeAsString()
     declared = signature.result_shapes if signature is not None else None
     prepare_targets(client.platform, program)
