@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import compilation_cache, handles, mlir_bytecode, program_checks, serialization
+from . import (compilation_cache, handles, isolated_compile, mlir_bytecode, program_checks,
+               serialization)
 from ._pjrt_cffi import ffi
 from .compile_options import CompileOptions, DeviceAssignment
 from .errors import IncompatibleExecutableError, XlaRuntimeError
@@ -226,7 +227,8 @@ def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
 
 def compile_program(client: "Client", computation, executable_devices=None,
                     compile_options: CompileOptions | None = None, *,
-                    replicated: bool = False) -> "LoadedExecutable":
+                    replicated: bool = False, isolate: bool | None = None
+                    ) -> "LoadedExecutable":
     """See :meth:`pjrt.client.Client.compile_and_load`."""
     program = program_bytes(computation)
     check_static_extents(program)
@@ -268,6 +270,8 @@ def compile_program(client: "Client", computation, executable_devices=None,
         cached = _load_cached(client, cache, cache_key, declared)
         if cached is not None:
             return cached
+    if isolated_compile.isolation_requested(isolate):
+        isolated_compile.check_in_worker(client, "compile", program, serialized_options)
 
     api = handle.api
     program_struct, keepalive = program_argument(program)
@@ -359,11 +363,17 @@ def deserialize_executable(client: "Client", serialized: bytes,
                            compile_options: CompileOptions | None = None, *,
                            trust_unverified: bool = False,
                            declared_output_shapes=None,
-                           targets_prepared: bool = False) -> LoadedExecutable:
+                           targets_prepared: bool = False,
+                           isolate: bool | None = None) -> LoadedExecutable:
     """Load an executable serialised by :meth:`LoadedExecutable.serialize`.
 
     ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin
-    build; bytes without pjrt's envelope are then handed to the plugin as they are.
+    build; bytes without pjrt's envelope are then handed to the plugin as they are, and the
+    plugin trusts them: damaged or hostile bytes can crash the process or run a wrong
+    program. For bytes you did not make, load with ``isolate=True`` (a crash is then an
+    error) and never with ``trust_unverified``.
+    ``isolate``: deserialize in a worker process first (see :mod:`pjrt.isolated_compile`);
+    None: as ``PJRT_ISOLATED_COMPILE`` says.
     ``targets_prepared``: the custom-call targets the program calls are known to be set up
     (see :func:`pjrt.ffi.register_target_preparation`); otherwise every pending set-up for
     the platform runs first, since the program cannot be read.
@@ -380,6 +390,10 @@ def deserialize_executable(client: "Client", serialized: bytes,
         serialized, serialization.plugin_identity(client.plugin, client.platform,
                                                   client.platform_version),
         trust_unverified=trust_unverified)
+    if isolated_compile.isolation_requested(isolate):
+        isolated_compile.check_in_worker(
+            client, "deserialize", serialized,
+            compile_options.SerializeAsString() if compile_options is not None else b"")
     data = ffi.new("char[]", serialized)
     args = api.new_args("PJRT_Executable_DeserializeAndLoad_Args")
     args.serialized_executable = data
