@@ -27,7 +27,7 @@ SHARDING_CASES = {
         "{devices=[2,4]<=[8]}", "{devices=[2,1,9]<=[8] last_tile_dim_replicate}")), 8,
         "mhlo.sharding"),
     "empty iota": (SPMD.replace(ARGUMENT, ARGUMENT.replace("<=[8]", "<=[0]")), 8,
-                   "not a valid sharding"),
+                   "invalid sharding"),
     "manual argument": (SPMD.replace(ARGUMENT, ARGUMENT.replace("{devices=[2,4]<=[8]}",
                                                                 "{manual}")), 8, "manual"),
     "huge iota": (SPMD.replace(ARGUMENT, ARGUMENT.replace(
