@@ -4,8 +4,11 @@ A text program's ``main`` signature is read once (:func:`~pjrt.sharding_text.par
 its sharding annotations choose the compile options of an SPMD program, its declared result
 shapes let the executable tell an unevenly sharded output from an even one, and every static
 tensor type in it is checked against the largest extent a plugin can address before the
-plugin's compiler sees it (XLA aborts the process on an overflowing extent). Bytecode programs
-go to the plugin as they are. Compilation itself runs on a thread with a large stack (deeply
+plugin's compiler sees it (XLA aborts the process on an overflowing extent); so are its
+sharding annotations and its call graph (:mod:`pjrt.program_checks`). Of a bytecode program,
+the container is checked (:mod:`pjrt.mlir_bytecode`). With ``isolate`` (or
+``PJRT_ISOLATED_COMPILE=1``) the program is compiled in a worker process first
+(:mod:`pjrt.isolated_compile`). Compilation itself runs on a thread with a large stack (deeply
 nested programs recurse deeply in XLA's compiler) while the caller waits where Ctrl-C reaches it.
 """
 from __future__ import annotations

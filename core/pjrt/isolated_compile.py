@@ -102,6 +102,12 @@ class _Worker:
             os.close(to_child_read)
             os.close(from_child_write)
         self.send({"library": library, "plugin": plugin_name, "options": options})
+        ready = self.receive()
+        if ready is None or ready.get("setup_error"):
+            why = ready["setup_error"] if ready else " | ".join(self.death())
+            self.close()
+            raise RuntimeError(f"the isolation worker could not load plugin {plugin_name!r} "
+                               f"from {library} and make a client with {options}: {why}")
 
     def send(self, message: dict) -> None:
         data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
@@ -198,6 +204,7 @@ def check_in_worker(client: "Client", kind: str, payload: bytes, options: bytes)
       IsolatedCompileCrash: the worker died on it.
       XlaRuntimeError: the plugin refused it there (its error, as it reported it).
       ValueError: the plugin cannot be isolated (handed over in memory).
+      RuntimeError: the worker could not load the plugin or make its client.
     """
     what = "program" if kind == "compile" else "serialized executable"
     key, worker = _worker_for(client)
@@ -252,8 +259,13 @@ def _serve(read_fd: int, write_fd: int) -> None:
     setup = read()
     if setup is None:
         return
-    pjrt.load_pjrt_plugin_dynamically(setup["plugin"], setup["library"])
-    client = pjrt.make_c_api_client(setup["plugin"], setup["options"])
+    try:
+        pjrt.load_pjrt_plugin_dynamically(setup["plugin"], setup["library"])
+        client = pjrt.make_c_api_client(setup["plugin"], setup["options"])
+    except Exception as error:  # reported to the parent, which raises it with context
+        answer({"setup_error": f"{type(error).__name__}: {error}"})
+        return
+    answer({"ready": True})
     api = client.handle.api
     # Deeply nested programs recurse deeply in XLA's compiler: a large stack, as in-process.
     threading.stack_size(1 << 30)
