@@ -6,7 +6,11 @@ the plugin, crashed the plugin's compiler in the isolation worker, or compiled.
 
 The assertions: the child (which stands for a service loading untrusted programs) survives
 every mutation; damage to sharding annotations, which pjrt's checks can read, never reaches a
-compiler that crashes on it. ``PJRT_FUZZ_MUTATIONS=N`` runs N mutations per set instead of the
+compiler that crashes on it; damage to a serialized executable never reaches the plugin (the
+envelope's checksum refuses it). The plugin's own bytes loaded with ``trust_unverified`` are
+not fuzzed here: a damaged executable that loads in the isolation worker can still crash this
+process nondeterministically, or when it is freed, so that is no test a process survives (see
+docs/threads-and-processes.md); one that crashes the loader every time is tested below. ``PJRT_FUZZ_MUTATIONS=N`` runs N mutations per set instead of the
 default (a few hundred in all, bounded to well under a minute on two cores).
 """
 from __future__ import annotations
@@ -70,12 +74,11 @@ elif kind == "shardings":
         damaged = damage_shardings(texts[seed % len(texts)], seed)
         attempt(seed, lambda: client.compile_and_load(damaged, client.devices(), isolate=True))
 elif kind == "executable":
+    # What pjrt writes: the plugin's bytes in an envelope with their checksum.
     made = client.compile_and_load(open(f"{fixtures}/tiny_tanh.mlir").read()).serialize()
-    payload = serialization.unpack(made, serialization.read_identity(made))
     for seed in range(count):
-        damaged = flip_bytes(payload, seed)
-        attempt(seed, lambda: client.deserialize_executable(damaged, trust_unverified=True,
-                                                            isolate=True))
+        damaged = flip_bytes(made, seed)
+        attempt(seed, lambda: client.deserialize_executable(damaged, isolate=True))
 print("OUTCOMES", json.dumps({"outcomes": outcomes, "crashes": crashes}))
 """
 
@@ -93,9 +96,9 @@ def _fuzz(plugin_name: str, kind: str) -> dict:
 @pytest.mark.parametrize("kind", ["export", "bytecode", "executable"])
 def test_isolated_compiles_survive_damaged_inputs(cpu_plugin, kind):
     report = _fuzz(cpu_plugin.name, kind)
-    if kind == "executable" and MUTATIONS >= 24:
-        # Seeds below 24 crash both builds' loaders (SIGSEGV, SIGABRT): isolation caught them.
-        assert report["outcomes"]["crashed in the worker"] > 0
+    if kind == "executable":
+        # The envelope's checksum refuses every damaged byte before the plugin sees it.
+        assert report["outcomes"]["refused by pjrt"] == MUTATIONS, report
 
 
 def test_damaged_sharding_annotations_never_crash_the_compiler(cpu_plugin):
