@@ -24,6 +24,9 @@ callbacks of a multi-process client are not passed on); custom-call targets regi
 process by Python code are not registered in the worker, so a program that needs them at
 compile time fails there (the error says so); a plugin handed over in memory cannot be
 isolated (there is no library to load again); a worker that hangs makes the compile hang.
+Isolation catches what crashes the compiler or loader every time; a damaged executable loaded
+with ``trust_unverified`` that the worker loads can still crash this process (the damage may
+be read nondeterministically, or only when the executable is freed or run).
 """
 from __future__ import annotations
 
