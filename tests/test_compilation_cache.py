@@ -166,13 +166,13 @@ def test_entry_from_another_plugin_build_is_refused(cache_dir, client, caplog, t
     device = client.local_devices()[0]
     pjrt.compile(ADD, device)
     (entry,) = cache_dir.entries()
-    blob = open(entry[0], "rb").read()
+    key = os.path.basename(entry[0])[:-len(".pjrtexe")]
+    blob = cache_dir.get(key)
     identity = serialization.read_identity(blob)
     payload = blob[-serialization.unpack(blob, identity).__len__():]
     forged = serialization.pack(payload, serialization.PluginIdentity(
         identity.platform, identity.platform_version, identity.api_version, "0" * 64))
-    with open(entry[0], "wb") as file:
-        file.write(forged)
+    cache_dir.put(key, forged)
     caplog.set_level("WARNING", logger="pjrt.compilation_cache")
     program = pjrt.compile(ADD, device)
     assert any("cannot be loaded" in r.getMessage() and "different plugin build" in
@@ -180,11 +180,11 @@ def test_entry_from_another_plugin_build_is_refused(cache_dir, client, caplog, t
     x = np.ones(4, np.float32)
     np.testing.assert_array_equal(np.asarray(program(x, x)), 2 * x)
     # The bad entry was replaced by a good one.
-    assert serialization.read_identity(open(entry[0], "rb").read()) == identity
+    assert serialization.read_identity(cache_dir.get(key)) == identity
 
 
 def test_size_bound_evicts_least_recently_used(tmp_path):
-    cache = CompilationCache(tmp_path, max_bytes=250)
+    cache = CompilationCache(tmp_path, max_bytes=350)
     for index, key in enumerate(["a", "b", "c"]):
         cache.put(key, bytes(100))
         os.utime(cache._path(key), (1000 + index, 1000 + index))

@@ -21,7 +21,8 @@ from ._pjrt_cffi import ffi
 from .device import Device, Memory, handle_key
 from .errors import ClosedClientError
 from .handles import ClientHandle, HostBufferSemantics, fork_generation
-from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
+from .options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types,
+                      check_option_values)
 
 if TYPE_CHECKING:
     import numpy
@@ -60,6 +61,9 @@ class Client:
         self._devices_by_handle: dict[int, Device] = {}
         self._memories_by_handle: dict[int, Memory] = {}
         self._live_executables: "weakref.WeakSet" = weakref.WeakSet()
+        #: The create options the client was made with (as checked), so that a worker
+        #: process can make the same client (crash-isolated compilation).
+        self.create_options: dict = {}
         api = self._api
         name = api.call_new("PJRT_Client_PlatformName", client=handle.pointer)
         self.platform: str = to_str(name.platform_name, name.platform_name_size)
@@ -225,7 +229,8 @@ class Client:
 
     def compile_and_load(self, computation: str | bytes, executable_devices: Sequence[Device]
                          | None = None, compile_options: CompileOptions | None = None, *,
-                         replicated: bool = False) -> LoadedExecutable:
+                         replicated: bool = False, isolate: bool | None = None
+                         ) -> LoadedExecutable:
         """Compile a StableHLO program (MLIR text ``str`` or bytecode ``bytes``) and load it.
 
         Args:
@@ -237,6 +242,9 @@ class Client:
             device assignment wins over ``executable_devices``.
           replicated: run one copy of the program per device, each on its own slice of the
             data (pmap-style), instead of partitioning it.
+          isolate: compile in a worker process first, so that a compiler crash on a damaged
+            program is an error here, not the end of this process (see
+            :mod:`pjrt.isolated_compile`); None: as ``PJRT_ISOLATED_COMPILE`` says.
 
         Returns:
           A :class:`~pjrt.executable.LoadedExecutable`.
@@ -244,7 +252,7 @@ class Client:
         from .compiler import compile_program
 
         return compile_program(self, computation, executable_devices, compile_options,
-                               replicated=replicated)
+                               replicated=replicated, isolate=isolate)
 
     #: Another name for :meth:`compile_and_load`. (jaxlib's ``Client.compile`` returns an
     #: executable that is not yet loaded; pjrt has no such type, so prefer the explicit name.)
@@ -252,11 +260,15 @@ class Client:
 
     def deserialize_executable(self, serialized: bytes,
                                compile_options: CompileOptions | None = None, *,
-                               trust_unverified: bool = False) -> LoadedExecutable:
+                               trust_unverified: bool = False,
+                               isolate: bool | None = None) -> LoadedExecutable:
         """Load an executable produced by ``LoadedExecutable.serialize()`` with this plugin.
 
         ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin
-        build (needed for bytes that do not say which build made them).
+        build (needed for bytes that do not say which build made them). The plugin then
+        trusts the bytes too: damaged ones can crash the process or run a wrong program.
+        ``isolate``: load them in a worker process first, so that a crash there is an error
+        here (see :mod:`pjrt.isolated_compile`); None: as ``PJRT_ISOLATED_COMPILE`` says.
 
         Raises:
           IncompatibleExecutableError: another plugin build made the executable, or the
@@ -266,7 +278,7 @@ class Client:
         from .compiler import deserialize_executable
 
         return deserialize_executable(self, serialized, compile_options,
-                                      trust_unverified=trust_unverified)
+                                      trust_unverified=trust_unverified, isolate=isolate)
 
     # -- lifetime --------------------------------------------------------------------------
 
@@ -354,7 +366,9 @@ def create_client(plugin: plugin_module.Plugin,
         from . import multiprocess  # jobs of several processes only: keep it off start-up
 
         options, callbacks = multiprocess.prepare(plugin, options, distributed_client)
-    named = NamedValues(check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types}))
+    checked = check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types})
+    check_option_values(checked)
+    named = NamedValues(checked)
     _check_not_inherited(plugin)
     # Plugins print while they start (cuInit failing, libtpu's environment): quiet by
     # default, as when the registry brings a backend up (pjrt.plugin_logging.quietly).
@@ -374,5 +388,6 @@ def create_client(plugin: plugin_module.Plugin,
     # The plugin may call the callbacks for as long as its client lives.
     handle.keep_alive = callbacks
     client = Client(plugin, handle)
+    client.create_options = checked
     plugin_module.notify_client_created(client)
     return client

@@ -8,11 +8,23 @@ code depends on:
 * the serialized compile options (they hold the device assignment, so the device ids are in
   the key, and the replica/partition counts and every build option);
 * the identity of the plugin build (:class:`pjrt.serialization.PluginIdentity`: platform,
-  platform version, PJRT API version and the SHA-256 of the plugin's library).
+  platform version, PJRT API version and the SHA-256 of the plugin's library);
+* the devices compiled for (their ids and kinds) and how many devices the client has;
+* the environment that changes what the compiler makes (:func:`compile_environment`):
+  ``XLA_FLAGS`` (``--xla_cpu_enable_fast_math`` changes what ``maximum(NaN, 1)`` returns) and
+  every other variable whose name starts with one of :data:`COMPILE_ENVIRONMENT_PREFIXES`
+  (``XLA_``, ``TF_``: XLA's plugins read their debug and tuning switches from those), except
+  the logging-only ones in :data:`COMPILE_ENVIRONMENT_IGNORED`;
+* pjrt's own version (it chooses the options and rewrites programs before compiling).
 
-Entries are what :meth:`LoadedExecutable.serialize` writes: the plugin's bytes inside pjrt's
-envelope naming the plugin build, so an entry is refused (and recompiled over) if it was made
-by another build, even under a colliding key. Plugins handed over in memory have no library
+An entry file is a 48-byte header (the marker ``b"PJRTCCE1"``, the entry's key as 32 raw
+bytes, the payload's length as 8 bytes, big-endian) followed by what
+:meth:`LoadedExecutable.serialize` writes: the plugin's bytes inside pjrt's envelope naming the
+plugin build. So an entry copied or renamed under another key is refused (it would run the
+other program), so is one made by another build, and a truncated one. Reads are bounded by the
+declared length and the cache's size bound, and only regular files are read (an entry that is
+a link to ``/dev/zero`` or a FIFO is refused, not read until memory runs out); a refused entry
+is deleted and the program compiled again. Plugins handed over in memory have no library
 to hash, so their compiles are never cached.
 
 Several processes may share a directory: entries are written to a temporary file and moved
@@ -25,9 +37,13 @@ cannot be read or loaded at WARNING.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.metadata
 import logging
 import os
+import stat as stat_module
+import struct
 import tempfile
 import threading
 from typing import cast
@@ -38,7 +54,8 @@ from .serialization import PluginIdentity
 logger = logging.getLogger(__name__)
 
 __all__ = ["CompilationCache", "get_compilation_cache", "set_compilation_cache_dir",
-           "CACHE_DIR_ENV", "MAX_BYTES_ENV", "DEFAULT_MAX_BYTES"]
+           "compile_environment", "CACHE_DIR_ENV", "MAX_BYTES_ENV", "DEFAULT_MAX_BYTES",
+           "COMPILE_ENVIRONMENT_PREFIXES", "COMPILE_ENVIRONMENT_IGNORED"]
 
 #: The environment variable naming the cache directory.
 CACHE_DIR_ENV = "PJRT_COMPILATION_CACHE_DIR"
@@ -47,9 +64,46 @@ MAX_BYTES_ENV = "PJRT_COMPILATION_CACHE_MAX_BYTES"
 #: The default bound: 1 GiB.
 DEFAULT_MAX_BYTES = 1 << 30
 
+#: Environment variables whose names start with one of these are part of every key: XLA's
+#: plugins read compiler switches from ``XLA_FLAGS`` and other ``XLA_*`` and ``TF_*`` names.
+COMPILE_ENVIRONMENT_PREFIXES = ("XLA_", "TF_")
+#: ... except these, which only change what the plugin logs.
+COMPILE_ENVIRONMENT_IGNORED = ("TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_CPP_VMODULE",
+                               "TF_CPP_LOG_THREAD_ID", "TF_CPP_MIN_VLOG_LEVEL")
+
 _SUFFIX = ".pjrtexe"
 #: Bumped when the key's recipe changes, so that old entries are never found.
-_KEY_VERSION = b"pjrt-compilation-cache-1"
+_KEY_VERSION = b"pjrt-compilation-cache-2"
+#: An entry's header: marker, key (raw SHA-256), payload length.
+_ENTRY_HEADER = struct.Struct(">8s32sQ")
+_ENTRY_MARKER = b"PJRTCCE1"
+
+
+def compile_environment(environ=None) -> tuple[tuple[str, str], ...]:
+    """The environment variables that change what a plugin compiles, sorted: ``XLA_FLAGS``
+    and the other names with a prefix in :data:`COMPILE_ENVIRONMENT_PREFIXES`, less
+    :data:`COMPILE_ENVIRONMENT_IGNORED`."""
+    environ = os.environ if environ is None else environ
+    return tuple(sorted((name, value) for name, value in environ.items()
+                        if name.startswith(COMPILE_ENVIRONMENT_PREFIXES)
+                        and name not in COMPILE_ENVIRONMENT_IGNORED))
+
+
+@functools.lru_cache(maxsize=1)
+def _pjrt_version() -> str:
+    try:
+        return importlib.metadata.version("pjrt")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree
+        return "unknown"
+
+
+def _stored_key(key: str) -> bytes:
+    """What an entry's header holds of its key: 32 bytes, whatever the key's spelling."""
+    return hashlib.sha256(key.encode("utf-8")).digest()
+
+
+class _RefusedEntry(Exception):
+    """An entry that is not what its name says: the reason is the message."""
 
 
 class CompilationCache:
@@ -76,11 +130,18 @@ class CompilationCache:
         serialization.library_digests.remember_in(self.directory)
 
     @staticmethod
-    def key(program: bytes, serialized_options: bytes, identity: PluginIdentity) -> str:
-        """The entry name for ``program`` compiled with these options by this plugin build."""
+    def key(program: bytes, serialized_options: bytes, identity: PluginIdentity,
+            devices: str = "", environment: tuple | None = None) -> str:
+        """The entry name for ``program`` compiled with these options by this plugin build,
+        for ``devices`` (a description of the devices compiled for), under ``environment``
+        (default: :func:`compile_environment` now)."""
+        if environment is None:
+            environment = compile_environment()
         digest = hashlib.sha256(_KEY_VERSION)
         for part in (program, serialized_options,
-                     repr(sorted(identity.to_header().items())).encode("utf-8")):
+                     repr(sorted(identity.to_header().items())).encode("utf-8"),
+                     devices.encode("utf-8"), repr(environment).encode("utf-8"),
+                     _pjrt_version().encode("utf-8")):
             digest.update(len(part).to_bytes(8, "little"))
             digest.update(part)
         return digest.hexdigest()
@@ -89,13 +150,21 @@ class CompilationCache:
         return os.path.join(self.directory, key + _SUFFIX)
 
     def get(self, key: str) -> bytes | None:
-        """The entry's bytes, or None on a miss; a hit marks the entry recently used."""
+        """The entry's bytes, or None on a miss; a hit marks the entry recently used.
+
+        An entry that is not a regular file, is larger than the size bound, was written under
+        another key, or is truncated is logged, deleted and reported as a miss.
+        """
         path = self._path(key)
         try:
-            with open(path, "rb") as file:
-                blob = file.read()
+            blob = self._read(path, key)
         except FileNotFoundError:
             logger.debug("compilation cache miss %s", key[:16])
+            return None
+        except _RefusedEntry as error:
+            logger.warning("compilation cache entry %s is refused (%s); compiling again", path,
+                           error)
+            _remove(path)
             return None
         except OSError as error:
             logger.warning("compilation cache entry %s cannot be read (%s); compiling", path,
@@ -106,6 +175,39 @@ class CompilationCache:
         except OSError:
             pass  # evicted by another process meanwhile: the bytes read are still whole
         logger.debug("compilation cache hit %s (%d bytes)", key[:16], len(blob))
+        return blob
+
+    def _read(self, path: str, key: str) -> bytes:
+        """The payload of the entry at ``path``, checked against ``key``; reads at most the
+        length the entry declares (and never more than the size bound)."""
+        # O_NONBLOCK: opening a FIFO planted as an entry must not wait for a writer.
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+        descriptor = os.open(path, flags)
+        with os.fdopen(descriptor, "rb", buffering=0) as file:
+            info = os.fstat(descriptor)
+            if not stat_module.S_ISREG(info.st_mode):
+                raise _RefusedEntry("it is not a regular file")
+            if info.st_size > self.max_bytes + _ENTRY_HEADER.size:
+                raise _RefusedEntry(f"it is {info.st_size} bytes, over the cache's "
+                                    f"{self.max_bytes}-byte bound")
+            header = file.read(_ENTRY_HEADER.size)
+            if len(header) < _ENTRY_HEADER.size:
+                raise _RefusedEntry(f"it is truncated ({len(header)} bytes, shorter than "
+                                    f"an entry's header)")
+            marker, stored_key, size = _ENTRY_HEADER.unpack(header)
+            if marker != _ENTRY_MARKER:
+                raise _RefusedEntry("it does not start with a compilation cache entry's marker")
+            if stored_key != _stored_key(key):
+                raise _RefusedEntry("it was stored under another key: it holds another "
+                                    "program or compile")
+            if size != info.st_size - _ENTRY_HEADER.size:
+                raise _RefusedEntry(f"it declares {size} bytes but holds "
+                                    f"{info.st_size - _ENTRY_HEADER.size} (truncated or "
+                                    f"padded)")
+            blob = file.read(size)
+            if len(blob) != size:
+                raise _RefusedEntry(f"it declares {size} bytes but only {len(blob)} could be "
+                                    f"read (truncated)")
         return blob
 
     def put(self, key: str, blob: bytes) -> None:
@@ -123,6 +225,8 @@ class CompilationCache:
                                                  suffix=_SUFFIX)
             try:
                 with os.fdopen(handle, "wb") as file:
+                    file.write(_ENTRY_HEADER.pack(_ENTRY_MARKER, _stored_key(key),
+                                                  len(blob)))
                     file.write(blob)
                 os.replace(temporary, self._path(key))
             except BaseException:

@@ -4,8 +4,11 @@ A text program's ``main`` signature is read once (:func:`~pjrt.sharding_text.par
 its sharding annotations choose the compile options of an SPMD program, its declared result
 shapes let the executable tell an unevenly sharded output from an even one, and every static
 tensor type in it is checked against the largest extent a plugin can address before the
-plugin's compiler sees it (XLA aborts the process on an overflowing extent). Bytecode programs
-go to the plugin as they are. Compilation itself runs on a thread with a large stack (deeply
+plugin's compiler sees it (XLA aborts the process on an overflowing extent); so are its
+sharding annotations and its call graph (:mod:`pjrt.program_checks`). Of a bytecode program,
+the container is checked (:mod:`pjrt.mlir_bytecode`). With ``isolate`` (or
+``PJRT_ISOLATED_COMPILE=1``) the program is compiled in a worker process first
+(:mod:`pjrt.isolated_compile`). Compilation itself runs on a thread with a large stack (deeply
 nested programs recurse deeply in XLA's compiler) while the caller waits where Ctrl-C reaches it.
 """
 from __future__ import annotations
@@ -16,7 +19,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import compilation_cache, handles, serialization
+from . import (compilation_cache, handles, isolated_compile, mlir_bytecode, program_checks,
+               serialization)
 from ._pjrt_cffi import ffi
 from .compile_options import CompileOptions, DeviceAssignment
 from .errors import IncompatibleExecutableError, XlaRuntimeError
@@ -196,6 +200,20 @@ def check_static_signature(program: bytes) -> None:
         f"instead of jax.export.symbolic_shape(...)), once per shape you need")
 
 
+def check_structure(program: bytes, partitions: int, signature=None) -> None:
+    """What pjrt can check of a program's structure before the plugin's compiler, which ends
+    the process on some damage: shardings and recursion in text
+    (:mod:`pjrt.program_checks`), the container of bytecode (:mod:`pjrt.mlir_bytecode`).
+
+    Raises:
+      ValueError: naming the damage.
+    """
+    if mlir_bytecode.is_bytecode(program):
+        mlir_bytecode.check_container(program)
+    else:
+        program_checks.check_program_structure(program, max(int(partitions), 1), signature)
+
+
 def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
     devices = list(devices)
     if not devices:
@@ -212,7 +230,8 @@ def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
 
 def compile_program(client: "Client", computation, executable_devices=None,
                     compile_options: CompileOptions | None = None, *,
-                    replicated: bool = False) -> "LoadedExecutable":
+                    replicated: bool = False, isolate: bool | None = None
+                    ) -> "LoadedExecutable":
     """See :meth:`pjrt.client.Client.compile_and_load`."""
     program = program_bytes(computation)
     check_static_extents(program)
@@ -243,6 +262,8 @@ def compile_program(client: "Client", computation, executable_devices=None,
         if given != assigned:
             raise ValueError(f"executable_devices (ids {given}) and the device assignment in "
                              f"compile_options (ids {assigned}) disagree; pass one of them")
+    check_structure(program, compile_options.executable_build_options.num_partitions,
+                    signature)
     serialized_options = compile_options.SerializeAsString()
     declared = signature.result_shapes if signature is not None else None
     prepare_targets(client.platform, program)
@@ -252,6 +273,8 @@ def compile_program(client: "Client", computation, executable_devices=None,
         cached = _load_cached(client, cache, cache_key, declared)
         if cached is not None:
             return cached
+    if isolated_compile.isolation_requested(isolate):
+        isolated_compile.check_in_worker(client, "compile", program, serialized_options)
 
     api = handle.api
     program_struct, keepalive = program_argument(program)
@@ -295,7 +318,11 @@ def _cache_entry(client: "Client", program: bytes, serialized_options: bytes) ->
         return None, None
     if not identity.verifiable:
         return None, None
-    return cache, cache.key(program, serialized_options, identity)
+    # The device ids compiled for are in the options; the kinds and the count of the client's
+    # devices are what the plugin may also tune the code to.
+    devices = client.devices()
+    described = f"{len(devices)} devices: {sorted({d.device_kind for d in devices})}"
+    return cache, cache.key(program, serialized_options, identity, described)
 
 
 def _load_cached(client, cache, key: str, declared) -> LoadedExecutable | None:
@@ -339,11 +366,17 @@ def deserialize_executable(client: "Client", serialized: bytes,
                            compile_options: CompileOptions | None = None, *,
                            trust_unverified: bool = False,
                            declared_output_shapes=None,
-                           targets_prepared: bool = False) -> LoadedExecutable:
+                           targets_prepared: bool = False,
+                           isolate: bool | None = None) -> LoadedExecutable:
     """Load an executable serialised by :meth:`LoadedExecutable.serialize`.
 
     ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin
-    build; bytes without pjrt's envelope are then handed to the plugin as they are.
+    build; bytes without pjrt's envelope are then handed to the plugin as they are, and the
+    plugin trusts them: damaged or hostile bytes can crash the process or run a wrong
+    program. For bytes you did not make, load with ``isolate=True`` (a crash is then an
+    error) and never with ``trust_unverified``.
+    ``isolate``: deserialize in a worker process first (see :mod:`pjrt.isolated_compile`);
+    None: as ``PJRT_ISOLATED_COMPILE`` says.
     ``targets_prepared``: the custom-call targets the program calls are known to be set up
     (see :func:`pjrt.ffi.register_target_preparation`); otherwise every pending set-up for
     the platform runs first, since the program cannot be read.
@@ -360,6 +393,10 @@ def deserialize_executable(client: "Client", serialized: bytes,
         serialized, serialization.plugin_identity(client.plugin, client.platform,
                                                   client.platform_version),
         trust_unverified=trust_unverified)
+    if isolated_compile.isolation_requested(isolate):
+        isolated_compile.check_in_worker(
+            client, "deserialize", serialized,
+            compile_options.SerializeAsString() if compile_options is not None else b"")
     data = ffi.new("char[]", serialized)
     args = api.new_args("PJRT_Executable_DeserializeAndLoad_Args")
     args.serialized_executable = data

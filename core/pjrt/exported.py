@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import struct
 from typing import Any, Sequence, cast
 
 import ml_dtypes
@@ -42,6 +43,7 @@ import numpy as np
 from .array import Array
 from .client import Client
 from .device import Device
+from . import mlir_bytecode
 from .hlo_sharding import HloSharding
 from .mesh import PartitionSpec
 from .program import CompiledProgram, compile as compile_program
@@ -104,59 +106,122 @@ def _flatbuffers():
 
 
 class _Table:
-    """One flatbuffer table, read by field number."""
+    """One flatbuffer table, read by field number.
 
-    __slots__ = ("_tab", "_types")
+    Every offset is checked before it is followed (flatbuffers' Python reader trusts them:
+    a damaged one reads from the wrong place, wraps around to the buffer's end, or silently
+    returns a shortened module): the table and its vtable lie within the buffer, each field
+    within its table, and each string and vector within the buffer.
+    """
+
+    __slots__ = ("_tab", "_types", "_size")
 
     def __init__(self, tab, types):
         self._tab = tab
         self._types = types
+        self._size = _verified_table(tab.Bytes, tab.Pos)
 
     def _offset(self, field: int) -> int:
         return self._tab.Offset(4 + 2 * field)
+
+    def _field(self, field: int, width: int) -> int:
+        """The absolute position of a field of ``width`` bytes, or 0 when it is absent."""
+        offset = self._offset(field)
+        if offset and offset + width > self._size:
+            raise _damaged(f"field {field} of a table lies outside the table")
+        return self._tab.Pos + offset if offset else 0
+
+    def _target(self, field: int, item_width: int, what: str) -> tuple[int, int]:
+        """``(start, count)`` of the vector or string that field ``field`` points to."""
+        at = self._field(field, 4)
+        if not at:
+            return 0, 0
+        buffer = self._tab.Bytes
+        target = at + int.from_bytes(buffer[at:at + 4], "little")
+        if target + 4 > len(buffer):
+            raise _damaged(f"a {what} lies past the end")
+        count = int.from_bytes(buffer[target:target + 4], "little")
+        if target + 4 + count * item_width > len(buffer):
+            raise _damaged(f"a {what} of {count} items runs past the end")
+        return target + 4, count
 
     def has(self, field: int) -> bool:
         return self._offset(field) != 0
 
     def scalar(self, field: int, flags, default=0):
-        offset = self._offset(field)
-        return self._tab.Get(flags, offset + self._tab.Pos) if offset else default
+        at = self._field(field, flags.bytewidth)
+        return self._tab.Get(flags, at) if at else default
 
     def string(self, field: int) -> str | None:
-        offset = self._offset(field)
-        return self._tab.String(offset + self._tab.Pos).decode("utf-8") if offset else None
+        if not self._offset(field):
+            return None
+        start, length = self._target(field, 1, "string")
+        return bytes(self._tab.Bytes[start:start + length]).decode("utf-8")
 
     def table(self, field: int) -> "_Table | None":
-        offset = self._offset(field)
-        if not offset:
+        at = self._field(field, 4)
+        if not at:
             return None
-        return self._sub(self._tab.Indirect(offset + self._tab.Pos))
+        return self._sub(at + int.from_bytes(self._tab.Bytes[at:at + 4], "little"))
 
     def _sub(self, position: int) -> "_Table":
         return _Table(type(self._tab)(self._tab.Bytes, position), self._types)
 
-    def _vector(self, field: int) -> tuple[int, int]:
-        offset = self._offset(field)
-        if not offset:
-            return 0, 0
-        return self._tab.Vector(offset), self._tab.VectorLen(offset)
+    def _elements(self, start: int, count: int) -> list[int]:
+        """The absolute positions an offset vector's elements point to."""
+        buffer = self._tab.Bytes
+        return [start + 4 * i + int.from_bytes(buffer[start + 4 * i:start + 4 * i + 4],
+                                               "little") for i in range(count)]
 
     def tables(self, field: int) -> list["_Table"]:
-        start, length = self._vector(field)
-        return [self._sub(self._tab.Indirect(start + 4 * i)) for i in range(length)]
+        start, length = self._target(field, 4, "vector of tables")
+        return [self._sub(position) for position in self._elements(start, length)]
 
     def strings(self, field: int) -> list[str]:
-        start, length = self._vector(field)
-        return [self._tab.String(start + 4 * i).decode("utf-8") for i in range(length)]
+        start, length = self._target(field, 4, "vector of strings")
+        buffer, out = self._tab.Bytes, []
+        for position in self._elements(start, length):
+            if position + 4 > len(buffer):
+                raise _damaged("a string lies past the end")
+            size = int.from_bytes(buffer[position:position + 4], "little")
+            if position + 4 + size > len(buffer):
+                raise _damaged(f"a string of {size} bytes runs past the end")
+            out.append(bytes(buffer[position + 4:position + 4 + size]).decode("utf-8"))
+        return out
 
     def numbers(self, field: int, flags) -> list[int]:
-        start, length = self._vector(field)
         size = flags.bytewidth
+        start, length = self._target(field, size, "vector of numbers")
         return [self._tab.Get(flags, start + size * i) for i in range(length)]
 
     def raw_bytes(self, field: int) -> bytes:
-        start, length = self._vector(field)
+        start, length = self._target(field, 1, "byte vector")
         return bytes(self._tab.Bytes[start:start + length])
+
+
+def _verified_table(buffer, position: int) -> int:
+    """The size of the table at ``position``, after checking that it and its vtable lie
+    within ``buffer`` and that every field the vtable lists lies within the table."""
+    size = len(buffer)
+    if not 0 <= position <= size - 4:
+        raise _damaged(f"a table at offset {position} lies outside its {size} bytes")
+    vtable = position - int.from_bytes(buffer[position:position + 4], "little", signed=True)
+    if not 0 <= vtable <= size - 4:
+        raise _damaged(f"a table's vtable at offset {vtable} lies outside its {size} bytes")
+    vtable_size = int.from_bytes(buffer[vtable:vtable + 2], "little")
+    table_size = int.from_bytes(buffer[vtable + 2:vtable + 4], "little")
+    if vtable_size < 4 or vtable_size % 2 or vtable + vtable_size > size:
+        raise _damaged(f"a vtable claims {vtable_size} bytes")
+    if table_size < 4 or position + table_size > size:
+        raise _damaged(f"a table claims {table_size} bytes")
+    for slot in range(vtable + 4, vtable + vtable_size, 2):
+        if int.from_bytes(buffer[slot:slot + 2], "little") >= table_size:
+            raise _damaged("a table's field lies outside the table")
+    return table_size
+
+
+def _damaged(why: str) -> ValueError:
+    return ValueError(f"these bytes are not a serialized jax export, or are damaged: {why}")
 
 
 # --------------------------------------------------------------------------
@@ -318,11 +383,19 @@ def _describe(value) -> str:
 # Reading the flatbuffer
 # --------------------------------------------------------------------------
 
-def _read_tree(node: _Table, types) -> PyTreeDef:
+#: The deepest pytree read: jax's own are a few levels deep; a damaged export could nest
+#: them until Python's recursion limit.
+_MAX_TREE_DEPTH = 200
+
+
+def _read_tree(node: _Table, types, depth: int = 0) -> PyTreeDef:
     kind = node.scalar(_TREE["kind"], types.Int8Flags)
     if kind not in range(6):
         raise ValueError(f"the serialized export has a pytree node of unknown kind {kind}")
-    children = tuple(_read_tree(c, types) for c in node.tables(_TREE["children"]))
+    if depth > _MAX_TREE_DEPTH:
+        raise ValueError(f"the serialized export nests its pytree more than "
+                         f"{_MAX_TREE_DEPTH} levels deep; it is damaged")
+    children = tuple(_read_tree(c, types, depth + 1) for c in node.tables(_TREE["children"]))
     keys = tuple(node.strings(_TREE["children_names"])) if kind == _TREE_DICT else ()
     if kind == _TREE_DICT and len(keys) != len(children):
         raise ValueError("the serialized export has a dict node whose keys and children differ "
@@ -423,10 +496,19 @@ def deserialize_exported(blob: bytes | bytearray | memoryview) -> "Exported":
         raise ValueError("these bytes are not a serialized jax export (its root offset points "
                          "past the end)")
     try:
-        return _read_exported(_Table(table_module.Table(data, root), types), types)
-    except (IndexError, UnicodeDecodeError, OverflowError) as error:
+        exported = _read_exported(_Table(table_module.Table(data, root), types), types)
+    except (IndexError, UnicodeDecodeError, OverflowError, struct.error) as error:
         raise ValueError(f"these bytes are not a serialized jax export, or are damaged "
                          f"({type(error).__name__}: {error})") from None
+    # The module is the plugin's to parse; its container is checked here, where the error
+    # can say it came from the export.
+    if mlir_bytecode.is_bytecode(exported.mlir_module_serialized):
+        try:
+            mlir_bytecode.check_container(exported.mlir_module_serialized)
+        except ValueError as error:
+            raise ValueError(f"the serialized jax export's module is damaged: {error}") \
+                from None
+    return exported
 
 
 def _read_exported(exp: _Table, types) -> "Exported":

@@ -32,6 +32,18 @@ XLA_OPTION_TYPES: dict[str, type] = {
     "should_stage_host_to_device_transfers": bool,
 }
 
+#: The values XLA's own plugins accept for their numeric create options, as closed ranges:
+#: outside them XLA aborts (``cpu_device_count=-1``) or makes a useless client (``0``: one
+#: with no devices). The upper bound on ``cpu_device_count`` keeps client creation, quadratic
+#: in the count, from looking like a hang.
+XLA_OPTION_RANGES: dict[str, tuple[float, float]] = {
+    "cpu_device_count": (1, 1 << 16),
+    "node_id": (0, 1 << 20),
+    "num_nodes": (1, 1 << 20),
+    "collective_memory_size": (0, 1 << 62),
+    "memory_fraction": (0.0, 1.0),
+}
+
 _TYPE_WORDS = {int: "an int", float: "a float", bool: "a bool", str: "a str",
                list: "a list of ints"}
 
@@ -76,6 +88,23 @@ def check_option_types(options: Mapping[str, OptionValue] | None,
         if expected is float:
             checked[key] = float(value)  # pyright: ignore[reportArgumentType]  # checked above
     return checked
+
+
+def check_option_values(options: Mapping[str, OptionValue],
+                        ranges: Mapping[str, tuple[float, float]] = XLA_OPTION_RANGES) -> None:
+    """Check that known numeric options lie in the range their plugin accepts.
+
+    Raises:
+      ValueError: naming the option, its value and the range.
+    """
+    for key, (low, high) in ranges.items():
+        value = options.get(key)
+        if value is None or _is_bool(value) or not isinstance(value, numbers.Real):
+            continue
+        if not low <= value <= high:
+            raise ValueError(f"option {key!r} must be between {low} and {high}, got {value!r}"
+                             + ("; a client needs at least one device" if
+                                key == "cpu_device_count" and value < 1 else ""))
 
 
 class NamedValues:

@@ -111,7 +111,7 @@ class CompiledProgram:
 def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | None = None,
             compile_options: CompileOptions | None = None, *,
             client: Client | None = None, replicated: bool = False,
-            platform_index: int | None = None) -> CompiledProgram:
+            platform_index: int | None = None, isolate: bool | None = None) -> CompiledProgram:
     """Compile a StableHLO program (text or bytecode) for ``devices``.
 
     Args:
@@ -130,6 +130,11 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
         platform listed (jax's ``platforms=`` order); a caller may still pass the index
         itself as the first argument. :func:`pjrt.exported.deserialize_exported` reads the
         tuple and chooses the index itself.
+      isolate: compile in a worker process first, so that a compiler crash on a damaged or
+        hostile program is an error (:class:`pjrt.isolated_compile.IsolatedCompileCrash`)
+        instead of the end of this process; costs a second compile (see
+        :mod:`pjrt.isolated_compile`). None: as the ``PJRT_ISOLATED_COMPILE`` environment
+        variable says.
 
     Returns:
       A :class:`CompiledProgram`.
@@ -163,7 +168,7 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
 
             client = get_backend()
     executable = client.compile_and_load(program, devices or None, compile_options,
-                                         replicated=replicated)
+                                         replicated=replicated, isolate=isolate)
     return CompiledProgram(
         executable,
         platform_index=(int(platform_index or 0) if takes_index else None))

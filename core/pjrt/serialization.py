@@ -246,7 +246,10 @@ def unpack(blob: bytes, identity: PluginIdentity, *, trust_unverified: bool = Fa
       trust_unverified: you vouch that these bytes were produced by this exact plugin build.
         Accepts bytes without an envelope (e.g. written by another program) and envelopes
         whose maker or loader cannot be verified (a plugin handed over in memory). An
-        envelope that names a different build is refused all the same.
+        envelope that names a different build is refused all the same. The plugin trusts
+        such bytes too: damaged or hostile ones can crash the process or run a wrong
+        program; load bytes from elsewhere with ``isolate=True`` (see
+        :mod:`pjrt.isolated_compile`), never with this flag alone.
 
     Raises:
       IncompatibleExecutableError: another plugin build made the executable, or its maker
