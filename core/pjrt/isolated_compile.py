@@ -94,8 +94,8 @@ class _Worker:
         env.pop(ISOLATE_ENV, None)
         env["PYTHONPATH"] = os.pathsep.join(
             [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        source = ("import sys; from pjrt.isolated_compile import _serve; "
-                  "_serve(int(sys.argv[1]), int(sys.argv[2]))")
+        source = ("import sys; from pjrt._isolated_worker import serve; "
+                  "serve(int(sys.argv[1]), int(sys.argv[2]))")
         try:
             self.process = subprocess.Popen(
                 [sys.executable, "-c", source, str(to_child_read), str(from_child_write)],
@@ -113,16 +113,11 @@ class _Worker:
                                f"from {library} and make a client with {options}: {why}")
 
     def send(self, message: dict) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        _write_all(self._to_child, _LENGTH.pack(len(data)) + data)
+        send_message(self._to_child, message)
 
     def receive(self) -> dict | None:
         """The worker's answer, or None when it died."""
-        head = _read_exactly(self._from_child, _LENGTH.size)
-        if head is None:
-            return None
-        body = _read_exactly(self._from_child, _LENGTH.unpack(head)[0])
-        return None if body is None else pickle.loads(body)
+        return receive_message(self._from_child)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -155,14 +150,28 @@ class _Worker:
         self.output.close()
 
 
-def _write_all(descriptor: int, data: bytes) -> None:
-    view = memoryview(data)
+def send_message(descriptor: int, message: dict) -> None:
+    """Write one message to the other side of an isolation pipe: its pickled length, then it.
+
+    A closed pipe (the worker died) is not an error here: the next `receive_message` returns
+    None, and the caller reads how the worker ended."""
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_LENGTH.pack(len(data)) + data)
     while view:
         try:
             written = os.write(descriptor, view)
         except BrokenPipeError:
-            return  # the worker died: its answer (none) tells
+            return
         view = view[written:]
+
+
+def receive_message(descriptor: int) -> dict | None:
+    """The next message from the other side of an isolation pipe, or None when it closed."""
+    head = _read_exactly(descriptor, _LENGTH.size)
+    if head is None:
+        return None
+    body = _read_exactly(descriptor, _LENGTH.unpack(head)[0])
+    return None if body is None else pickle.loads(body)
 
 
 def _read_exactly(descriptor: int, size: int) -> bytes | None:
@@ -233,99 +242,3 @@ def shutdown_workers() -> None:
         _workers.clear()
     for worker in workers:
         worker.close()
-
-
-# ---------------------------------------------------------------------------------------
-# The worker's side
-# ---------------------------------------------------------------------------------------
-
-def _serve(read_fd: int, write_fd: int) -> None:
-    """The worker's loop: load the plugin and make a client as told, then compile or
-    deserialize each request and answer with None or the plugin's error."""
-    # The worker's entry point: it imports the package as any program would.
-    import pjrt
-    from . import compilation_cache
-    from .errors import XlaRuntimeError as PluginError
-
-    def answer(message: dict) -> None:
-        data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-        _write_all(write_fd, _LENGTH.pack(len(data)) + data)
-
-    def read() -> dict | None:
-        head = _read_exactly(read_fd, _LENGTH.size)
-        if head is None:
-            return None
-        body = _read_exactly(read_fd, _LENGTH.unpack(head)[0])
-        return None if body is None else pickle.loads(body)
-
-    compilation_cache.set_compilation_cache_dir(None)
-    setup = read()
-    if setup is None:
-        return
-    try:
-        pjrt.load_pjrt_plugin_dynamically(setup["plugin"], setup["library"])
-        client = pjrt.make_c_api_client(setup["plugin"], setup["options"])
-    except Exception as error:  # reported to the parent, which raises it with context
-        answer({"setup_error": f"{type(error).__name__}: {error}"})
-        return
-    answer({"ready": True})
-    api = client.handle.api
-    # Deeply nested programs recurse deeply in XLA's compiler: a large stack, as in-process.
-    threading.stack_size(1 << 30)
-    while True:
-        request = read()
-        if request is None:
-            return
-        outcome: dict = {}
-
-        def work():
-            try:
-                _compile_or_load(api, client, request)
-                outcome["error"] = None
-            except PluginError as error:
-                outcome["error"] = (int(error.code), error.plugin_message)
-            except (ValueError, TypeError) as error:  # a description pjrt cannot read
-                outcome["error"] = (3, f"{type(error).__name__}: {error}")
-
-        thread = threading.Thread(target=work)
-        thread.start()
-        thread.join()
-        answer(outcome)
-
-
-def _compile_or_load(api, client, request: dict) -> None:
-    """Do what this process will do with the request: compile or deserialize, then read the
-    executable's description as a LoadedExecutable does (damaged executables can crash
-    there too), then free it."""
-    from ._pjrt_cffi import ffi
-    from .executable import LoadedExecutable
-
-    options = request["options"]
-    options_buffer = ffi.new("char[]", options) if options else ffi.NULL
-    if request["kind"] == "compile":
-        program_struct = ffi.new("PJRT_Program *")
-        program_struct.struct_size = ffi.sizeof("PJRT_Program")
-        code = ffi.new("char[]", request["payload"])
-        program_struct.code, program_struct.code_size = code, len(request["payload"])
-        program_format = ffi.new("char[]", b"mlir")
-        program_struct.format, program_struct.format_size = program_format, 4
-        args = api.new_args("PJRT_Client_Compile_Args")
-        args.program = program_struct
-        args.compile_options = options_buffer
-        args.compile_options_size = len(options)
-        args.client = client.handle.pointer
-        api.call("PJRT_Client_Compile", args)
-        del code, program_format
-        pointer = args.executable
-    else:
-        data = ffi.new("char[]", request["payload"])
-        args = api.new_args("PJRT_Executable_DeserializeAndLoad_Args")
-        args.serialized_executable = data
-        args.serialized_executable_size = len(request["payload"])
-        if options:
-            args.overridden_serialized_compile_options = options_buffer
-            args.overridden_serialized_compile_options_size = len(options)
-        args.client = client.handle.pointer
-        api.call("PJRT_Executable_DeserializeAndLoad", args)
-        pointer = args.loaded_executable
-    LoadedExecutable(client, pointer).delete()

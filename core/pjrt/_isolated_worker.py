@@ -1,0 +1,99 @@
+"""The isolation worker: the child process behind crash-isolated compilation.
+
+`pjrt.isolated_compile` starts it as `python -c "from pjrt._isolated_worker import serve; ..."`
+with two pipe descriptors. It loads the plugin and makes a client as told, then compiles or
+deserializes each request exactly as the parent will, and answers with None or the plugin's
+error. If the plugin's compiler crashes on a program, this process dies instead of the
+parent, which reads how it ended. Nothing in the package imports this module: it is the
+worker's entry point only, so it may import the client layers freely.
+"""
+from __future__ import annotations
+
+import threading
+
+from . import compilation_cache
+from ._pjrt_cffi import ffi
+from .client import make_c_api_client
+from .errors import XlaRuntimeError
+from .executable import LoadedExecutable
+from .isolated_compile import receive_message, send_message
+from .plugin import load_pjrt_plugin_dynamically
+
+
+def serve(read_fd: int, write_fd: int) -> None:
+    """The worker's loop: load the plugin and make a client as told, then compile or
+    deserialize each request and answer with None or the plugin's error."""
+    def answer(message: dict) -> None:
+        send_message(write_fd, message)
+
+    def read() -> dict | None:
+        return receive_message(read_fd)
+
+    compilation_cache.set_compilation_cache_dir(None)
+    setup = read()
+    if setup is None:
+        return
+    try:
+        load_pjrt_plugin_dynamically(setup["plugin"], setup["library"])
+        client = make_c_api_client(setup["plugin"], setup["options"])
+    except Exception as error:  # reported to the parent, which raises it with context
+        answer({"setup_error": f"{type(error).__name__}: {error}"})
+        return
+    answer({"ready": True})
+    api = client.handle.api
+    # Deeply nested programs recurse deeply in XLA's compiler: a large stack, as in-process.
+    threading.stack_size(1 << 30)
+    while True:
+        request = read()
+        if request is None:
+            return
+        outcome: dict = {}
+
+        def work():
+            try:
+                compile_or_load(api, client, request)
+                outcome["error"] = None
+            except XlaRuntimeError as error:
+                outcome["error"] = (int(error.code), error.plugin_message)
+            except (ValueError, TypeError) as error:  # a description pjrt cannot read
+                outcome["error"] = (3, f"{type(error).__name__}: {error}")
+
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        answer(outcome)
+
+
+def compile_or_load(api, client, request: dict) -> None:
+    """Do what this process will do with the request: compile or deserialize, then read the
+    executable's description as a LoadedExecutable does (damaged executables can crash
+    there too), then free it."""
+    options = request["options"]
+    options_buffer = ffi.new("char[]", options) if options else ffi.NULL
+    if request["kind"] == "compile":
+        program_struct = ffi.new("PJRT_Program *")
+        program_struct.struct_size = ffi.sizeof("PJRT_Program")
+        code = ffi.new("char[]", request["payload"])
+        program_struct.code, program_struct.code_size = code, len(request["payload"])
+        program_format = ffi.new("char[]", b"mlir")
+        program_struct.format, program_struct.format_size = program_format, 4
+        args = api.new_args("PJRT_Client_Compile_Args")
+        args.program = program_struct
+        args.compile_options = options_buffer
+        args.compile_options_size = len(options)
+        args.client = client.handle.pointer
+        api.call("PJRT_Client_Compile", args)
+        del code, program_format
+        pointer = args.executable
+    else:
+        data = ffi.new("char[]", request["payload"])
+        args = api.new_args("PJRT_Executable_DeserializeAndLoad_Args")
+        args.serialized_executable = data
+        args.serialized_executable_size = len(request["payload"])
+        if options:
+            args.overridden_serialized_compile_options = options_buffer
+            args.overridden_serialized_compile_options_size = len(options)
+        args.client = client.handle.pointer
+        api.call("PJRT_Executable_DeserializeAndLoad", args)
+        pointer = args.loaded_executable
+    LoadedExecutable(client, pointer).delete()
