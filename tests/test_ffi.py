@@ -255,9 +255,23 @@ def test_same_name_other_handler_is_refused_same_handler_is_fine():
     pjrt.register_custom_call_target(target, first)
     with pytest.raises(ValueError, match="already registered"):
         pjrt.register_custom_call_target(target, lambda o, r, a: None)
-    # The same name on another platform is another registration.
-    pjrt.register_custom_call_target(target, lambda o, r, a: None, platform="fake_platform")
+    # The same name on another platform is another registration (a C handler: Python
+    # handlers are for the CPU platform only).
+    handler = _c_negate_handler()
+    _keep.append(handler)
+    pjrt.register_custom_call_target(target, handler, platform="fake_platform")
     assert target in pjrt.custom_call_targets("fake_platform")
+
+
+@pytest.mark.parametrize("platform", ["cuda", "ROCM", "tpu", "some_accelerator"])
+def test_python_handlers_are_refused_off_the_cpu_platform(platform):
+    """A Python handler reads its buffers as host memory; an accelerator's plugin passes
+    device memory, whose first read would kill the process. Refused when registered."""
+    target = _unique("py_off_cpu")
+    with pytest.raises(ValueError, match="only the 'cpu' platform passes") as excinfo:
+        pjrt.register_custom_call_target(target, lambda o, r, a: None, platform=platform)
+    assert "C handler" in str(excinfo.value)
+    assert target not in pjrt.custom_call_targets(platform)
 
 
 def test_host_and_cpu_are_one_platform():
@@ -320,12 +334,14 @@ def test_plugin_without_ffi_extension_gives_a_clear_error():
     assert "fake_no_ffi" in message and "FFI extension" in message
     assert "Layouts, MemoryDescriptions" in message
     # Binding it to a platform with handlers registered fails the same way...
-    pjrt.register_custom_call_target(_unique("py_for_fake"), lambda o, r, a: None,
+    handler = _c_negate_handler()
+    _keep.append(handler)
+    pjrt.register_custom_call_target(_unique("c_for_fake"), handler,
                                      platform="fake_no_ffi_platform")
     with pytest.raises(pjrt.UnsupportedFeatureError, match="Layouts"):
         pjrt_ffi.bind_plugin_platform(plugin, "fake_no_ffi_platform")
     # ...and leaves no trace: later registrations for that platform do not try the plugin.
-    pjrt.register_custom_call_target(_unique("py_for_fake"), lambda o, r, a: None,
+    pjrt.register_custom_call_target(_unique("c_for_fake"), handler,
                                      platform="fake_no_ffi_platform")
 
 

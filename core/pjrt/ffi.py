@@ -379,6 +379,8 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
         It fills ``results`` in place or returns the result value(s); whatever it raises
         becomes an error of the program (an XlaRuntimeError when it runs). Python handlers see
         buffers in row-major order; leave out ``operand_layouts``/``result_layouts``.
+        Python handlers run on the CPU platform only: an accelerator's plugin passes device
+        memory, which the host cannot read.
       platform: the platform name, e.g. ``"cpu"`` (``"host"`` is the same platform).
       api_version: 1 (typed XLA FFI, for ``api_version = 4`` custom calls), the only kind
         current PJRT plugins take.
@@ -388,6 +390,7 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
       NotImplementedError: ``api_version`` is not 1.
       ValueError: ``name`` is registered on ``platform`` with another handler.
       TypeError: ``fn`` is neither a C function pointer nor callable.
+      ValueError: ``fn`` is a Python callable and ``platform`` is not the CPU platform.
       UnsupportedFeatureError, XlaRuntimeError: a plugin already serving ``platform`` cannot
         take the handler (the registration is kept for other plugins).
     """
@@ -419,6 +422,14 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
             raise TypeError(f"custom call {name!r}: fn must be a C function pointer (cffi "
                             f"pointer, int address, PyCapsule or ctypes pointer) or a Python "
                             f"callable, not {type(handler).__name__}")
+        if canonical != "cpu":
+            # The trampoline hands the handler numpy views of the buffers' addresses; on an
+            # accelerator those are device memory, and the first read would crash the process.
+            raise ValueError(
+                f"custom call {name!r}: a Python handler reads its operands and results as host "
+                f"memory, which only the 'cpu' platform passes; on {platform!r} the plugin "
+                f"passes device memory. Register a C handler (an XLA_FFI_Handler*) for "
+                f"{platform!r}, or run this custom call in a program for the CPU backend")
         keepalive = _python_handler(name, handler)
         address = int(ffi.cast("uintptr_t", keepalive))
     if address == 0:
