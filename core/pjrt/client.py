@@ -14,7 +14,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 
-from . import distributed
+from . import distributed, startup, vendor_quirks
 from . import plugin as plugin_module
 from ._c import to_str
 from ._pjrt_cffi import ffi
@@ -22,6 +22,7 @@ from .device import Device, Memory, handle_key
 from .errors import ClosedClientError
 from .handles import ClientHandle, HostBufferSemantics, fork_generation
 from .options import XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types
+from .waits import call_off_thread
 
 if TYPE_CHECKING:
     import numpy
@@ -356,7 +357,7 @@ def create_client(plugin: plugin_module.Plugin,
         options, callbacks = multiprocess.prepare(plugin, options, distributed_client)
     named = NamedValues(check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types}))
     _check_not_inherited(plugin)
-    plugin.initialize()
+    vendor_quirks.prepare(plugin)
     api = plugin.api
     for function in REQUIRED_FUNCTIONS:
         api.require(function, why="pjrt cannot manage buffers without it")
@@ -365,8 +366,26 @@ def create_client(plugin: plugin_module.Plugin,
     args.num_options = named.count
     if callbacks is not None:
         callbacks.fill(args)
-    api.call("PJRT_Client_Create", args)
-    handle = ClientHandle(api, args.client)
+    report_stage = startup.stage_reporter()
+
+    def create():
+        if not plugin.initialized:
+            report_stage(f"initialising plugin {plugin.name!r} (PJRT_Plugin_Initialize)")
+            plugin.initialize()
+        report_stage(f"creating a client of plugin {plugin.name!r} (PJRT_Client_Create)")
+        api.call("PJRT_Client_Create", args)
+        return args.client
+
+    def close_late(pointer) -> None:
+        # The caller was interrupted: nobody will use this client, so it is freed here, on
+        # the worker (the callbacks stay alive until it is gone).
+        late = ClientHandle(api, pointer)
+        late.keep_alive = callbacks
+        late.close()
+
+    # On a worker thread, so that Ctrl-C reaches the caller while the plugin starts up.
+    pointer = call_off_thread(create, close_late)
+    handle = ClientHandle(api, pointer)
     # The plugin may call the callbacks for as long as its client lives.
     handle.keep_alive = callbacks
     client = Client(plugin, handle)
