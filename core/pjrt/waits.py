@@ -7,8 +7,11 @@ wakes a condition variable in the C helpers) with a return to Python between the
 pending signal is raised. The plugin's work itself goes on after an interrupted wait; the C
 side frees what the abandoned wait leaves behind.
 
-Compilation has no event to wait on, so it runs on a worker thread, whose stack is large enough
-for the plugin's recursive compiler on deeply nested programs, while the caller waits on it.
+A native call that has no event to wait on (creating a client, compiling, a launch the plugin
+runs inline) runs on a worker thread instead (:func:`call_off_thread`), whose stack is large
+enough for the plugin's recursive compiler on deeply nested programs, while the caller waits on
+it in slices. At interpreter exit, such calls still running are given a moment to end, and the
+process then ends without the teardown they could meet (:func:`_guard_exit`).
 """
 from __future__ import annotations
 
