@@ -355,7 +355,9 @@ sys.exit(3)
 """
 
 
-def _exits_during_compile(count: int, with_torch: bool, plugin: str = "xla_cpu_0_106") -> list:
+def _exits_during_compile(count: int, with_torch: bool, plugin: str = "xla_cpu_0_81") -> list:
+    # The 0.81 build is the one whose exit crashed (SIGSEGV in LLVM on the compile thread, about
+    # 1 exit in 12 with torch imported, before exit left the compile alone).
     length = {"xla_cpu_0_81": 24000, "xla_cpu_0_106": 5000}[plugin]
 
     def one(index: int):
