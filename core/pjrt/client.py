@@ -14,7 +14,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 
-from . import distributed, plugin_logging
+from . import distributed, plugin_logging, startup, vendor_quirks
 from . import plugin as plugin_module
 from ._c import to_str
 from ._pjrt_cffi import ffi
@@ -23,6 +23,7 @@ from .errors import ClosedClientError
 from .handles import ClientHandle, HostBufferSemantics, fork_generation
 from .options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types,
                       check_option_values)
+from .waits import call_off_thread
 
 if TYPE_CHECKING:
     import numpy
@@ -370,10 +371,7 @@ def create_client(plugin: plugin_module.Plugin,
     check_option_values(checked)
     named = NamedValues(checked)
     _check_not_inherited(plugin)
-    # Plugins print while they start (cuInit failing, libtpu's environment): quiet by
-    # default, as when the registry brings a backend up (pjrt.plugin_logging.quietly).
-    with plugin_logging.quietly(plugin.name):
-        plugin.initialize()
+    vendor_quirks.prepare(plugin)
     api = plugin.api
     for function in REQUIRED_FUNCTIONS:
         api.require(function, why="pjrt cannot manage buffers without it")
@@ -382,9 +380,36 @@ def create_client(plugin: plugin_module.Plugin,
     args.num_options = named.count
     if callbacks is not None:
         callbacks.fill(args)
-    with plugin_logging.quietly(plugin.name):
+    report_stage = startup.stage_reporter()
+
+    def create():
+        if not plugin.initialized:
+            report_stage(f"initialising plugin {plugin.name!r} (PJRT_Plugin_Initialize)")
+            plugin.initialize()
+        report_stage(f"creating a client of plugin {plugin.name!r} (PJRT_Client_Create)")
         api.call("PJRT_Client_Create", args)
-    handle = ClientHandle(api, args.client)
+        return args.client
+
+    def close_late(pointer) -> None:
+        # The caller was interrupted: nobody will use this client, so it is freed here, on
+        # the worker (the callbacks stay alive until it is gone).
+        late = ClientHandle(api, pointer)
+        late.keep_alive = callbacks
+        late.close()
+
+    # On a worker thread, so that Ctrl-C reaches the caller while the plugin starts up.
+    # Plugins print while they start (cuInit failing, libtpu's environment): quiet by
+    # default, as when the registry brings a backend up (pjrt.plugin_logging.quietly).
+    with plugin_logging.quietly(plugin.name):
+        try:
+            pointer = call_off_thread(create, close_late)
+        except BaseException:
+            # Ctrl-C inside a key-value callback reached the plugin as CANCELLED: raise the
+            # KeyboardInterrupt itself, not the plugin's error.
+            if callbacks is not None:
+                callbacks.raise_interrupt()
+            raise
+    handle = ClientHandle(api, pointer)
     # The plugin may call the callbacks for as long as its client lives.
     handle.keep_alive = callbacks
     client = Client(plugin, handle)

@@ -284,7 +284,7 @@ def compile_program(client: "Client", computation, executable_devices=None,
     args.compile_options = options_buffer
     args.compile_options_size = len(serialized_options)
 
-    def compile_on_worker():
+    def compile_on_worker(held=(keepalive, options_buffer)):  # kept until the plugin ends
         args.client = handle.pointer
         api.call("PJRT_Client_Compile", args)
         return args.executable

@@ -7,6 +7,8 @@ and raises :class:`XlaRuntimeError`. Nothing else in the package touches ``PJRT_
 from __future__ import annotations
 
 import enum
+import itertools
+import threading
 
 from ._pjrt_cffi import ffi
 
@@ -132,7 +134,46 @@ def consume(api, error) -> XlaRuntimeError:
             _destroy(api, code_error)
     finally:
         _destroy(api, error)
+    if _CARRIED_TAG in message:
+        carried = _claim_carried(message)
+        if carried is not None:
+            return carried  # pyright: ignore[reportReturnType]
     return XlaRuntimeError(code, message)
+
+
+# -- exceptions that keep their type across the plugin ---------------------------------------
+
+#: A KeyboardInterrupt or SystemExit raised in a Python callback the plugin called (a custom
+#: call's handler) must reach the caller as itself, not as the plugin's INTERNAL error. The
+#: callback returns an error whose message carries a tag; :func:`consume` hands back the
+#: exception the tag names. Unclaimed ones (an error nobody read) are dropped oldest first.
+_CARRIED_TAG = "[pjrt carries "
+_CARRIED_LIMIT = 64
+_carried: dict[int, BaseException] = {}
+_carried_numbers = itertools.count(1)
+_carried_lock = threading.Lock()
+
+
+def carry_across_plugin(exception: BaseException) -> str:
+    """A tag to put in the message of the plugin error that stands for ``exception``; the
+    error boundary (:func:`consume`) then raises ``exception`` itself."""
+    number = next(_carried_numbers)
+    with _carried_lock:
+        _carried[number] = exception
+        while len(_carried) > _CARRIED_LIMIT:
+            _carried.pop(next(iter(_carried)))
+    return f"{_CARRIED_TAG}{number}]"
+
+
+def _claim_carried(message: str) -> BaseException | None:
+    start = message.rfind(_CARRIED_TAG) + len(_CARRIED_TAG)
+    end = message.find("]", start)
+    try:
+        number = int(message[start:end])
+    except ValueError:
+        return None
+    with _carried_lock:
+        return _carried.pop(number, None)
 
 
 def _destroy(api, error) -> None:

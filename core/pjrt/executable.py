@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
+from time import monotonic as _clock
 from typing import TYPE_CHECKING, Any, Sequence
 
-from . import _hlo, dtypes, handles, layouts, serialization
+from . import _hlo, dtypes, handles, layouts, long_runs, serialization
 from ._c import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi, lib
 from .array import Array, check_device_sets
@@ -54,7 +55,8 @@ class CompiledMemoryStats:
 class _Scratch:
     """Argument and output pointer arrays reused by one thread's calls of one executable."""
 
-    __slots__ = ("arguments", "outputs", "error", "num_arguments", "num_outputs", "busy")
+    __slots__ = ("arguments", "outputs", "error", "num_arguments", "num_outputs", "busy",
+                 "abandoned")
 
     def __init__(self, num_arguments: int, num_outputs: int):
         self.num_arguments = num_arguments
@@ -65,6 +67,7 @@ class _Scratch:
         #: Set during a call, so that a call made from inside it (a Python custom call
         #: running on this thread) gets arrays of its own.
         self.busy = False
+        self.abandoned = None  # see pjrt.long_runs.free_after
 
 
 class ExecuteResults:
@@ -120,6 +123,7 @@ class LoadedExecutable:
             self._input_shardings = self._output_shardings = None
             self._output_global_shapes = None
             self._layout_checks = _layouts_to_check(self)
+            self.launches_inline = False  # see pjrt.long_runs: the first launch is off-thread
         except BaseException:
             self._release()
             raise
@@ -530,7 +534,7 @@ class LoadedExecutable:
                     for i in range(self._num_outputs)]
         finally:
             if copies is not None:
-                copies.free()
+                long_runs.free_after(scratch, copies.free)
             if scratch is not None:
                 scratch.busy = False
             del handle.active[ticket]
@@ -650,7 +654,7 @@ class LoadedExecutable:
                           for j in range(count)]
         finally:
             if copies is not None:
-                copies.free()
+                long_runs.free_after(scratch, copies.free)
             scratch.busy = False
         self._consume_donated([list(arguments)], keep)
         results = []
@@ -730,6 +734,11 @@ class LoadedExecutable:
     def _launch(self, pointer, scratch: "_Scratch", num_devices: int, num_arguments: int,
                 keep: tuple) -> None:
         api = self._handle.api
+        if not self.launches_inline:
+            self.launches_inline = long_runs.launch(self._handle, pointer, scratch, num_devices,
+                                                    num_arguments, self._num_outputs, keep)
+            return
+        started = _clock()
         if keep:
             keep_array = ffi.new("int64_t[]", keep)
             status = _execute(api.table, pointer, scratch.arguments, num_devices, num_arguments,
@@ -739,6 +748,8 @@ class LoadedExecutable:
             status = _execute(api.table, pointer, scratch.arguments, num_devices, num_arguments,
                               scratch.outputs, self._num_outputs, _NULL, 0, _NULL, _NULL,
                               scratch.error)
+        if _clock() - started > long_runs.INLINE_LIMIT_SECONDS:
+            self.launches_inline = False  # ran long on this thread: launch the next off it
         if status != 0:
             raise MemoryError("out of host memory while preparing the execution")
         error = scratch.error[0]

@@ -29,6 +29,7 @@ callbacks made here are never freed.
 """
 from __future__ import annotations
 
+import contextvars
 import ctypes
 import enum
 import logging
@@ -42,7 +43,8 @@ import numpy as np
 from . import _c, dtypes
 from . import plugin as plugin_module
 from ._pjrt_cffi import ffi, lib
-from .errors import ErrorCode, UnsupportedFeatureError, XlaRuntimeError, check
+from .errors import (ErrorCode, UnsupportedFeatureError, XlaRuntimeError, carry_across_plugin,
+                     check)
 # Deferred set-up of targets lives apart from the handler registry, so that the compile path
 # reaches it without this module; it is part of this module's interface.
 from .target_preparation import canonical_platform as _canonical_platform
@@ -233,6 +235,9 @@ def _handler_failed(frame, name: str, exc: BaseException):
         code = int(exc.code) if isinstance(exc, XlaRuntimeError) else int(ErrorCode.INTERNAL)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         message = f"Python FFI handler {name!r} raised {detail}"
+        # KeyboardInterrupt, SystemExit and the nesting limit reach the caller as themselves.
+        if not isinstance(exc, Exception) or isinstance(exc, RecursionError):
+            message += " " + carry_across_plugin(exc)
         logger.debug("%s", message, exc_info=exc)
     except BaseException:  # noqa: BLE001 - a broken __str__ must not turn into success
         code, message = int(ErrorCode.INTERNAL), f"Python FFI handler {name!r} failed"
@@ -257,6 +262,27 @@ def _store_results(name: str, returned, results: list[np.ndarray]) -> None:
         np.copyto(out, value, casting="same_kind")
 
 
+#: How many Python handlers deep the running code is: a handler may run another program whose
+#: handler runs another... (the count follows the calls onto pjrt's worker threads).
+_handler_depth: contextvars.ContextVar[int] = contextvars.ContextVar("pjrt_ffi_handler_depth",
+                                                                    default=0)
+
+#: The deepest nesting of Python handlers allowed. XLA's CPU plugin hangs when programs nest
+#: through their handlers about 33 deep; a limit well below raises instead.
+MAX_HANDLER_DEPTH = 16
+
+
+def _enter_handler(name: str):
+    depth = _handler_depth.get()
+    if depth >= MAX_HANDLER_DEPTH:
+        raise RecursionError(
+            f"custom-call handler {name!r} would run nested {depth + 1} deep (a handler runs a "
+            f"program whose handler runs a program...); pjrt stops at {MAX_HANDLER_DEPTH} "
+            f"(pjrt.ffi.MAX_HANDLER_DEPTH), since the plugin hangs on deep nesting: end the "
+            f"recursion in the handler sooner")
+    return _handler_depth.set(depth + 1)
+
+
 def _python_handler(name: str, fn: Callable):
     """A C ``XLA_FFI_Handler`` that calls ``fn(operands, results, attributes)``."""
 
@@ -273,7 +299,11 @@ def _python_handler(name: str, fn: Callable):
             results = [_buffer_array(frame.rets.rets[i], writable=True)
                        for i in range(frame.rets.size)]
             attributes = _attributes(frame.attrs)
-            returned = fn(operands, results, attributes)
+            depth = _enter_handler(name)
+            try:
+                returned = fn(operands, results, attributes)
+            finally:
+                _handler_depth.reset(depth)
             if returned is not None:
                 _store_results(name, returned, results)
             return _NULL

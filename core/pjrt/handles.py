@@ -35,6 +35,7 @@ from typing import Callable
 from ._c import Api
 from ._pjrt_cffi import ffi, lib
 from .errors import ClosedClientError, check
+from .waits import skip_native_teardown_at_exit
 
 _NULL = ffi.NULL
 _destroy_buffer = lib.pjrt_shim_buffer_destroy
@@ -525,6 +526,12 @@ def close_all_at_exit(wait_seconds: float = 1.0) -> None:
         while handle.active and time.monotonic() < deadline:
             time.sleep(0.005)
         # A program still computing (one whose caller pressed Ctrl-C, say) would hold up the
-        # client's destruction until it ends: such a client is leaked too.
-        if not handle.active and not handle.computing():
+        # client's destruction until it ends: such a client is leaked too, and so is the rest
+        # of the plugins' teardown (their libraries' destructors wait for the same program).
+        if handle.active or handle.computing():
+            # Nothing of it is freed any more, even by arrays collected later in the exit
+            # (as for a client inherited through fork).
+            handle.generation = -1
+            skip_native_teardown_at_exit()
+        else:
             handle.settle()

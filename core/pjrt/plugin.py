@@ -13,7 +13,7 @@ import os
 import re
 import threading
 
-from . import _c, _elf, _library_search, plugin_logging
+from . import _c, _elf, _library_search, plugin_logging, vendor_quirks
 from ._pjrt_cffi import ffi, lib
 from .errors import PluginLoadError
 from .options import named_values_to_dict
@@ -78,6 +78,7 @@ class Plugin:
         with self._init_lock:
             if self._initialized:
                 return
+            vendor_quirks.prepare(self)  # the library's own switches, before it starts
             if self.api.has("PJRT_Plugin_Initialize"):
                 self.api.call("PJRT_Plugin_Initialize", self.api.new_args("PJRT_Plugin_Initialize_Args"))
             self._initialized = True

@@ -20,7 +20,7 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from . import discovery, plugin_logging
+from . import discovery, plugin_logging, startup
 from .client import Client, create_client
 from .errors import PluginLoadError
 from .plugin import Plugin, PluginTable, default_plugins
@@ -183,11 +183,14 @@ class BackendRegistry:
             plugin_name not in NON_EXPERIMENTAL_PLATFORMS,
             source=source, module=module)
         loaded: list[Plugin] = []
+        # Its own lock, not the registry's: a bring-up calls load() on a worker thread while
+        # the registry's lock is held by the thread waiting for it.
+        load_lock = threading.Lock()
 
         def load() -> Plugin:
             # Loaded once per registration (a c_api table cannot be added twice); the
             # PluginTable returns the same plugin when the library is asked for again.
-            with self._lock:
+            with load_lock:
                 if not loaded:
                     if library_path is not None:
                         loaded.append(self._plugins.load(plugin_name, library_path))
@@ -415,8 +418,9 @@ class BackendRegistry:
             known = ", ".join(sorted(self._registrations)) or "none"
             raise RuntimeError(f"no backend named {name!r} is registered (registered: {known}); "
                                f"{_package_hint(name)}{self._failed_modules()}")
-        with self.plugin_output.kept(capture, name):
-            client = registration.factory()
+        client = startup.bring_up(name, registration.factory, timeout=startup.init_timeout(
+            self._environ), close=lambda client: client.close(), keep_output=lambda: self.plugin_output.kept(
+                capture, name))
         if client is None:
             raise RuntimeError(f"the factory of backend {name!r} returned no client")
         if client.device_count() == 0:

@@ -15,6 +15,7 @@ from .errors import check
 from .handles import TopologyHandle, native_method
 from .options import NamedValues, named_values_to_dict
 from .plugin import Plugin
+from .waits import call_off_thread, run_on_compile_thread
 
 if TYPE_CHECKING:
     from .compile_options import CompileOptions
@@ -108,14 +109,23 @@ class DeviceTopology:
         args.program = program_struct
         args.compile_options = options_buffer
         args.compile_options_size = len(options)
-        api.call("PJRT_Compile", args)
+
+        def compile_on_worker(held=(keepalive, options_buffer)):  # kept until the plugin ends
+            api.call("PJRT_Compile", args)
+            return args.executable
+
+        # On a worker, so that Ctrl-C reaches the caller; the ticket keeps the topology
+        # alive for the compile until it ends, even when the caller has given up.
+        handle = self._handle
+        ticket = handle.begin()
+        run_on_compile_thread(handle, ticket, compile_on_worker,
+                              lambda executable: _destroy_executable(api, executable))
+        handle.end(ticket)
         del keepalive
         try:
             payload = serialization.executable_bytes(api, args.executable)
         finally:
-            destroy = api.new_args("PJRT_Executable_Destroy_Args")
-            destroy.executable = args.executable
-            check(api, api.table.PJRT_Executable_Destroy(destroy))
+            _destroy_executable(api, args.executable)
         return serialization.pack(payload, serialization.plugin_identity(
             self._plugin, self.platform, self.platform_version))
 
@@ -142,7 +152,6 @@ def make_topology(plugin: Plugin, topology_name: str = "",
       UnsupportedFeatureError: the plugin cannot describe topologies.
       XlaRuntimeError: the plugin refused (its message is kept).
     """
-    plugin.initialize()
     api = plugin.api
     named = NamedValues(options)
     encoded = topology_name.encode()
@@ -152,5 +161,19 @@ def make_topology(plugin: Plugin, topology_name: str = "",
     args.topology_name_size = len(encoded)
     args.create_options = named.array
     args.num_options = named.count
-    api.call("PJRT_TopologyDescription_Create", args)
-    return DeviceTopology(plugin, args.topology)
+
+    def create():
+        plugin.initialize()
+        api.call("PJRT_TopologyDescription_Create", args)
+        return args.topology
+
+    # On a worker, so that Ctrl-C reaches the caller; a description that arrives after the
+    # caller gave up is freed there.
+    return DeviceTopology(plugin, call_off_thread(
+        create, lambda late: late is not None and TopologyHandle(api, late).close()))
+
+
+def _destroy_executable(api, executable) -> None:
+    destroy = api.new_args("PJRT_Executable_Destroy_Args")
+    destroy.executable = executable
+    check(api, api.table.PJRT_Executable_Destroy(destroy))

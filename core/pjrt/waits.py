@@ -7,11 +7,17 @@ wakes a condition variable in the C helpers) with a return to Python between the
 pending signal is raised. The plugin's work itself goes on after an interrupted wait; the C
 side frees what the abandoned wait leaves behind.
 
-Compilation has no event to wait on, so it runs on a worker thread, whose stack is large enough
-for the plugin's recursive compiler on deeply nested programs, while the caller waits on it.
+A native call that has no event to wait on (creating a client, compiling, a launch the plugin
+runs inline) runs on a worker thread instead (:func:`call_off_thread`), whose stack is large
+enough for the plugin's recursive compiler on deeply nested programs, while the caller waits on
+it in slices. At interpreter exit, such calls still running are given a moment to end, and the
+process then ends without the teardown they could meet (:func:`_guard_exit`).
 """
 from __future__ import annotations
 
+import atexit
+import contextvars
+import ctypes
 import os
 import queue
 import threading
@@ -133,10 +139,13 @@ def _return_worker(worker: _Worker) -> None:
 
 def _forget_workers_after_fork() -> None:
     # Threads do not survive fork(): the child's copies of the workers would never run a job.
-    global _workers_lock
+    global _workers_lock, _in_flight, _in_flight_lock, _idle
     _workers.clear()
     _idle_workers.clear()
     _workers_lock = threading.Lock()
+    _in_flight = 0
+    _in_flight_lock = threading.Lock()
+    _idle = threading.Condition(_in_flight_lock)
 
 
 if hasattr(os, "register_at_fork"):
@@ -155,14 +164,64 @@ def run_on_compile_thread(handle, ticket: int, work: Callable[[], T],
     the work goes on, ended by the worker after ``abandon(result)`` has freed whatever
     ``work`` returned (an exception ``work`` raises is then dropped).
     """
+    def abandoned(value) -> None:
+        try:
+            if value is not None:
+                abandon(value)
+        finally:
+            handle.end(ticket)
+
+    try:
+        return call_off_thread(work, abandoned)
+    except BaseException as error:
+        if not was_abandoned(error):
+            handle.end(ticket)
+        raise
+
+
+#: Native calls running on worker threads now (interrupted ones included), for the exit guard.
+_in_flight = 0
+_in_flight_lock = threading.Lock()
+_idle = threading.Condition(_in_flight_lock)
+
+
+def calls_in_flight() -> int:
+    """How many native calls started through :func:`call_off_thread` are still running."""
+    return _in_flight
+
+
+def wait_until_idle(seconds: float) -> bool:
+    """Wait up to ``seconds`` for every call of :func:`call_off_thread` to end; whether they did."""
+    with _idle:
+        return _idle.wait_for(lambda: _in_flight == 0, timeout=seconds)
+
+
+def call_off_thread(work: Callable[[], T], abandon: Callable[[T | None], None] | None = None,
+                    *, wait: Callable[[threading.Event], None] | None = None) -> T:
+    """Run the native call ``work()`` on a large-stack worker thread and return what it returns
+    (or raise what it raises); the caller waits in slices, so Ctrl-C reaches it.
+
+    If the wait is left by an exception (a ``KeyboardInterrupt``, or one ``wait`` raises),
+    that exception goes on up at once (:func:`was_abandoned` says so of it) and
+    ``abandon(result)`` (``result`` is None when the work raised) frees what the work produced:
+    at once if it has just ended, else on the worker as soon as it ends, never under the
+    running call. ``wait(done)``, when given, replaces the plain sliced wait for the event
+    ``done`` (to bound it in time, or to report progress).
+    """
+    global _in_flight
     worker = _take_worker()
     done = threading.Event()
     outcome: dict = {}
     lock = threading.Lock()
+    # The work sees the caller's context variables (how deep in custom-call handlers it is).
+    context = contextvars.copy_context()
+    with _in_flight_lock:
+        _in_flight += 1
 
     def job() -> None:
+        global _in_flight
         try:
-            outcome["value"] = work()
+            outcome["value"] = context.run(work)
         except BaseException as error:  # noqa: BLE001 - handed to the waiting caller
             outcome["error"] = error
         finally:
@@ -171,30 +230,87 @@ def run_on_compile_thread(handle, ticket: int, work: Callable[[], T],
                 done.set()
             if abandoned:
                 _abandon(outcome, abandon)
-                handle.end(ticket)
+            with _in_flight_lock:
+                _in_flight -= 1
+                _idle.notify_all()
             _return_worker(worker)
 
     worker.submit(job)
     try:
-        while not done.wait(WAIT_SLICE_MS / 1000):
-            pass
-    except BaseException:
+        if wait is not None:
+            wait(done)
+        else:
+            while not done.wait(WAIT_SLICE_MS / 1000):
+                pass
+    except BaseException as error:
         with lock:
             finished = done.is_set()
             outcome["abandoned"] = not finished
+        _tag_abandoned(error)
         if finished:  # the result came with the signal: free it here
             _abandon(outcome, abandon)
-            handle.end(ticket)
         raise
     if "error" in outcome:
-        handle.end(ticket)
         raise outcome["error"]
     return outcome["value"]
 
 
-def _abandon(outcome: dict, abandon: Callable) -> None:
-    if "value" in outcome:
-        try:
-            abandon(outcome["value"])
-        except Exception:  # noqa: BLE001 - nobody is waiting for this result
-            pass
+def _tag_abandoned(error: BaseException) -> None:
+    try:
+        error.__pjrt_abandoned__ = True  # pyright: ignore[reportAttributeAccessIssue]
+    except AttributeError:  # an exception type with __slots__: the caller cannot tell
+        pass
+
+
+def was_abandoned(error: BaseException) -> bool:
+    """Whether ``error`` left :func:`call_off_thread`'s wait, so that its ``abandon``
+    callback, not the caller, disposes of the call's result."""
+    return getattr(error, "__pjrt_abandoned__", False)
+
+
+def _abandon(outcome: dict, abandon: Callable | None) -> None:
+    if abandon is None:
+        return
+    try:
+        abandon(outcome.get("value"))
+    except Exception:  # noqa: BLE001 - nobody is waiting for this result
+        pass
+
+
+# -- exit never meets a native call in flight --------------------------------------------------
+
+#: Seconds the interpreter's exit waits for native calls still running on worker threads (a
+#: compile or program whose caller was interrupted, or a daemon thread's).
+EXIT_WAIT_SECONDS = 2.0
+
+
+@atexit.register
+def _guard_exit(wait_seconds: float | None = None) -> None:
+    """At interpreter exit, wait a little for native calls still running; if some still
+    are, end the process without the C library's exit handlers.
+
+    Those handlers run the plugins' static destructors (LLVM's among them), which would tear
+    down state a compile still running on a worker uses: a crash at exit. The process ends
+    with the exit status it was going to have, through ``_exit``, registered last so that it
+    runs first; Python's own buffers have been flushed by then.
+    """
+    if _in_flight == 0:
+        return
+    if wait_until_idle(EXIT_WAIT_SECONDS if wait_seconds is None else wait_seconds):
+        return
+    skip_native_teardown_at_exit()
+
+
+def skip_native_teardown_at_exit() -> bool:
+    """Make the C library's ``exit()`` end the process at once (``_exit`` with the same
+    status), skipping its exit handlers and the libraries' destructors; whether that could be
+    arranged (it needs glibc's ``on_exit``)."""
+    try:
+        libc = ctypes.CDLL(None)
+        on_exit, quick_exit = libc.on_exit, libc._exit
+    except (OSError, AttributeError):
+        return False
+    # on_exit calls its handler as handler(status, arg): _exit takes the status and ignores
+    # the extra argument (a register nobody reads).
+    on_exit.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    return on_exit(ctypes.cast(quick_exit, ctypes.c_void_p), None) == 0

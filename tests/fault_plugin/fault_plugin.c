@@ -38,7 +38,12 @@
  *                              (only for executables whose name contains NAME);
  *       abort_create           PJRT_Client_Create prints a line on stderr and
  *                              aborts the process.
- *   The last four need PJRT_FAULT_DELEGATE: this plugin compiles nothing.
+ *       slow_client_create[:SECONDS]  PJRT_Client_Create sleeps SECONDS (default
+ *                              an hour) before it answers, as a plugin looking
+ *                              for hardware or servers that are not there.
+ *   abort_compile, corrupt_to_host, hang_execute and abort_create need
+ *   PJRT_FAULT_DELEGATE (this plugin compiles nothing); slow_client_create needs it
+ *   unset.
  */
 #define _GNU_SOURCE /* memmem */
 #include <dlfcn.h>
@@ -82,6 +87,11 @@ static long g_initialize_calls, g_client_create_calls;
 static long g_misuse;
 static char g_last_misuse[256];
 static char g_last_options[1024];
+
+/* The fault the environment selects (see the top; read in GetPjrtApi). */
+static char g_fault[64];
+static char g_fault_argument[256];
+static int fault_is(const char* name);
 
 /* Counters may be bumped from whichever thread the host's garbage collector
  * runs on, so they are updated atomically. */
@@ -344,6 +354,10 @@ static PJRT_Error* impl_PJRT_Client_Create(PJRT_Client_Create_Args* args) {
   GUARD(PJRT_Client_Create);
   bump(&g_client_create_calls);
   record_options(args->create_options, args->num_options);
+  if (fault_is("slow_client_create")) {
+    unsigned seconds = g_fault_argument[0] ? (unsigned)atoi(g_fault_argument) : 3600;
+    while (seconds > 0) seconds = sleep(seconds); /* a signal does not cut it short */
+  }
   if (g_mode == FAULT_MODE_CLIENT_CREATE_FAILS) {
     return make_error((PJRT_Error_Code)g_failure_code, "%s", g_failure_message);
   }
@@ -703,8 +717,6 @@ static void fill_table(void) {
 /* ---- faults selected by the environment (see the top) ------------------- */
 
 static const PJRT_Api* g_delegate; /* the real plugin's table, when delegating */
-static char g_fault[64];
-static char g_fault_argument[256];
 
 static void read_fault_environment(void) {
   const char* spec = getenv("PJRT_FAULT");
