@@ -6,11 +6,9 @@ first question the installed plugins are discovered (see :mod:`pjrt.discovery`),
 selected factory is called once. The state lives in a :class:`BackendRegistry` behind one
 lock; the module-level functions use :data:`default_registry` and keep JAX's names.
 
-Choosing platforms: ``PJRT_PLATFORMS=cuda,cpu`` (or :func:`set_platforms`) lists the platforms
-to bring up, first = default; each must come up or the first question fails loudly, and
-platforms not listed are never loaded. Unset, every registered backend is tried, failures are
-recorded with their reason (:func:`backend_errors`), and the default is the highest-priority
-backend that came up.
+``PJRT_PLATFORMS=cuda,cpu`` (or :func:`set_platforms`) lists the platforms to bring up, the
+first the default; each must come up, and the others are never loaded. Unset, every backend
+is tried, failures are kept (:func:`backend_errors`), and the highest priority up is default.
 """
 from __future__ import annotations
 
@@ -24,16 +22,15 @@ from . import discovery, plugin_logging, startup
 from .client import Client, create_client
 from .errors import PluginLoadError
 from .plugin import Plugin, PluginTable, default_plugins
+# Platform names, aliases and PJRT_PLATFORMS, re-exported where the registry's users look.
+from .platforms import (NON_EXPERIMENTAL_PLATFORMS, PLATFORM_ALIASES, PLATFORMS_ENV,  # noqa: F401
+                        expand_platform_alias, is_gpu, parse_platforms)
 
 if TYPE_CHECKING:
     from .device import Device
     from .topology import DeviceTopology
 
 logger = logging.getLogger(__name__)
-
-# Platform names, aliases and PJRT_PLATFORMS, re-exported here where the registry's users look.
-from .platforms import (NON_EXPERIMENTAL_PLATFORMS, PLATFORM_ALIASES, PLATFORMS_ENV,  # noqa: E402,F401
-                        expand_platform_alias, is_gpu, parse_platforms)
 
 _NVIDIA_DEVICE_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")
 
@@ -216,7 +213,8 @@ class BackendRegistry:
                 plugin = load()
             except (PluginLoadError, ValueError) as error:  # ValueError: the name is taken,
                 # by a registration (which stays) or by a library loaded by hand (the reason).
-                taken_by_hand = isinstance(error, ValueError) and plugin_name not in self._registrations
+                taken_by_hand = (isinstance(error, ValueError)
+                                 and plugin_name not in self._registrations)
                 if isinstance(error, PluginLoadError) or taken_by_hand:
                     self.register_unavailable(plugin_name, error, priority=priority, source=source,
                                               module=module)
@@ -418,13 +416,13 @@ class BackendRegistry:
             known = ", ".join(sorted(self._registrations)) or "none"
             raise RuntimeError(f"no backend named {name!r} is registered (registered: {known}); "
                                f"{_package_hint(name)}{self._failed_modules()}")
-        client = startup.bring_up(name, registration.factory, timeout=startup.init_timeout(
-            self._environ), close=lambda client: client.close(), keep_output=lambda: self.plugin_output.kept(
-                capture, name))
-        if client is None:
-            raise RuntimeError(f"the factory of backend {name!r} returned no client")
-        if client.device_count() == 0:
-            raise RuntimeError(f"backend {name!r} has no devices")
+        client = startup.bring_up(name, registration.factory,
+                                  timeout=startup.init_timeout(self._environ),
+                                  close=lambda client: client.close(),
+                                  keep_output=lambda: self.plugin_output.kept(capture, name))
+        if client is None or client.device_count() == 0:
+            raise RuntimeError(f"backend {name!r} has no devices" if client is not None else
+                               f"the factory of backend {name!r} returned no client")
         # Only a backend that came up is worth this warning; one that failed says why instead.
         if registration.experimental and name not in self._warned_experimental:
             self._warned_experimental.add(name)
