@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import struct
 
+import numpy as np
 import pytest
 
 import pjrt
@@ -95,6 +96,25 @@ def test_good_programs_pass_the_checks():
         text = (FIXTURES / f"{name}.mlir").read_bytes()
         program_checks.check_program_structure(text, 8)
         program_checks.check_program_structure(text, 1)
+
+
+def test_a_one_device_mesh_compiles_and_runs(client):
+    """pjrt annotates a program for a one-device mesh with `{devices=[1,1]0}`, which XLA's
+    sharding parser calls invalid but every plugin compiles; the checks let it through."""
+    program = """module @m attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<4x2xf32> {mhlo.sharding = "{devices=[1,1]0}"})
+      -> (tensor<4x2xf32> {mhlo.sharding = "{devices=[1,1]0}"}) {
+    %0 = stablehlo.add %arg0, %arg0 : tensor<4x2xf32>
+    return %0 : tensor<4x2xf32>
+  }
+}"""
+    x = np.arange(8, dtype=np.float32).reshape(4, 2)
+    compiled = pjrt.compile(program, devices=client.devices()[:1])
+    np.testing.assert_array_equal(np.asarray(compiled(x)), x + x)
+    # The same over a one-device mesh, with the argument placed by a NamedSharding.
+    mesh = pjrt.Mesh(np.array(client.devices()[:1]), ("x",))
+    placed = pjrt.device_put(x, pjrt.NamedSharding(mesh, pjrt.P("x", None)))
+    np.testing.assert_array_equal(np.asarray(pjrt.compile(program, mesh)(placed)), x + x)
 
 
 def test_cpu_device_count_out_of_range(cpu_plugin):
