@@ -1,0 +1,341 @@
+"""What a compiled program says about itself: its devices, the shapes, dtypes, shardings and
+layouts of its parameters and outputs, the plugin's memory and cost estimates, its optimised
+HLO and its serialized form.
+
+`ExecutableMetadata` is the half of a [`LoadedExecutable`][pjrt.executable.LoadedExecutable]
+that describes the program; `pjrt.executable` adds running it. Everything a call needs is read
+once, when the executable is loaded; the rest is asked of the plugin when wanted.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Sequence
+
+from . import _hlo, dtypes, handles, layouts, serialization
+from ._c import HEADER_VERSION, to_str
+from ._pjrt_cffi import ffi
+from .errors import ClosedClientError, ErrorCode, UnsupportedFeatureError, XlaRuntimeError
+from .hlo_sharding import HloSharding
+from .options import named_values_to_dict
+from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .device import Device
+
+_NULL = ffi.NULL
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledMemoryStats:
+    """Memory an executable needs on its device, in bytes (``PJRT_Executable_GetCompiledMemoryStats``)."""
+
+    generated_code_size_in_bytes: int
+    argument_size_in_bytes: int
+    output_size_in_bytes: int
+    alias_size_in_bytes: int
+    temp_size_in_bytes: int
+    host_generated_code_size_in_bytes: int = 0
+    host_argument_size_in_bytes: int = 0
+    host_output_size_in_bytes: int = 0
+    host_alias_size_in_bytes: int = 0
+    host_temp_size_in_bytes: int = 0
+    peak_memory_in_bytes: int = 0
+
+
+class ExecutableMetadata:
+    """The description of a loaded executable; see `pjrt.executable.LoadedExecutable`, which
+    sets the fields below when it loads the program."""
+
+    _client: "Client"
+    _handle: handles.ClientHandle
+    _pointer: object
+    _executable: object
+    _devices: tuple
+    _global_devices: tuple | None
+    _num_outputs: int
+    _output_shapes: tuple | None
+    _output_dtypes: tuple | None
+    _signature: _hlo.ModuleSignature | None
+    _replicas: int
+    _input_shardings: tuple | None
+    _output_shardings: tuple | None
+
+    # -- metadata read once ----------------------------------------------------------------
+
+    def _read_output_types(self):
+        api = self._handle.api
+        count = self._num_outputs
+        try:
+            types = api.call_new("PJRT_Executable_OutputElementTypes", executable=self._executable)
+            dims = api.call_new("PJRT_Executable_OutputDimensions", executable=self._executable)
+        except XlaRuntimeError:
+            return None, None  # read from each result buffer instead
+        output_dtypes = []
+        for i in range(count):
+            try:
+                output_dtypes.append(dtypes.from_pjrt_type(types.output_types[i]))
+            except TypeError:
+                raise TypeError(f"output {i} of the program has PJRT buffer type "
+                                f"{types.output_types[i]} (a token or another value that is not "
+                                f"an array), which pjrt cannot return; return arrays only") from None
+        output_dtypes = tuple(output_dtypes)
+        shapes = []
+        offset = 0
+        for i in range(count):
+            rank = int(dims.dim_sizes[i])
+            shapes.append(tuple(int(dims.dims[offset + j]) for j in range(rank)))
+            offset += rank
+        return tuple(shapes), output_dtypes
+
+    def _read_signature(self) -> _hlo.ModuleSignature | None:
+        serialized = self._optimized_module_bytes()
+        if serialized is None:
+            return None
+        try:
+            return _hlo.module_signature(serialized)
+        except ValueError:
+            return None
+
+    def _optimized_module_bytes(self) -> bytes | None:
+        api = self._handle.api
+        if not api.has("PJRT_Executable_OptimizedProgram"):
+            return None
+        program = ffi.new("PJRT_Program *")
+        program.struct_size = ffi.sizeof("PJRT_Program")
+        args = api.new_args("PJRT_Executable_OptimizedProgram_Args")
+        args.executable = self._executable
+        args.program = program
+        try:
+            api.call("PJRT_Executable_OptimizedProgram", args)  # asks for the size
+            buffer = ffi.new("char[]", max(program.code_size, 1))
+            program.code = buffer
+            api.call("PJRT_Executable_OptimizedProgram", args)
+        except XlaRuntimeError:
+            return None
+        serialized = ffi.unpack(buffer, program.code_size)
+        if to_str(program.format, program.format_size) == "hlo_with_config":
+            serialized = _hlo.module_from_module_with_config(serialized)
+        return serialized
+
+    def _live_pointer(self):
+        pointer = self._pointer
+        if pointer == _NULL:
+            raise RuntimeError("this executable has been deleted")
+        if self._handle.closed:
+            raise ClosedClientError(f"this executable's client is closed: "
+                                    f"{self._handle.closed_reason}")
+        return pointer
+
+    # -- queries ---------------------------------------------------------------------------
+
+    @property
+    def client(self) -> "Client":
+        return self._client
+
+    def local_devices(self) -> list["Device"]:
+        """The devices the executable runs on, in execution order."""
+        return list(self._devices)
+
+    addressable_devices = local_devices
+
+    def global_devices(self) -> list["Device"]:
+        """Every device the program runs on, other processes' included (the local devices
+        for a program of this process alone)."""
+        return list(self._global_devices or self._devices)
+
+    @property
+    def num_outputs(self) -> int:
+        return self._num_outputs
+
+    @property
+    def output_shapes(self) -> tuple | None:
+        """Per-device shapes of the outputs (None when the plugin does not report them)."""
+        return self._output_shapes
+
+    @property
+    def output_dtypes(self) -> tuple | None:
+        return self._output_dtypes
+
+    @property
+    def input_shapes(self) -> tuple | None:
+        """Per-device ``(shape, dtype)`` of each parameter, from the optimised module."""
+        if self._signature is None:
+            return None
+        return tuple((p.shape, p.dtype) if p is not None else None
+                     for p in self._signature.parameters)
+
+    @property
+    def donated_parameters(self) -> frozenset:
+        """Indices of parameters whose buffers the program takes over (donation)."""
+        return self._signature.donated_parameters if self._signature else frozenset()
+
+    @property
+    def input_shardings(self) -> tuple:
+        """How each parameter is laid out over the executable's devices (a Sharding each):
+        the partitioner's choice for an SPMD program, one slice per device for a replicated
+        one, the single device otherwise."""
+        if self._input_shardings is None:
+            count = len(self._signature.parameters) if self._signature is not None else 0
+            self._input_shardings = self._shardings(
+                self._signature.parameter_shardings if self._signature else None, count)
+        return self._input_shardings
+
+    @property
+    def output_shardings(self) -> tuple:
+        """How each output is laid out over the executable's devices (a Sharding each)."""
+        if self._output_shardings is None:
+            raw = self._signature.output_sharding if self._signature is not None else None
+            per_output = None
+            if raw is not None:
+                parsed = HloSharding.from_proto(raw)
+                per_output = ([e for e in parsed.tuple_elements()] if parsed.is_tuple()
+                              else [parsed])
+                if len(per_output) != self._num_outputs:
+                    per_output = None
+            self._output_shardings = self._shardings(per_output, self._num_outputs)
+        return self._output_shardings
+
+    def _shardings(self, raw: Sequence | None, count: int) -> tuple:
+        devices = self._global_devices or self._devices
+        if len(devices) == 1:
+            return tuple(SingleDeviceSharding(devices[0]) for _ in range(count))
+        if self._replicas > 1:
+            return tuple(PmapSharding(devices) for _ in range(count))
+        result = []
+        for i in range(count):
+            entry = raw[i] if raw is not None and i < len(raw) else None
+            if entry is None:
+                result.append(GSPMDSharding.get_replicated(devices))
+            else:
+                hlo = entry if isinstance(entry, HloSharding) else HloSharding.from_proto(entry)
+                result.append(GSPMDSharding(devices, hlo))
+        return tuple(result)
+
+    @handles.native_method
+    def name(self) -> str:
+        args = self._handle.api.call_new("PJRT_Executable_Name", executable=self._executable_ptr())
+        return to_str(args.executable_name, args.executable_name_size)
+
+    def _executable_ptr(self):
+        self._live_pointer()
+        return self._executable
+
+    @handles.native_method
+    def num_replicas(self) -> int:
+        return int(self._handle.api.call_new("PJRT_Executable_NumReplicas",
+                                             executable=self._executable_ptr()).num_replicas)
+
+    @handles.native_method
+    def num_partitions(self) -> int:
+        return int(self._handle.api.call_new("PJRT_Executable_NumPartitions",
+                                             executable=self._executable_ptr()).num_partitions)
+
+    @handles.native_method
+    def fingerprint(self) -> bytes | None:
+        """A fingerprint of the compiled program, or None if the plugin has none."""
+        api = self._handle.api
+        if not api.has("PJRT_Executable_Fingerprint"):
+            return None
+        try:
+            args = api.call_new("PJRT_Executable_Fingerprint", executable=self._executable_ptr())
+        except XlaRuntimeError:
+            return None
+        if args.executable_fingerprint == _NULL:
+            return None
+        return ffi.unpack(args.executable_fingerprint, args.executable_fingerprint_size)
+
+    @handles.native_method
+    def size_of_generated_code_in_bytes(self) -> int:
+        return int(self._handle.api.call_new("PJRT_Executable_SizeOfGeneratedCodeInBytes",
+                                             executable=self._executable_ptr()).size_in_bytes)
+
+    @handles.native_method
+    def get_compiled_memory_stats(self) -> CompiledMemoryStats:
+        """What the compiled program needs on its device, in bytes."""
+        args = self._handle.api.call_new("PJRT_Executable_GetCompiledMemoryStats",
+                                         executable=self._executable_ptr())
+        values = {}
+        for field in dataclasses.fields(CompiledMemoryStats):
+            values[field.name] = int(getattr(args, field.name, 0))
+        return CompiledMemoryStats(**values)
+
+    @handles.native_method
+    def cost_analysis(self) -> dict:
+        """The plugin's cost estimates (e.g. ``flops``, ``bytes accessed``); {} if none."""
+        api = self._handle.api
+        try:
+            args = api.call_new("PJRT_Executable_GetCostAnalysis", executable=self._executable_ptr())
+        except (XlaRuntimeError, UnsupportedFeatureError):
+            return {}
+        return named_values_to_dict(args.properties, args.num_properties)
+
+    @handles.native_method
+    def output_memory_kinds(self) -> list[str]:
+        """The memory kind of each output (e.g. ``"device"``)."""
+        args = self._handle.api.call_new("PJRT_Executable_OutputMemoryKinds",
+                                         executable=self._executable_ptr())
+        return [to_str(args.memory_kinds[i], args.memory_kind_sizes[i])
+                for i in range(args.num_outputs)]
+
+    def get_output_memory_kinds(self) -> list[list[str]]:
+        """jaxlib's form of :meth:`output_memory_kinds`: one list per program (one here); the
+        devices' default memory for plugins that cannot say (XLA's CPU plugin at 0.81)."""
+        try:
+            return [self.output_memory_kinds()]
+        except XlaRuntimeError as error:
+            if error.code != ErrorCode.UNIMPLEMENTED:
+                raise
+            return [[self._devices[0].default_memory().kind] * self._num_outputs]
+
+    @handles.native_method
+    def get_parameter_layouts(self) -> list[layouts.PjRtLayout]:
+        """The memory layout the program expects of each parameter (the plugin's layouts
+        extension, else the optimised module's program shape)."""
+        return self._layouts("parameters")
+
+    @handles.native_method
+    def get_output_layouts(self) -> list[layouts.PjRtLayout]:
+        """The memory layout of each output (as :meth:`get_parameter_layouts`)."""
+        return self._layouts("outputs")
+
+    def _layouts(self, which: str) -> list[layouts.PjRtLayout]:
+        api = self._handle.api
+        try:
+            return layouts.executable_layouts(api, self._executable_ptr(), which)
+        except UnsupportedFeatureError:
+            module = self._optimized_module_bytes()
+            if module is None:
+                raise
+            return list(layouts.module_layouts(module)[which == "outputs"])
+
+    input_layouts = property(get_parameter_layouts, doc="The parameters' layouts.")
+    output_layouts = property(get_output_layouts, doc="The outputs' layouts.")
+    @handles.native_method
+    def optimized_module_proto(self) -> bytes:
+        """The optimised program as a serialised ``xla.HloModuleProto``."""
+        self._live_pointer()
+        serialized = self._optimized_module_bytes()
+        if serialized is None:
+            raise UnsupportedFeatureError("PJRT_Executable_OptimizedProgram", self._handle.api.plugin_name,
+                                          self._handle.api.version, HEADER_VERSION,
+                                          why="the plugin cannot return the optimised program")
+        return serialized
+
+    def hlo_text(self) -> str:
+        """The optimised program as readable HLO text (names, shapes, opcodes, operands)."""
+        return _hlo.module_text(self.optimized_module_proto())
+
+    as_text = hlo_text
+
+    @handles.native_method
+    def serialize(self) -> bytes:
+        """The compiled executable as bytes, for :meth:`Client.deserialize_executable`.
+
+        The bytes name the plugin build that made them (see :mod:`pjrt.serialization`), and
+        only that build will load them.
+        """
+        payload = serialization.executable_bytes(self._handle.api, self._executable_ptr())
+        client = self._client
+        return serialization.pack(payload, serialization.plugin_identity(
+            client.plugin, client.platform, client.platform_version))
