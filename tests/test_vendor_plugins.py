@@ -1,7 +1,7 @@
 """The hardware vendors' real PJRT plugins, loaded on whatever machine the tests run on.
 
 These run in the ``vendor`` tox environment, which installs jax-cuda13-pjrt, jax-cuda12-pjrt,
-libtpu and jax-rocm7-pjrt (``pytest -m vendor``). On a machine without the hardware each plugin must
+libtpu, jax-rocm10-pjrt and jax-rocm7-pjrt (``pytest -m vendor``). On a machine without the hardware each plugin must
 load (or fail to load with the missing library named), report its version, and fail client
 creation with its own message wrapped in XlaRuntimeError; with the hardware, the client
 must come up instead.
@@ -74,8 +74,9 @@ def test_tpu_plugin(monkeypatch):
     assert "TPU initialization failed" in info.value.plugin_message
 
 
-def test_rocm_plugin_names_the_missing_library():
-    path = vendor_library("jax-rocm7-pjrt", "xla_rocm_plugin.so")
+@pytest.mark.parametrize("distribution", ["jax-rocm10-pjrt", "jax-rocm7-pjrt"])
+def test_rocm_plugin_names_the_missing_library(distribution):
+    path = vendor_library(distribution, "xla_rocm_plugin.so")
     if _has_amd_gpu():
         plugin = pjrt.load_pjrt_plugin_dynamically("vendor_rocm", path)
         assert plugin.api_version[0] == 0
@@ -147,8 +148,9 @@ def test_xla_cuda12_wheel_lists_all_it_lacks_driver_first():
         assert "pip install" in message and "nvidia-cuda-cupti-cu12" in message
 
 
-def test_rocm_wheel_lists_all_it_lacks_runtime_first():
-    path = vendor_library("jax-rocm7-pjrt", "xla_rocm_plugin.so")
+@pytest.mark.parametrize("distribution", ["jax-rocm10-pjrt", "jax-rocm7-pjrt"])
+def test_rocm_wheel_lists_all_it_lacks_runtime_first(distribution):
+    path = vendor_library(distribution, "xla_rocm_plugin.so")
     expected = _ldd_missing(path) if HAS_LDD else None
     if expected == set():
         pytest.skip("every library the ROCm plugin needs is installed here")
