@@ -2,7 +2,7 @@
 
 The plugin library comes from one of AMD's JAX wheels: ``jax-rocm10-pjrt`` (installed by
 ``pip install 'pjrt-rocm[rocm10]'``, built for ROCm 10.1) or ``jax-rocm7-pjrt``
-(``pjrt-rocm[rocm7]``, ROCm 7). When both are installed ROCm 10 is used; :func:`vendor_plugin`
+(``pjrt-rocm[rocm7]``, ROCm 7). When both are installed ROCm 10 is used; `vendor_plugin()`
 says which was found. Unlike the CUDA plugin, the library links directly against ROCm's
 libraries (HSA, HIP, hipBLASLt, MIOpen, rocprofiler-sdk, ...), so on a machine without ROCm it
 cannot even be loaded. pjrt reports that as a PluginLoadError listing every library the loader
@@ -67,7 +67,7 @@ class VendorPlugin:
 
 
 def _installed_wheels():
-    """The ROCm plugin wheels installed, in the order of :data:`VENDOR_WHEELS`.
+    """The ROCm plugin wheels installed, in the order of `VENDOR_WHEELS`.
 
     Found with ``importlib.util.find_spec``, which locates ``jax_plugins.xla_rocmNN`` without
     running it (running it would import jax).
@@ -107,7 +107,7 @@ def vendor_plugin() -> VendorPlugin:
 
 def library_path() -> str:
     """Absolute path of the ROCm plugin library inside the vendor wheel found by
-    :func:`vendor_plugin` (jax-rocm10-pjrt, else jax-rocm7-pjrt).
+    `vendor_plugin()` (jax-rocm10-pjrt, else jax-rocm7-pjrt).
 
     Raises:
       FileNotFoundError: neither wheel is installed, or its library is missing.
