@@ -42,7 +42,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 # platform -> (package, what its backend's reason says to install without its vendor's wheel)
 HARDWARE = {"cuda": ("pjrt_cuda", "'pjrt-cuda[cuda13]'"),
-            "rocm": ("pjrt_rocm", "jax-rocm7-pjrt"),
+            "rocm": ("pjrt_rocm", "'pjrt-rocm[rocm10]'"),
             "tpu": ("pjrt_tpu", "libtpu")}
 COMPILERS = ("cc", "gcc", "clang", "c++", "g++", "clang++", "x86_64-linux-gnu-gcc")
 

@@ -225,6 +225,7 @@ def test_plugin_without_compile_is_told_so_once(monkeypatch, fault_plugin):
 
 @pytest.mark.vendor
 @pytest.mark.parametrize("distribution, filename, code, message", [
+    ("jax-cuda13-pjrt", "xla_cuda_plugin.so", "FAILED_PRECONDITION", "No visible GPU devices"),
     ("jax-cuda12-pjrt", "xla_cuda_plugin.so", "FAILED_PRECONDITION", "No visible GPU devices"),
     ("libtpu", "libtpu.so", "NOT_FOUND", "TPU initialization failed"),
 ])
@@ -251,14 +252,18 @@ def test_vendor_plugin_without_hardware_reports_client_creation(monkeypatch, dis
 
 
 @pytest.mark.vendor
-def test_rocm_plugin_without_its_libraries_reports_the_missing_one():
+@pytest.mark.parametrize("distribution", ["jax-rocm10-pjrt", "jax-rocm7-pjrt"])
+def test_rocm_plugin_without_its_libraries_reports_the_missing_one(distribution):
     if os.path.exists("/dev/kfd"):
         pytest.skip("this machine has an AMD GPU")
-    report = pjrt.conform.run(vendor_library("jax-rocm7-pjrt", "xla_rocm_plugin.so"),
+    report = pjrt.conform.run(vendor_library(distribution, "xla_rocm_plugin.so"),
                               timeout=120)
     assert report.result("library.elf").status == pjrt.conform.PASS
     loaded = report.result("library.get_pjrt_api")
-    assert loaded.status == pjrt.conform.FAIL and ".so" in loaded.detail
+    assert loaded.status == pjrt.conform.FAIL
+    # The whole report, the ROCm runtimes first, not only the library dlopen stopped at.
+    assert loaded.detail.index("libhsa-runtime64.so.1") < loaded.detail.index("libamdhip64.so.7")
+    assert loaded.detail.index("libamdhip64.so.7") < loaded.detail.index("libMIOpen.so.1")
     assert report.failed() == ["library.get_pjrt_api"]
 
 

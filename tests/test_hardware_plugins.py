@@ -1,8 +1,8 @@
 """The hardware plugin packages pjrt-cuda, pjrt-rocm and pjrt-tpu, on the vendors' real wheels.
 
 These run in the ``vendor`` tox environment, which installs the three packages with
-jax-cuda13-pjrt, jax-cuda12-pjrt, jax-rocm7-pjrt, libtpu and one NVIDIA runtime wheel per CUDA
-major (nvidia-cuda-runtime, nvidia-cuda-runtime-cu12). On a machine without a
+jax-cuda13-pjrt, jax-cuda12-pjrt, jax-rocm10-pjrt, jax-rocm7-pjrt, libtpu and one NVIDIA runtime
+wheel per CUDA major (nvidia-cuda-runtime, nvidia-cuda-runtime-cu12). On a machine without a
 GPU or TPU each backend must fail with its reason recorded while the CPU backend comes up as
 the default; where the hardware exists (its device nodes are present) the backend must come up.
 
@@ -97,7 +97,7 @@ def _expected_default() -> str:
 
 @pytest.mark.parametrize("name, distribution, platform, priority", [
     ("pjrt_cuda", "jax-cuda13-pjrt", "cuda", 500),  # CUDA 13's, with both installed
-    ("pjrt_rocm", "jax-rocm7-pjrt", "rocm", 500),
+    ("pjrt_rocm", "jax-rocm10-pjrt", "rocm", 500),  # ROCm 10's, with both installed
     ("pjrt_tpu", "libtpu", "tpu", 300),
 ])
 def test_library_path_is_the_file_inside_the_vendor_wheel(name, distribution, platform, priority):
@@ -134,10 +134,10 @@ def test_the_installed_vendor_wheel_is_the_pinned_release_and_loads(project, dis
     assert f"{api_version[0]}.{api_version[1]}" in (ROOT / project / "README.md").read_text()
 
 
-def test_the_installed_rocm_wheel_is_the_pinned_release():
-    assert (importlib.metadata.version("jax-rocm7-pjrt")
-            == _pins("plugins/rocm")["jax-rocm7-pjrt"])
-    assert os.path.isfile(pjrt_rocm.library_path())
+@pytest.mark.parametrize("distribution", ["jax-rocm10-pjrt", "jax-rocm7-pjrt"])
+def test_the_installed_rocm_wheel_is_the_pinned_release(distribution):
+    assert importlib.metadata.version(distribution) == _pins("plugins/rocm")[distribution]
+    assert os.path.isfile(vendor_library(distribution, "xla_rocm_plugin.so"))
 
 
 def test_cuda_13_is_chosen_when_both_wheels_are_installed_and_named():
@@ -222,7 +222,8 @@ def test_under_jax_initialize_imports_neither_jax_nor_the_vendor_modules():
         from pjrt.plugin import default_plugins
         print(json.dumps({
             "imported": sorted(m for m in ("jax", "libtpu", "jax_plugins.xla_cuda12",
-                                           "jax_plugins.xla_rocm7") if m in sys.modules),
+                                           "jax_plugins.xla_cuda13", "jax_plugins.xla_rocm7",
+                                           "jax_plugins.xla_rocm10") if m in sys.modules),
             "loaded": default_plugins.names(),
         }))
     """)
@@ -245,7 +246,8 @@ _DISCOVERY_CHILD = textwrap.dedent("""
         "records": {r.name: [r.action, r.detail] for r in reg.discovery_records},
         "priorities": {name: r.priority for name, r in reg.registrations().items()},
         "imported": sorted(m for m in ("jax", "libtpu", "jax_plugins.xla_cuda12",
-                                       "jax_plugins.xla_rocm7") if m in sys.modules),
+                                       "jax_plugins.xla_cuda13", "jax_plugins.xla_rocm7",
+                                       "jax_plugins.xla_rocm10") if m in sys.modules),
     }))
 """)
 
@@ -284,7 +286,8 @@ def test_discovery_records_why_each_missing_backend_failed(discovered):
 
 def test_jax_only_modules_are_skipped_and_jax_is_never_imported(discovered):
     records = discovered["records"]
-    for module, platform in (("jax_plugins.xla_cuda12", "cuda"), ("jax_plugins.xla_rocm7", "rocm")):
+    for module, platform in (("jax_plugins.xla_cuda12", "cuda"), ("jax_plugins.xla_cuda13", "cuda"),
+                             ("jax_plugins.xla_rocm7", "rocm"), ("jax_plugins.xla_rocm10", "rocm")):
         action, detail = records[module]
         assert action == "skipped" and f"already serves {platform!r}" in detail
     assert records["pjrt_cuda"][0] == "initialized"
@@ -478,20 +481,91 @@ def test_an_old_pip_library_is_the_cuda_backends_reason(tmp_path, monkeypatch, m
 
 # -- ROCm --------------------------------------------------------------------------------------
 
+def test_rocm_10_is_chosen_when_both_wheels_are_installed_and_named():
+    found = pjrt_rocm.vendor_plugin()
+    assert (found.rocm, found.distribution, found.extra) == ("10.1", "jax-rocm10-pjrt", "rocm10")
+    assert found.version == importlib.metadata.version("jax-rocm10-pjrt")
+    assert str(found) == f"jax-rocm10-pjrt {found.version}"
+    assert found.library == vendor_library("jax-rocm10-pjrt", "xla_rocm_plugin.so")
+    assert pjrt_rocm.library_path() == found.library
+
+
+def test_rocm_7_is_found_when_it_is_the_only_wheel(monkeypatch):
+    # As if jax-rocm10-pjrt were not installed: its module name is one no package has.
+    monkeypatch.setattr(pjrt_rocm, "VENDOR_WHEELS", (
+        ("10.1", "jax-rocm10-pjrt", "jax_plugins.xla_rocm10_absent", "rocm10"),
+        *pjrt_rocm.VENDOR_WHEELS[1:]))
+    found = pjrt_rocm.vendor_plugin()
+    assert (found.rocm, found.distribution, found.extra) == ("7", "jax-rocm7-pjrt", "rocm7")
+    assert found.version == importlib.metadata.version("jax-rocm7-pjrt")
+    assert pjrt_rocm.library_path() == vendor_library("jax-rocm7-pjrt", "xla_rocm_plugin.so")
+
+
+def test_no_rocm_wheel_is_a_clear_error_naming_both_extras(monkeypatch, make_registry):
+    monkeypatch.setattr(pjrt_rocm, "VENDOR_WHEELS", tuple(
+        (rocm, distribution, module + "_absent", extra)
+        for rocm, distribution, module, extra in pjrt_rocm.VENDOR_WHEELS))
+    with pytest.raises(FileNotFoundError) as info:
+        pjrt_rocm.vendor_plugin()
+    message = str(info.value)
+    assert "jax-rocm10-pjrt" in message and "jax-rocm7-pjrt" in message
+    assert "pjrt-rocm[rocm10]" in message and "pjrt-rocm[rocm7]" in message
+    reg = make_registry()
+    assert "pjrt-rocm[rocm10]" in reg.backend_errors()["rocm"] and "cpu" in reg.backends()
+
+
+def _ldd_missing(path: str) -> list[str] | None:
+    """What ``ldd`` says the loader cannot find for ``path`` (None without ldd)."""
+    import shutil
+
+    if shutil.which("ldd") is None:
+        return None
+    output = subprocess.run(["ldd", path], capture_output=True, text=True, timeout=60).stdout
+    return [line.split("=>")[0].strip() for line in output.splitlines() if "not found" in line]
+
+
+#: The ROCm runtimes everything else needs: they come first in the report.
+_ROCM_DRIVERS = ["libhsa-runtime64.so.1", "libamdhip64.so.7"]
+
+
 @pytest.mark.skipif(HAS_AMD_GPU, reason="an AMD GPU is present: the ROCm plugin is expected to load")
-def test_rocm_missing_library_names_it_and_how_to_install_rocm(make_registry):
+@pytest.mark.parametrize("distribution, rocm", [("jax-rocm10-pjrt", "10.1"),
+                                                ("jax-rocm7-pjrt", "7")])
+def test_rocm_wheel_without_rocm_names_every_missing_library_and_how_to_install(
+        distribution, rocm):
+    path = vendor_library(distribution, "xla_rocm_plugin.so")
+    with pytest.raises(PluginLoadError) as info:
+        PluginTable().load("rocm", path)
+    missing = [library.name for library in info.value.missing_libraries]
+    expected = _ldd_missing(path)
+    if expected is not None:
+        assert sorted(missing) == sorted(expected)
+    assert missing[:2] == _ROCM_DRIVERS
+    assert [library.is_driver for library in info.value.missing_libraries] == (
+        [True, True] + [False] * (len(missing) - 2))
+    explained = pjrt_rocm.explain_load_error(info.value)
+    assert explained.path == info.value.path == path
+    assert explained.missing_library == info.value.missing_library == _ROCM_DRIVERS[0]
+    assert explained.missing_libraries == info.value.missing_libraries
+    message = str(explained)
+    assert f"from {distribution} " in message and f"from ROCm {rocm}," in message
+    assert pjrt_rocm.ROCM_INSTALL_URL in message
+    assert "/opt/rocm/lib" in message and "LD_LIBRARY_PATH" in message
+    for name in missing:
+        assert name in message
+    # The runtimes' line comes before every other library's.
+    assert message.index(_ROCM_DRIVERS[1]) < min(message.index(name) for name in missing[2:])
+
+
+@pytest.mark.skipif(HAS_AMD_GPU, reason="an AMD GPU is present: the ROCm plugin is expected to load")
+def test_rocm_backends_reason_keeps_the_advice_and_every_missing_library(make_registry):
     with pytest.raises(PluginLoadError) as info:
         PluginTable().load("rocm", pjrt_rocm.library_path())
-    explained = pjrt_rocm.explain_load_error(info.value)
-    assert explained.missing_library == info.value.missing_library
-    assert explained.path == info.value.path == pjrt_rocm.library_path()
-    message = str(explained)
-    assert explained.missing_library in message and pjrt_rocm.ROCM_INSTALL_URL in message
-    assert "/opt/rocm/lib" in message and "LD_LIBRARY_PATH" in message
+    message = str(pjrt_rocm.explain_load_error(info.value))
     reg = make_registry()
-    # The registry keeps the ROCm advice and every missing library, not only the first.
     recorded = reg.backend_errors()["rocm"]
-    assert recorded.startswith(f"PluginLoadError: {message}")
+    assert recorded == f"PluginLoadError: {message}"
+    assert "jax-rocm10-pjrt" in recorded and "ROCm 10.1" in recorded
     for library in info.value.missing_libraries:
         assert library.name in recorded
     record = next(r for r in reg.discovery_records if r.name == "pjrt_rocm")

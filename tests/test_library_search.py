@@ -144,3 +144,89 @@ def test_rocm_and_oneapi_runtimes_are_drivers():
         found = _library_providers.provider(name)
         assert found is not None and found.is_driver, name
     assert _library_providers.provider("libmade_up.so.3") is None
+
+
+@pytest.mark.parametrize("name, wheel", [
+    # cuFFT 11 ships with CUDA 12 only, cuFFT 12 and cuSOLVER 12 with CUDA 13 only.
+    ("libcufft.so.11", "nvidia-cufft-cu12"),
+    ("libcufft.so.12", "nvidia-cufft"),
+    ("libcusolver.so.12", "nvidia-cusolver"),
+    ("libnvrtc-builtins.so.13.0", "nvidia-cuda-nvrtc"),
+])
+def test_a_soname_that_tells_the_cuda_release_picks_its_wheel(name, wheel):
+    found = _library_providers.provider(name)
+    assert found is not None and found.pip_package == wheel
+
+
+def test_a_cuda_13_tree_is_told_by_its_cufft_and_cusolver_names():
+    # No library here carries the CUDA release as its major version (libcusparse.so.12 is in
+    # CUDA 12 and 13 alike), but cuFFT 12 and cuSOLVER 12 exist in CUDA 13 only.
+    assert _library_providers.cuda_major(["libcusparse.so.12", "libcufft.so.12"]) == 13
+    assert _library_providers.cuda_major(["libcusparse.so.12", "libcusolver.so.12"]) == 13
+    assert _library_providers.cuda_major(["libcusparse.so.12", "libcufft.so.11"]) == 12
+    # cuSOLVER 11 is in CUDA 11 and 12: it says nothing.
+    assert _library_providers.cuda_major(["libcusparse.so.12", "libcusolver.so.11"]) is None
+
+
+def _pjrt_cuda_libraries():
+    # Loaded by path: it needs only the standard library, and pjrt-cuda is not installed in
+    # every test environment.
+    import importlib.util
+    import pathlib
+    import sys
+
+    path = (pathlib.Path(__file__).resolve().parent.parent / "plugins" / "cuda" / "pjrt_cuda"
+            / "libraries.py")
+    spec = importlib.util.spec_from_file_location("pjrt_cuda_libraries_for_providers", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("cuda", [12, 13])
+def test_each_library_the_cuda_plugin_opens_is_named_with_the_wheel_pjrt_cuda_installs(cuda):
+    """jax-cudaNN-pjrt links no CUDA library (its load needs none); it opens these when a client
+    is made. Each is named with the wheel that pjrt-cuda[cudaNN] installs for it, in a tree of
+    that release, and alone wherever its name tells the release."""
+    components = _pjrt_cuda_libraries().COMPONENTS_BY_CUDA[cuda]
+    names = [name for component in components for name in component.libraries]
+    assert _library_providers.cuda_major(names) == cuda
+    for component in components:
+        for name in component.libraries:
+            found = _library_providers.provider(name, cuda)
+            assert found is not None and found.pip_package == component.distribution, name
+            alone = _library_providers.provider(name)
+            assert alone is not None and component.distribution in alone.description, name
+
+
+@pytest.mark.parametrize("name, wheel", [
+    # Read from the files of the wheels jax-oneapi-plugin 0.11.2's with-oneapi extra pins.
+    ("libumf.so.0", "umf"),
+    ("libhwloc.so.15", "tcmlib"),
+    ("libOpenCL.so.1", "intel-opencl-rt"),
+    ("libirc.so", "intel-cmplr-lib-rt"),
+    ("libmkl_def.so.2", "mkl"),
+    ("libmkl_vml_avx2.so.2", "mkl"),
+    ("libmkl_sycl_dft.so.5", "onemkl-sycl-dft"),
+    ("libmkl_sycl_lapack.so.5", "onemkl-sycl-lapack"),
+    ("libmkl_sycl_rng.so.5", "onemkl-sycl-rng"),
+    ("libmkl_sycl_sparse.so.5", "onemkl-sycl-sparse"),
+    ("libpti_view.so.0", "intel-pti"),
+])
+def test_oneapi_runtime_wheels(name, wheel):
+    found = _library_providers.provider(name)
+    assert found is not None and found.pip_package == wheel and not found.is_driver
+
+
+def test_an_unknown_mkl_sycl_library_is_not_guessed_into_the_mkl_wheel():
+    # The SYCL parts of oneMKL are separate wheels; one not checked is reported bare.
+    assert _library_providers.provider("libmkl_sycl_made_up.so.5") is None
+
+
+def test_the_level_zero_layers_come_with_its_loader():
+    # Debian's libze1 (and Intel's level-zero package) installs them beside libze_loader.so.1.
+    loader = _library_providers.provider("libze_loader.so.1")
+    for name in ("libze_tracing_layer.so.1", "libze_validation_layer.so.1"):
+        assert _library_providers.provider(name) == loader, name

@@ -41,7 +41,7 @@ def _vendor_environment() -> str:
 
 @pytest.mark.parametrize("project, distributions", [
     ("plugins/cuda", ["jax-cuda13-pjrt", "jax-cuda12-pjrt"]),
-    ("plugins/rocm", ["jax-rocm7-pjrt"]),
+    ("plugins/rocm", ["jax-rocm10-pjrt", "jax-rocm7-pjrt"]),
     ("plugins/tpu", ["libtpu"])])
 def test_the_vendor_environment_installs_the_releases_the_packages_pin(project, distributions):
     pinned = _pins((ROOT / project / "pyproject.toml").read_text())
@@ -50,6 +50,28 @@ def test_the_vendor_environment_installs_the_releases_the_packages_pin(project, 
         assert pinned[distribution] == installed[distribution], distribution
         # The package's README names the release it pins.
         assert f"`{distribution}` {pinned[distribution]}" in (ROOT / project / "README.md").read_text()
+
+
+def test_each_rocm_extra_installs_the_wheel_pjrt_rocm_looks_for():
+    # Loaded by path: pjrt-rocm is not installed in every test environment.
+    import importlib.util
+
+    path = ROOT / "plugins" / "rocm" / "pjrt_rocm" / "__init__.py"
+    spec = importlib.util.spec_from_file_location("pjrt_rocm_by_path", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    text = (ROOT / "plugins" / "rocm" / "pyproject.toml").read_text()
+    extras = dict(re.findall(r'^(rocm[0-9]+) = \[([^\]]*)\]', text, re.M))
+    assert set(extras) == {extra for *_, extra in module.VENDOR_WHEELS}
+    for _, distribution, _, extra in module.VENDOR_WHEELS:
+        assert list(_pins(extras[extra])) == [distribution], extra
+    # Without an extra, pjrt-rocm installs no plugin wheel: the user picks the ROCm release.
+    dependencies = text.split("\ndependencies = [", 1)[1].split("]", 1)[0]
+    assert "jax-rocm" not in dependencies
 
 
 def _cuda_libraries_module():

@@ -1,7 +1,7 @@
 """The hardware vendors' real PJRT plugins, loaded on whatever machine the tests run on.
 
 These run in the ``vendor`` tox environment, which installs jax-cuda13-pjrt, jax-cuda12-pjrt,
-libtpu and jax-rocm7-pjrt (``pytest -m vendor``). On a machine without the hardware each plugin must
+libtpu, jax-rocm10-pjrt and jax-rocm7-pjrt (``pytest -m vendor``). On a machine without the hardware each plugin must
 load (or fail to load with the missing library named), report its version, and fail client
 creation with its own message wrapped in XlaRuntimeError; with the hardware, the client
 must come up instead.
@@ -9,6 +9,7 @@ must come up instead.
 from __future__ import annotations
 
 import glob
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -74,8 +75,9 @@ def test_tpu_plugin(monkeypatch):
     assert "TPU initialization failed" in info.value.plugin_message
 
 
-def test_rocm_plugin_names_the_missing_library():
-    path = vendor_library("jax-rocm7-pjrt", "xla_rocm_plugin.so")
+@pytest.mark.parametrize("distribution", ["jax-rocm10-pjrt", "jax-rocm7-pjrt"])
+def test_rocm_plugin_names_the_missing_library(distribution):
+    path = vendor_library(distribution, "xla_rocm_plugin.so")
     if _has_amd_gpu():
         plugin = pjrt.load_pjrt_plugin_dynamically("vendor_rocm", path)
         assert plugin.api_version[0] == 0
@@ -147,8 +149,9 @@ def test_xla_cuda12_wheel_lists_all_it_lacks_driver_first():
         assert "pip install" in message and "nvidia-cuda-cupti-cu12" in message
 
 
-def test_rocm_wheel_lists_all_it_lacks_runtime_first():
-    path = vendor_library("jax-rocm7-pjrt", "xla_rocm_plugin.so")
+@pytest.mark.parametrize("distribution", ["jax-rocm10-pjrt", "jax-rocm7-pjrt"])
+def test_rocm_wheel_lists_all_it_lacks_runtime_first(distribution):
+    path = vendor_library(distribution, "xla_rocm_plugin.so")
     expected = _ldd_missing(path) if HAS_LDD else None
     if expected == set():
         pytest.skip("every library the ROCm plugin needs is installed here")
@@ -158,3 +161,63 @@ def test_rocm_wheel_lists_all_it_lacks_runtime_first():
     drivers = [library.name for library in missing if library.is_driver]
     assert _names(missing)[:len(drivers)] == drivers
     assert {"libamdhip64.so.7", "libhsa-runtime64.so.1"} & set(_names(missing)) <= set(drivers)
+
+
+#: Where the vendor environment installs jax-oneapi-pjrt: outside the import path, since its
+#: jax_plugins.xla_oneapi module would otherwise be discovered as a fifth backend.
+ONEAPI_SITE_VARIABLE = "PJRT_TEST_ONEAPI_SITE"
+
+
+def _oneapi_library() -> str:
+    site = os.environ.get(ONEAPI_SITE_VARIABLE)
+    if site:
+        path = os.path.join(site, "jax_plugins", "xla_oneapi", "xla_oneapi_plugin.so")
+        assert os.path.isfile(path), f"{ONEAPI_SITE_VARIABLE}={site} holds no {path}"
+        return path
+    try:
+        return vendor_library("jax-oneapi-pjrt", "xla_oneapi_plugin.so")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.fail(f"jax-oneapi-pjrt is not installed: pip install --no-deps --target DIR "
+                    f"jax-oneapi-pjrt==0.11.2 and set {ONEAPI_SITE_VARIABLE}=DIR (tox -e vendor "
+                    f"does this)")
+
+
+def test_oneapi_wheel_lists_all_it_lacks_level_zero_first():
+    path = _oneapi_library()
+    expected = _ldd_missing(path) if HAS_LDD else None
+    if expected == set():
+        pytest.skip("every library the oneAPI plugin needs is installed here")
+    with pytest.raises(pjrt.PluginLoadError) as info:
+        pjrt.load_pjrt_plugin_dynamically("oneapi_missing", path)
+    missing = info.value.missing_libraries
+    if expected is not None:
+        assert sorted(_names(missing)) == sorted(expected)
+    # The Level Zero loader (and its layer) come with Intel's GPU driver: first, and alone.
+    drivers = [library.name for library in missing if library.is_driver]
+    assert _names(missing)[:len(drivers)] == drivers
+    assert all(name.startswith("libze_") for name in drivers)
+    if "libze_loader.so.1" in _names(missing):
+        assert info.value.missing_library == "libze_loader.so.1"
+    # Everything else is a oneAPI runtime wheel, named with the pip command that installs it.
+    message = str(info.value)
+    for library in missing:
+        assert library.provider is not None, library.name
+        assert library.name in message
+        if not library.is_driver:
+            assert library.pip_package and library.pip_package in message, library.name
+    assert "pip install " in message and "provider not known to pjrt" not in message
+
+
+@pytest.mark.parametrize("distribution, filename", [
+    # NVIDIA's plugin links no CUDA library: it opens them when a client is made (the
+    # providers of those names are checked in test_library_search.py).
+    ("jax-cuda13-pjrt", "xla_cuda_plugin.so"),
+    ("jax-cuda12-pjrt", "xla_cuda_plugin.so"),
+    ("libtpu", "libtpu.so"),
+])
+def test_plugins_that_need_nothing_missing_report_nothing(distribution, filename):
+    path = vendor_library(distribution, filename)
+    if HAS_LDD:
+        assert _ldd_missing(path) == set()
+    # (That each loads is test_cuda_plugin's and test_tpu_plugin's to check.)
+    assert _library_search.missing_libraries(path) == []

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 _NVIDIA_DRIVER = "NVIDIA's driver (not a pip package)"
 _ROCM = "ROCm's {} package (AMD's ROCm, not on PyPI)"
 _LEVEL_ZERO = "the oneAPI Level Zero loader with Intel's GPU driver (not a pip package)"
+#: The Level Zero loader's package installs its layers beside it (Debian's libze1 holds all
+#: three), so a missing layer is fixed by the same install as a missing loader.
+_LEVEL_ZERO_STEMS = ("libze_loader", "libze_tracing_layer", "libze_validation_layer")
 
 #: Libraries of NVIDIA's driver: installed with the kernel module, never by pip.
 _NVIDIA_DRIVER_STEMS = ("libcuda", "libnvidia-ptxjitcompiler", "libnvidia-ml",
@@ -40,7 +43,12 @@ _NVIDIA_WHEELS = {
 }
 #: Stems whose soname's major version is the CUDA release (libcudart.so.12 is CUDA 12).
 _CUDA_VERSIONED_STEMS = ("libcudart", "libcupti", "libcublas", "libcublasLt", "libnvrtc",
-                         "libnvJitLink")
+                         "libnvrtc-builtins", "libnvJitLink")
+#: Stems whose soname's major version tells the CUDA release though it is not the release:
+#: stem -> {soname major: CUDA release}. cuFFT 11 ships with CUDA 12 only and cuFFT 12 with
+#: CUDA 13; cuSOLVER 12 with CUDA 13 (cuSOLVER 11 with both CUDA 11 and 12, so it does not
+#: tell). libcusparse.so.12 is in CUDA 12 and 13 alike.
+_CUDA_RELEASE_BY_MAJOR = {"libcufft": {11: 12, 12: 13}, "libcusolver": {12: 13}}
 
 #: ROCm: stem -> (component, whether it is the driver-level runtime everything else needs).
 _ROCM_COMPONENTS = {
@@ -65,27 +73,35 @@ _ROCM_COMPONENTS = {
     "libhiprtc": ("hip-runtime-amd", False),
 }
 
-#: Intel oneAPI's runtime wheels on PyPI: stem -> wheel.
+#: Intel oneAPI's runtime wheels on PyPI: stem -> wheel. Read from the wheels that
+#: jax-oneapi-plugin 0.11.2's with-oneapi extra pins (intel-sycl-rt 2025.1.1, mkl 2025.1.0,
+#: umf 0.10.0, tcmlib 1.3.0, ...). Every other ``libmkl_*`` library is in the mkl wheel.
 _ONEAPI_WHEELS = {
     "libsycl": "intel-sycl-rt",
     "libur_loader": "intel-cmplr-lib-ur",
     "libur_adapter_level_zero": "intel-cmplr-lib-ur",
     "libur_adapter_opencl": "intel-cmplr-lib-ur",
+    "libumf": "umf",
+    "libhwloc": "tcmlib",
+    "libtcm": "tcmlib",
+    "libOpenCL": "intel-opencl-rt",
     "libsvml": "intel-cmplr-lib-rt",
     "libimf": "intel-cmplr-lib-rt",
     "libintlc": "intel-cmplr-lib-rt",
+    "libirc": "intel-cmplr-lib-rt",
     "libirng": "intel-cmplr-lib-rt",
     "libiomp5": "intel-openmp",
     "libmpi": "impi-rt",
+    "libpti_view": "intel-pti",
+    "libpti_metrics": "intel-pti",
     "libccl": "oneccl",
     "libtbb": "tbb",
-    "libmkl_core": "mkl",
-    "libmkl_intel_ilp64": "mkl",
-    "libmkl_intel_lp64": "mkl",
-    "libmkl_sequential": "mkl",
-    "libmkl_intel_thread": "mkl",
-    "libmkl_tbb_thread": "mkl",
+    "libtbbmalloc": "tbb",
     "libmkl_sycl_blas": "onemkl-sycl-blas",
+    "libmkl_sycl_dft": "onemkl-sycl-dft",
+    "libmkl_sycl_lapack": "onemkl-sycl-lapack",
+    "libmkl_sycl_rng": "onemkl-sycl-rng",
+    "libmkl_sycl_sparse": "onemkl-sycl-sparse",
 }
 
 _SONAME = re.compile(r"^(?P<stem>.+?)\.so(?:\.(?P<major>\d+))?")
@@ -99,13 +115,16 @@ def _split(name: str) -> tuple[str, int | None]:
     return match.group("stem"), int(major) if major else None
 
 
+def _cuda_release(stem: str, major: int | None) -> int | None:
+    """The CUDA release (12, 13) that one library's soname says, when it says one."""
+    if stem in _CUDA_VERSIONED_STEMS:
+        return major if major in (12, 13) else None
+    return _CUDA_RELEASE_BY_MAJOR.get(stem, {}).get(major) if major is not None else None
+
+
 def cuda_major(names: list[str]) -> int | None:
     """The CUDA release (12, 13) that a dependency tree's names point to, if they agree."""
-    majors = set()
-    for name in names:
-        stem, major = _split(name)
-        if stem in _CUDA_VERSIONED_STEMS and major in (12, 13):
-            majors.add(major)
+    majors = {_cuda_release(*_split(name)) for name in names} - {None}
     return majors.pop() if len(majors) == 1 else None
 
 
@@ -138,8 +157,7 @@ def provider(name: str, cuda: int | None = None) -> Provider | None:
         return Provider(_NVIDIA_DRIVER, is_driver=True)
     wheels = _NVIDIA_WHEELS.get(stem) or _NVIDIA_WHEELS.get(stem.split("_")[0])
     if wheels is not None:
-        if stem in _CUDA_VERSIONED_STEMS + ("libnvrtc-builtins",) and major in (12, 13):
-            cuda = major
+        cuda = _cuda_release(stem, major) or cuda
         if cuda in (12, 13):
             return Provider(wheels[cuda - 12], wheels[cuda - 12])
         return Provider(f"{wheels[0]} for CUDA 12, {wheels[1]} for CUDA 13")
@@ -148,9 +166,11 @@ def provider(name: str, cuda: int | None = None) -> Provider | None:
         return Provider(_ROCM.format(component), is_driver=is_driver)
     if stem.startswith("librocm_sysdeps_"):
         return Provider("AMD's ROCm (a system library it bundles; not on PyPI)")
-    if stem == "libze_loader":
+    if stem in _LEVEL_ZERO_STEMS:
         return Provider(_LEVEL_ZERO, is_driver=True)
-    if stem in _ONEAPI_WHEELS:
-        return Provider(f"{_ONEAPI_WHEELS[stem]} (an Intel oneAPI runtime wheel)",
-                        _ONEAPI_WHEELS[stem])
+    wheel = _ONEAPI_WHEELS.get(stem)
+    if wheel is None and stem.startswith("libmkl_") and not stem.startswith("libmkl_sycl_"):
+        wheel = "mkl"
+    if wheel is not None:
+        return Provider(f"{wheel} (an Intel oneAPI runtime wheel)", wheel)
     return None
