@@ -110,7 +110,7 @@ class Array:
           sharding: how the shards lay the array out (a single-device sharding when None).
         """
         self._client = client
-        handle = self._handle = client._handle
+        handle = self._handle = client.raw_handle
         self._buffers = buffers
         self._devices = devices
         self.shape = shape
@@ -151,7 +151,7 @@ class Array:
           ClosedClientError: its client was closed meanwhile.
         """
         self._handle.add_view(self._owner_id(), keeper)
-        self._live_buffers()
+        self.live_buffers()
 
     @property
     def shared(self) -> bool:
@@ -197,7 +197,20 @@ class Array:
         self._deleted_reason = "garbage-collected"
         self._handle.release_buffers(id(self))
 
-    def _live_buffers(self) -> list:
+    @property
+    def shard_devices(self) -> tuple:
+        """The device of each of this array's buffers, in buffer order (`devices()` is a
+        set)."""
+        return self._devices
+
+    def live_buffers(self) -> list:
+        """The `PJRT_Buffer*` of each shard, in `shard_devices` order, for a native call on
+        the array's client (the array keeps owning them).
+
+        Raises:
+          ClosedClientError: the array's client is closed.
+          DeletedArrayError: the array was deleted or donated.
+        """
         # A closed client is reported first: its reason (closed, forked, exiting) says more
         # than that this one array is gone.
         if self._handle.closed:
@@ -212,6 +225,9 @@ class Array:
                 f"be used (a donated array is consumed by the program it was passed to)")
         return buffers
 
+    #: The former private name of `live_buffers`.
+    _live_buffers = live_buffers
+
     def delete(self) -> None:
         """Free the device memory now. Using the array afterwards raises DeletedArrayError."""
         self._release("deleted")
@@ -222,13 +238,13 @@ class Array:
         are independent: deleting or donating one leaves the other intact."""
         with self._handle.calling() as handle:
             api = handle.api
-            buffers = self._live_buffers()
+            buffers = self.live_buffers()
             copies, holds = [], []
             try:
                 for device, buffer in zip(self._devices, buffers):
                     if api.has("PJRT_Buffer_CopyToDevice"):
                         copies.append(api.call_new("PJRT_Buffer_CopyToDevice", buffer=buffer,
-                                                   dst_device=device._handle).dst_buffer)
+                                                   dst_device=device.pointer).dst_buffer)
                         holds.append(None)
                     else:  # through the host
                         host = _buffer_to_host(api, buffer, self._shard_shape(), self.dtype)
@@ -317,7 +333,7 @@ class Array:
     def addressable_shards(self) -> list["Shard"]:
         """The shards this process holds: each with its ``device``, ``index`` (the slices of
         the global array it covers) and ``data`` (a single-device Array of the shard)."""
-        buffers = self._live_buffers()
+        buffers = self.live_buffers()
         if self._sharding is None:
             index = tuple(slice(None) for _ in self.shape)
             return [Shard(self._devices[0], index, self)]
@@ -332,8 +348,8 @@ class Array:
     def memory_kind(self) -> str:
         """The kind of memory the array lives in (e.g. ``"device"``)."""
         with self._handle.calling() as handle:
-            args = handle.api.call_new("PJRT_Buffer_Memory", buffer=self._live_buffers()[0])
-            return self._client._memory(args.memory).kind
+            args = handle.api.call_new("PJRT_Buffer_Memory", buffer=self.live_buffers()[0])
+            return self._client.memory_from_pointer(args.memory).kind
 
     @property
     def committed(self) -> bool:
@@ -349,7 +365,7 @@ class Array:
           UnsupportedFeatureError: the plugin cannot report buffer layouts.
         """
         with self._handle.calling() as handle:
-            return layouts.buffer_layout(handle.api, self._live_buffers()[0])
+            return layouts.buffer_layout(handle.api, self.live_buffers()[0])
 
     @property
     def format(self) -> layouts.Format:
@@ -382,7 +398,7 @@ class Array:
         """Bytes the plugin uses for the array on its device(s), padding included."""
         api = self._handle.api
         return sum(int(api.call_new("PJRT_Buffer_OnDeviceSizeInBytes", buffer=b)
-                       .on_device_size_in_bytes) for b in self._live_buffers())
+                       .on_device_size_in_bytes) for b in self.live_buffers())
 
     @handles.native_method
     def unsafe_buffer_pointer(self) -> int:
@@ -392,7 +408,7 @@ class Array:
           ValueError: the array has shards on several devices (each has its own buffer; ask
             each of ``addressable_shards`` instead).
         """
-        buffers = self._live_buffers()
+        buffers = self.live_buffers()
         if len(buffers) != 1:
             raise ValueError(f"this array has {len(buffers)} shards, each in its own buffer; "
                              f"call unsafe_buffer_pointer() on each of addressable_shards")
@@ -414,7 +430,7 @@ class Array:
         handle.active[ticket] = None
         try:
             api = handle.api
-            for buffer in self._live_buffers():  # raises once the client is closed
+            for buffer in self.live_buffers():  # raises once the client is closed
                 wait_buffer_ready(api, buffer)
         finally:
             del handle.active[ticket]
@@ -426,7 +442,7 @@ class Array:
     def is_ready(self) -> bool:
         """Whether the array's value has been computed (without waiting)."""
         api = self._handle.api
-        for buffer in self._live_buffers():
+        for buffer in self.live_buffers():
             event = api.call_new("PJRT_Buffer_ReadyEvent", buffer=buffer).event
             try:
                 ready = api.call_new("PJRT_Event_IsReady", event=event).is_ready
@@ -450,7 +466,7 @@ class Array:
                 handle.settle()
 
     def _read(self, handle) -> np.ndarray:
-        buffers = self._live_buffers()  # a deleted array is not read, even from a cache
+        buffers = self.live_buffers()  # a deleted array is not read, even from a cache
         if self._host_copy is not None:
             return self._host_copy
         view = self._host_view() if self._host_view is not None else None
@@ -565,11 +581,11 @@ class Array:
             raise ValueError("copy_to_device moves a single-device array; place a global "
                              "array with pjrt.device_put(x, sharding)")
         target_client = device.client
-        if target_client._handle is not self._handle:
+        if target_client is not self._client:
             return target_client.buffer_from_pyval(self._value(), device)
         with self._handle.calling() as handle:
-            args = handle.api.call_new("PJRT_Buffer_CopyToDevice", buffer=self._live_buffers()[0],
-                                       dst_device=device._handle)
+            args = handle.api.call_new("PJRT_Buffer_CopyToDevice", buffer=self.live_buffers()[0],
+                                       dst_device=device.pointer)
             return Array(self._client, [args.dst_buffer], (device,), self.shape, self.dtype)
 
     def copy_to_memory(self, memory: "Memory") -> "Array":
@@ -588,11 +604,11 @@ class Array:
             raise ValueError(f"no device addresses {memory!r}; pick a memory from "
                              f"device.addressable_memories()")
         device = self.device if self.device in devices else devices[0]
-        if memory.client._handle is not self._handle:
+        if memory.client is not self._client:
             return memory.client.buffer_from_pyval(self._value(), device, memory=memory)
         with self._handle.calling() as handle:
-            args = handle.api.call_new("PJRT_Buffer_CopyToMemory", buffer=self._live_buffers()[0],
-                                       dst_memory=memory._handle)
+            args = handle.api.call_new("PJRT_Buffer_CopyToMemory", buffer=self.live_buffers()[0],
+                                       dst_memory=memory.pointer)
             return Array(self._client, [args.dst_buffer], (device,), self.shape, self.dtype)
 
     def __repr__(self) -> str:
@@ -619,7 +635,7 @@ def array_from_host(client: "Client", value, device: "Device | None",
     """Copy a host value to one device of ``client``; see ``Client.buffer_from_pyval``."""
     device = _placement_device(client, device, memory)
     host = native_host(value)
-    with client._handle.calling():
+    with client.raw_handle.calling():
         buffer, hold = put_buffer(client, host, device, semantics, memory)
         return Array(client, [buffer], (device,), host.shape, host.dtype, [hold])
 
@@ -644,7 +660,7 @@ def _placement_device(client: "Client", device: "Device | None",
             raise ValueError(f"{memory!r} is not a memory of {device} (devices that address it: "
                              f"{names}); pass one of device.addressable_memories()")
     if device is None:
-        return client._local_devices[0]
+        return client.local_devices()[0]
     if not isinstance(device, Device):
         hint = " (pass a Memory as memory=...)" if isinstance(device, Memory) else ""
         raise TypeError(f"device must be a pjrt Device, not {type(device).__name__} "
@@ -679,7 +695,7 @@ def put_buffer(client: "Client", host: np.ndarray, device: "Device",
     the memory to keep until the event fires (None otherwise).
 
     The caller brackets this with a native call on the client (``handle.calling()``)."""
-    handle = client._handle
+    handle = client.raw_handle
     if not host.flags.c_contiguous:
         host = host.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
     host = native_host(host)
@@ -696,8 +712,8 @@ def put_buffer(client: "Client", host: np.ndarray, device: "Device",
     api.require("PJRT_Client_BufferFromHostBuffer")  # the shim calls the entry unchecked
     check(api, lib.pjrt_shim_buffer_from_host(
         api.table, handle.pointer, ffi.from_buffer(host), buffer_type, dims, host.ndim,
-        int(semantics), device._handle if memory is None else _NULL,
-        memory._handle if memory is not None else _NULL, out, done))
+        int(semantics), device.pointer if memory is None else _NULL,
+        memory.pointer if memory is not None else _NULL, out, done))
     return out[0], ((host, done[0]) if semantics >= HostBufferSemantics.ZERO_COPY
                        else None)
 
