@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
-import weakref
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from . import _dlpack, dtypes, handles, layouts
+from ._host_reads import HostReads, buffer_to_host
 from ._pjrt_cffi import ffi, lib
 from .device import Device, Memory
 from .errors import ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError, check
@@ -32,11 +31,6 @@ if TYPE_CHECKING:
 
 _NULL = ffi.NULL
 
-#: Arrays at least this large are read through a view of host-resident buffers; a copy is
-#: cheaper than setting up the view below it.
-_VIEW_THRESHOLD_BYTES = 1 << 16
-
-
 @dataclasses.dataclass(frozen=True)
 class Shard:
     """One device's part of an Array."""
@@ -48,37 +42,7 @@ class Shard:
     data: "Array"
 
 
-class _HostMemory:
-    """Host memory exposed to numpy read-only: a host-resident device buffer (no copy), or
-    the private copy of a buffer that pjrt read for the caller.
-
-    numpy views of it keep this object alive, and it keeps ``owner`` alive (the Array, or the
-    private copy), so the memory outlives every view. numpy cannot make a view of it writeable,
-    since this object offers no writeable memory: pjrt never changes an Array's value, and
-    only a DLPack consumer that ignores the read-only flag can (see ``Array.shared``). The
-    Array holds only a weak reference back, so that it can tell whether any view of its buffer
-    is still in use.
-    """
-
-    __slots__ = ("owner", "__array_interface__", "__weakref__")
-
-    def __init__(self, owner, address: int, nbytes: int):
-        self.owner = owner
-        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
-                                    "data": (address, True), "version": 3}
-
-
-def _read_only(value: np.ndarray) -> np.ndarray:
-    """``value`` (an array nobody else holds) as a view that can never be made writeable: its
-    base is a read-only memoryview, which numpy will not write through."""
-    try:
-        return np.asarray(memoryview(value).toreadonly())  # pyright: ignore[reportArgumentType]
-    except (ValueError, TypeError):  # dtypes the buffer protocol cannot describe (ml_dtypes)
-        raw = memoryview(value.reshape(-1).view(np.uint8)).toreadonly()  # pyright: ignore[reportArgumentType]
-        return np.frombuffer(raw, dtype=value.dtype).reshape(value.shape)
-
-
-class Array:
+class Array(HostReads):
     """An array held in device memory.
 
     Attributes:
@@ -247,7 +211,7 @@ class Array:
                                                    dst_device=device.pointer).dst_buffer)
                         holds.append(None)
                     else:  # through the host
-                        host = _buffer_to_host(api, buffer, self._shard_shape(), self.dtype)
+                        host = buffer_to_host(api, buffer, self._shard_shape(), self.dtype)
                         copied, hold = put_buffer(self._client, host, device, 0)
                         copies.append(copied)
                         holds.append(hold)
@@ -452,124 +416,10 @@ class Array:
                 return False
         return True
 
-    # -- host transfers --------------------------------------------------------------------
-
-    def _value(self) -> np.ndarray:
-        handle = self._handle
-        ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined on this hot path
-        handle.active[ticket] = None
-        try:
-            return self._read(handle)  # raises once the client is closed
-        finally:
-            del handle.active[ticket]
-            if handle.parked or handle.closed:
-                handle.settle()
-
-    def _read(self, handle) -> np.ndarray:
-        buffers = self.live_buffers()  # a deleted array is not read, even from a cache
-        if self._host_copy is not None:
-            return self._host_copy
-        view = self._host_view() if self._host_view is not None else None
-        if view is not None:
-            return view
-        if self._sharding is not None and not self._sharding.is_fully_addressable:
-            raise ValueError(
-                "this array has shards on devices of other processes, so its value cannot be "
-                "read here; read its addressable_shards, or gather it into one process first")
-        if len(buffers) != 1:
-            value = self._assemble()
-            self._cache(value)
-            return value
-        api = handle.api
-        wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
-        nbytes = self.nbytes
-        if nbytes < _VIEW_THRESHOLD_BYTES and not self.shared:
-            value = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
-            self._cache(value)
-            return value
-        address = ffi.new("uintptr_t *")
-        check(api, lib.pjrt_shim_buffer_host_address(api.table, buffers[0], nbytes, address))
-        if address[0]:
-            memory = _HostMemory(self, address[0], nbytes)
-            self.keep_memory_for(memory)  # before a delete() racing in another thread frees it
-            view = np.asarray(memory).view(self.dtype).reshape(self.shape)
-            self._host_view = weakref.ref(view)
-            return view
-        value = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
-        self._cache(value)
-        return value
-
-    def _cache(self, value: np.ndarray) -> None:
-        """Keep a host copy for later reads, unless the memory is shared through DLPack (a
-        consumer's writes would make it stale)."""
-        if not self.shared:
-            self._host_copy = value
-            if self.shared:  # exported by another thread meanwhile
-                self._host_copy = None
-
-    def _assemble(self) -> np.ndarray:
-        """The global value of a multi-device array, from one copy of each distinct shard."""
-        out = np.empty(self.shape, dtype=self.dtype)
-        written = set()
-        for shard in self.addressable_shards:
-            key = tuple((s.start, s.stop, s.step) if isinstance(s, slice) else s
-                        for s in shard.index)
-            if key not in written:  # replicated shards hold the same values: read one
-                written.add(key)
-                out[shard.index] = shard.data._value()
-        return _read_only(out)
-
-    def __array__(self, dtype=None, copy=None):
-        value = self._value()
-        if dtype is not None and np.dtype(dtype) != value.dtype:
-            if copy is False:
-                raise ValueError(f"converting an Array of {value.dtype} to {np.dtype(dtype)} "
-                                 f"needs a copy, and copy=False was asked for")
-            return value.astype(dtype)
-        if copy:
-            return value.copy()
-        return value
-
-    def to_py(self) -> np.ndarray:
-        """The value as a (read-only) numpy array."""
-        return self._value()
-
-    def copy_to_host_async(self) -> None:
-        """Start reading the value to the host, so that a later ``np.asarray`` does not wait
-        for it (jaxlib's method). Host-resident buffers (CPU plugins) are read in place and
-        need no copy, so this only waits for nothing there."""
-        if self._host_copy is not None or self.is_deleted():
-            return
-        if self._client.platform == "cpu":
-            return  # read as a view of the buffer itself when asked for
-
-        def fetch():
-            try:
-                self._value()
-            except Exception:  # noqa: BLE001 - the error shows again on the real read
-                pass
-
-        threading.Thread(target=fetch, name="pjrt-copy-to-host", daemon=True).start()
-
-    def tolist(self):
-        return self._value().tolist()
-
-    def item(self):
-        return self._value().item()
-
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d array")
         return self.shape[0]
-
-    def __float__(self):
-        return float(self._value())
-
-    def __int__(self):
-        return int(self._value())
-
-    def __bool__(self):
-        return bool(self._value())
 
     def copy_to_device(self, device: "Device") -> "Array":
         """A copy of this single-device array on ``device`` (of the same or another client).
@@ -618,15 +468,6 @@ class Array:
             return f"Array(<{self._deleted_reason or 'deleted'}>, shape={self.shape}, dtype={self.dtype})"
         where = ", ".join(str(d) for d in self._devices)
         return f"Array({np.array2string(self._value(), separator=', ')}, dtype={self.dtype}, device={where})"
-
-
-def _buffer_to_host(api, buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
-    out = np.empty(shape, dtype=dtype)
-    if out.size:
-        check(api, lib.pjrt_shim_buffer_to_host(api.table, buffer, ffi.from_buffer(out), out.nbytes))
-    else:
-        check(api, lib.pjrt_shim_buffer_await_ready(api.table, buffer))
-    return _read_only(out)
 
 
 def array_from_host(client: "Client", value, device: "Device | None",
