@@ -24,8 +24,9 @@ def _live_api(client: "Client"):
 
 
 #: Device and Memory methods run as one native call on their client: their handles belong to
-#: the client and are freed with it, so a closed client raises ClosedClientError.
-_client_call = native_call(lambda owner: owner.client.raw_handle)  # pyright: ignore
+#: the client and are freed with it, so a closed client raises ClosedClientError. (Each keeps
+#: the client's handle, taken once, for this.)
+_client_call = native_call(lambda owner: owner._client_handle)  # pyright: ignore
 
 
 class Device:
@@ -37,13 +38,15 @@ class Device:
     the client, valid while the client is open).
     """
 
-    __slots__ = ("client", "pointer", "_description", "id", "process_index", "device_kind",
-                 "local_hardware_id", "is_addressable", "_default_memory", "__weakref__")
+    __slots__ = ("client", "pointer", "_client_handle", "_description", "id", "process_index",
+                 "device_kind", "local_hardware_id", "is_addressable", "_default_memory",
+                 "__weakref__")
 
     def __init__(self, client: "Client", handle):
         api = client.plugin.api
         self.client = client
         self.pointer = handle
+        self._client_handle = client.raw_handle
         self._description = api.call_new("PJRT_Device_GetDescription", device=handle).device_description
         description = self._description
         self.id = int(api.call_new("PJRT_DeviceDescription_Id", device_description=description).id)
@@ -171,12 +174,13 @@ class Memory:
     ``platform``, :meth:`addressable_by_devices`. `pointer` is its `PJRT_Memory*`, for pjrt's
     own native calls (owned by the client, valid while the client is open)."""
 
-    __slots__ = ("client", "pointer", "id", "kind", "kind_id", "__weakref__")
+    __slots__ = ("client", "pointer", "_client_handle", "id", "kind", "kind_id", "__weakref__")
 
     def __init__(self, client: "Client", handle):
         api = client.plugin.api
         self.client = client
         self.pointer = handle
+        self._client_handle = client.raw_handle
         self.id = int(api.call_new("PJRT_Memory_Id", memory=handle).id)
         kind = api.call_new("PJRT_Memory_Kind", memory=handle)
         self.kind = to_str(kind.kind, kind.kind_size)

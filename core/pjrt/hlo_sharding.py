@@ -511,7 +511,8 @@ def _subgroup(tiles: TileAssignment, types: tuple) -> HloSharding:
     # HloSharding::Subgroup: drop size-one subgroups, merge equal types, sort the types.
     data_rank = len(tiles.dims) - len(types)
     if all(t == types[0] for t in types) and math.prod(tiles.dims[:data_rank]) == 1:
-        return {OpShardingType.MANUAL: HloSharding.manual, OpShardingType.REPLICATED: HloSharding.replicate,
+        return {OpShardingType.MANUAL: HloSharding.manual,
+                OpShardingType.REPLICATED: HloSharding.replicate,
                 OpShardingType.UNREDUCED: HloSharding.unreduced}[types[0]]()
     perm = list(range(data_rank))
     dims_of: dict[OpShardingType, list[int]] = {}
