@@ -26,6 +26,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import math
+import sys
 
 import numpy as np
 
@@ -113,8 +114,10 @@ def is_row_major(shape: tuple, strides: tuple | None) -> bool:
 # -- capsules through CPython's C API ------------------------------------------------------
 
 # A private view of CPython's C API: ``ctypes.pythonapi`` caches one function object per
-# name for the whole process, and other code may set other argtypes on it.
-_api = ctypes.PyDLL("libpython", handle=ctypes.pythonapi._handle)
+# name for the whole process, and other code may set other argtypes on it. The library is the
+# one ``ctypes.pythonapi`` opens: the running process on POSIX, the interpreter's DLL on Windows.
+_api = (ctypes.PyDLL("python", handle=sys.dllhandle)  # pyright: ignore[reportAttributeAccessIssue]
+        if sys.platform == "win32" else ctypes.PyDLL(None))
 _capsule_new = _api.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
@@ -178,8 +181,8 @@ def export(array, *, stream=None, max_version=None, dl_device=None, copy=None):
         where a copy is needed, a ``dl_device`` it cannot reach), or has a dtype DLPack
         cannot carry.
     """
-    if len(array._devices) != 1:
-        raise BufferError(f"this array has {len(array._devices)} shards on different devices; "
+    if len(array.shard_devices) != 1:
+        raise BufferError(f"this array has {len(array.shard_devices)} shards on different devices; "
                           f"DLPack carries one buffer: export each of addressable_shards")
     versioned = max_version is not None and int(tuple(max_version)[0]) >= 1
     dtype_code(array.dtype)  # refuse before doing any work
@@ -246,9 +249,9 @@ def shared_memory(array, keeper) -> tuple:
     Raises:
       DeletedArrayError: the array is deleted (or was, meanwhile).
     """
-    with array._handle.calling() as handle:
+    with array.client.raw_handle.calling() as handle:
         api = handle.api
-        buffer = array._live_buffers()[0]
+        buffer = array.live_buffers()[0]
         layout = None
         if api.has("PJRT_Buffer_GetMemoryLayout"):
             layout = buffer_layout(api, buffer).layout

@@ -187,15 +187,20 @@ REPEATED_STRING = Kind(
 UNMODELLED = Kind("unmodelled", None, None, None, None, None)
 
 
-def message_kind(cls, parse: Optional[Callable[[bytes, Optional[list]], Any]] = None) -> Kind:
+def message_kind(cls, parse: Optional[Callable[[bytes, Optional[list]], Any]] = None, *,
+                 with_unmodelled: bool = False) -> Kind:
     """The kind of a sub-message field holding a ``cls``.
 
     ``cls`` provides ``serialize()`` and ``from_serialized(bytes)``; ``parse(payload,
     unmodelled)`` replaces the latter where the sub-message should report its unmodelled
-    fields too. Occurrences of a singular sub-message merge (protobuf's rule: later fields
+    fields too, and `with_unmodelled=True` does so for a `Message` class (its own wire
+    reader). Occurrences of a singular sub-message merge (protobuf's rule: later fields
     win, repeated ones append), which concatenating their payloads before one parse
     reproduces.
     """
+    if with_unmodelled:
+        parse = cls._from_wire
+
     def check(name: str, value: Any) -> Any:
         if not isinstance(value, cls):
             raise TypeError(f"{name} must be a {cls.__name__}, got {type(value).__name__}")

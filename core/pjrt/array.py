@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
-import weakref
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
 from . import _dlpack, dtypes, handles, layouts
+from ._host_reads import HostReads, buffer_to_host
 from ._pjrt_cffi import ffi, lib
 from .device import Device, Memory
 from .errors import ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError, check
@@ -32,11 +31,6 @@ if TYPE_CHECKING:
 
 _NULL = ffi.NULL
 
-#: Arrays at least this large are read through a view of host-resident buffers; a copy is
-#: cheaper than setting up the view below it.
-_VIEW_THRESHOLD_BYTES = 1 << 16
-
-
 @dataclasses.dataclass(frozen=True)
 class Shard:
     """One device's part of an Array."""
@@ -48,37 +42,7 @@ class Shard:
     data: "Array"
 
 
-class _HostMemory:
-    """Host memory exposed to numpy read-only: a host-resident device buffer (no copy), or
-    the private copy of a buffer that pjrt read for the caller.
-
-    numpy views of it keep this object alive, and it keeps ``owner`` alive (the Array, or the
-    private copy), so the memory outlives every view. numpy cannot make a view of it writeable,
-    since this object offers no writeable memory: pjrt never changes an Array's value, and
-    only a DLPack consumer that ignores the read-only flag can (see ``Array.shared``). The
-    Array holds only a weak reference back, so that it can tell whether any view of its buffer
-    is still in use.
-    """
-
-    __slots__ = ("owner", "__array_interface__", "__weakref__")
-
-    def __init__(self, owner, address: int, nbytes: int):
-        self.owner = owner
-        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
-                                    "data": (address, True), "version": 3}
-
-
-def _read_only(value: np.ndarray) -> np.ndarray:
-    """``value`` (an array nobody else holds) as a view that can never be made writeable: its
-    base is a read-only memoryview, which numpy will not write through."""
-    try:
-        return np.asarray(memoryview(value).toreadonly())  # pyright: ignore[reportArgumentType]
-    except (ValueError, TypeError):  # dtypes the buffer protocol cannot describe (ml_dtypes)
-        raw = memoryview(value.reshape(-1).view(np.uint8)).toreadonly()  # pyright: ignore[reportArgumentType]
-        return np.frombuffer(raw, dtype=value.dtype).reshape(value.shape)
-
-
-class Array:
+class Array(HostReads):
     """An array held in device memory.
 
     Attributes:
@@ -110,7 +74,7 @@ class Array:
           sharding: how the shards lay the array out (a single-device sharding when None).
         """
         self._client = client
-        handle = self._handle = client._handle
+        handle = self._handle = client.raw_handle
         self._buffers = buffers
         self._devices = devices
         self.shape = shape
@@ -151,7 +115,7 @@ class Array:
           ClosedClientError: its client was closed meanwhile.
         """
         self._handle.add_view(self._owner_id(), keeper)
-        self._live_buffers()
+        self.live_buffers()
 
     @property
     def shared(self) -> bool:
@@ -197,7 +161,20 @@ class Array:
         self._deleted_reason = "garbage-collected"
         self._handle.release_buffers(id(self))
 
-    def _live_buffers(self) -> list:
+    @property
+    def shard_devices(self) -> tuple:
+        """The device of each of this array's buffers, in buffer order (`devices()` is a
+        set)."""
+        return self._devices
+
+    def live_buffers(self) -> list:
+        """The `PJRT_Buffer*` of each shard, in `shard_devices` order, for a native call on
+        the array's client (the array keeps owning them).
+
+        Raises:
+          ClosedClientError: the array's client is closed.
+          DeletedArrayError: the array was deleted or donated.
+        """
         # A closed client is reported first: its reason (closed, forked, exiting) says more
         # than that this one array is gone.
         if self._handle.closed:
@@ -212,6 +189,9 @@ class Array:
                 f"be used (a donated array is consumed by the program it was passed to)")
         return buffers
 
+    #: The former private name of `live_buffers`.
+    _live_buffers = live_buffers
+
     def delete(self) -> None:
         """Free the device memory now. Using the array afterwards raises DeletedArrayError."""
         self._release("deleted")
@@ -222,16 +202,16 @@ class Array:
         are independent: deleting or donating one leaves the other intact."""
         with self._handle.calling() as handle:
             api = handle.api
-            buffers = self._live_buffers()
+            buffers = self.live_buffers()
             copies, holds = [], []
             try:
                 for device, buffer in zip(self._devices, buffers):
                     if api.has("PJRT_Buffer_CopyToDevice"):
                         copies.append(api.call_new("PJRT_Buffer_CopyToDevice", buffer=buffer,
-                                                   dst_device=device._handle).dst_buffer)
+                                                   dst_device=device.pointer).dst_buffer)
                         holds.append(None)
                     else:  # through the host
-                        host = _buffer_to_host(api, buffer, self._shard_shape(), self.dtype)
+                        host = buffer_to_host(api, buffer, self._shard_shape(), self.dtype)
                         copied, hold = put_buffer(self._client, host, device, 0)
                         copies.append(copied)
                         holds.append(hold)
@@ -317,7 +297,7 @@ class Array:
     def addressable_shards(self) -> list["Shard"]:
         """The shards this process holds: each with its ``device``, ``index`` (the slices of
         the global array it covers) and ``data`` (a single-device Array of the shard)."""
-        buffers = self._live_buffers()
+        buffers = self.live_buffers()
         if self._sharding is None:
             index = tuple(slice(None) for _ in self.shape)
             return [Shard(self._devices[0], index, self)]
@@ -332,8 +312,8 @@ class Array:
     def memory_kind(self) -> str:
         """The kind of memory the array lives in (e.g. ``"device"``)."""
         with self._handle.calling() as handle:
-            args = handle.api.call_new("PJRT_Buffer_Memory", buffer=self._live_buffers()[0])
-            return self._client._memory(args.memory).kind
+            args = handle.api.call_new("PJRT_Buffer_Memory", buffer=self.live_buffers()[0])
+            return self._client.memory_from_pointer(args.memory).kind
 
     @property
     def committed(self) -> bool:
@@ -349,7 +329,7 @@ class Array:
           UnsupportedFeatureError: the plugin cannot report buffer layouts.
         """
         with self._handle.calling() as handle:
-            return layouts.buffer_layout(handle.api, self._live_buffers()[0])
+            return layouts.buffer_layout(handle.api, self.live_buffers()[0])
 
     @property
     def format(self) -> layouts.Format:
@@ -382,7 +362,7 @@ class Array:
         """Bytes the plugin uses for the array on its device(s), padding included."""
         api = self._handle.api
         return sum(int(api.call_new("PJRT_Buffer_OnDeviceSizeInBytes", buffer=b)
-                       .on_device_size_in_bytes) for b in self._live_buffers())
+                       .on_device_size_in_bytes) for b in self.live_buffers())
 
     @handles.native_method
     def unsafe_buffer_pointer(self) -> int:
@@ -392,7 +372,7 @@ class Array:
           ValueError: the array has shards on several devices (each has its own buffer; ask
             each of ``addressable_shards`` instead).
         """
-        buffers = self._live_buffers()
+        buffers = self.live_buffers()
         if len(buffers) != 1:
             raise ValueError(f"this array has {len(buffers)} shards, each in its own buffer; "
                              f"call unsafe_buffer_pointer() on each of addressable_shards")
@@ -414,7 +394,7 @@ class Array:
         handle.active[ticket] = None
         try:
             api = handle.api
-            for buffer in self._live_buffers():  # raises once the client is closed
+            for buffer in self.live_buffers():  # raises once the client is closed
                 wait_buffer_ready(api, buffer)
         finally:
             del handle.active[ticket]
@@ -426,7 +406,7 @@ class Array:
     def is_ready(self) -> bool:
         """Whether the array's value has been computed (without waiting)."""
         api = self._handle.api
-        for buffer in self._live_buffers():
+        for buffer in self.live_buffers():
             event = api.call_new("PJRT_Buffer_ReadyEvent", buffer=buffer).event
             try:
                 ready = api.call_new("PJRT_Event_IsReady", event=event).is_ready
@@ -436,124 +416,10 @@ class Array:
                 return False
         return True
 
-    # -- host transfers --------------------------------------------------------------------
-
-    def _value(self) -> np.ndarray:
-        handle = self._handle
-        ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined on this hot path
-        handle.active[ticket] = None
-        try:
-            return self._read(handle)  # raises once the client is closed
-        finally:
-            del handle.active[ticket]
-            if handle.parked or handle.closed:
-                handle.settle()
-
-    def _read(self, handle) -> np.ndarray:
-        buffers = self._live_buffers()  # a deleted array is not read, even from a cache
-        if self._host_copy is not None:
-            return self._host_copy
-        view = self._host_view() if self._host_view is not None else None
-        if view is not None:
-            return view
-        if self._sharding is not None and not self._sharding.is_fully_addressable:
-            raise ValueError(
-                "this array has shards on devices of other processes, so its value cannot be "
-                "read here; read its addressable_shards, or gather it into one process first")
-        if len(buffers) != 1:
-            value = self._assemble()
-            self._cache(value)
-            return value
-        api = handle.api
-        wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
-        nbytes = self.nbytes
-        if nbytes < _VIEW_THRESHOLD_BYTES and not self.shared:
-            value = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
-            self._cache(value)
-            return value
-        address = ffi.new("uintptr_t *")
-        check(api, lib.pjrt_shim_buffer_host_address(api.table, buffers[0], nbytes, address))
-        if address[0]:
-            memory = _HostMemory(self, address[0], nbytes)
-            self.keep_memory_for(memory)  # before a delete() racing in another thread frees it
-            view = np.asarray(memory).view(self.dtype).reshape(self.shape)
-            self._host_view = weakref.ref(view)
-            return view
-        value = _buffer_to_host(api, buffers[0], self.shape, self.dtype)
-        self._cache(value)
-        return value
-
-    def _cache(self, value: np.ndarray) -> None:
-        """Keep a host copy for later reads, unless the memory is shared through DLPack (a
-        consumer's writes would make it stale)."""
-        if not self.shared:
-            self._host_copy = value
-            if self.shared:  # exported by another thread meanwhile
-                self._host_copy = None
-
-    def _assemble(self) -> np.ndarray:
-        """The global value of a multi-device array, from one copy of each distinct shard."""
-        out = np.empty(self.shape, dtype=self.dtype)
-        written = set()
-        for shard in self.addressable_shards:
-            key = tuple((s.start, s.stop, s.step) if isinstance(s, slice) else s
-                        for s in shard.index)
-            if key not in written:  # replicated shards hold the same values: read one
-                written.add(key)
-                out[shard.index] = shard.data._value()
-        return _read_only(out)
-
-    def __array__(self, dtype=None, copy=None):
-        value = self._value()
-        if dtype is not None and np.dtype(dtype) != value.dtype:
-            if copy is False:
-                raise ValueError(f"converting an Array of {value.dtype} to {np.dtype(dtype)} "
-                                 f"needs a copy, and copy=False was asked for")
-            return value.astype(dtype)
-        if copy:
-            return value.copy()
-        return value
-
-    def to_py(self) -> np.ndarray:
-        """The value as a (read-only) numpy array."""
-        return self._value()
-
-    def copy_to_host_async(self) -> None:
-        """Start reading the value to the host, so that a later ``np.asarray`` does not wait
-        for it (jaxlib's method). Host-resident buffers (CPU plugins) are read in place and
-        need no copy, so this only waits for nothing there."""
-        if self._host_copy is not None or self.is_deleted():
-            return
-        if self._client.platform == "cpu":
-            return  # read as a view of the buffer itself when asked for
-
-        def fetch():
-            try:
-                self._value()
-            except Exception:  # noqa: BLE001 - the error shows again on the real read
-                pass
-
-        threading.Thread(target=fetch, name="pjrt-copy-to-host", daemon=True).start()
-
-    def tolist(self):
-        return self._value().tolist()
-
-    def item(self):
-        return self._value().item()
-
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d array")
         return self.shape[0]
-
-    def __float__(self):
-        return float(self._value())
-
-    def __int__(self):
-        return int(self._value())
-
-    def __bool__(self):
-        return bool(self._value())
 
     def copy_to_device(self, device: "Device") -> "Array":
         """A copy of this single-device array on ``device`` (of the same or another client).
@@ -565,11 +431,11 @@ class Array:
             raise ValueError("copy_to_device moves a single-device array; place a global "
                              "array with pjrt.device_put(x, sharding)")
         target_client = device.client
-        if target_client._handle is not self._handle:
+        if target_client is not self._client:
             return target_client.buffer_from_pyval(self._value(), device)
         with self._handle.calling() as handle:
-            args = handle.api.call_new("PJRT_Buffer_CopyToDevice", buffer=self._live_buffers()[0],
-                                       dst_device=device._handle)
+            args = handle.api.call_new("PJRT_Buffer_CopyToDevice", buffer=self.live_buffers()[0],
+                                       dst_device=device.pointer)
             return Array(self._client, [args.dst_buffer], (device,), self.shape, self.dtype)
 
     def copy_to_memory(self, memory: "Memory") -> "Array":
@@ -588,11 +454,11 @@ class Array:
             raise ValueError(f"no device addresses {memory!r}; pick a memory from "
                              f"device.addressable_memories()")
         device = self.device if self.device in devices else devices[0]
-        if memory.client._handle is not self._handle:
+        if memory.client is not self._client:
             return memory.client.buffer_from_pyval(self._value(), device, memory=memory)
         with self._handle.calling() as handle:
-            args = handle.api.call_new("PJRT_Buffer_CopyToMemory", buffer=self._live_buffers()[0],
-                                       dst_memory=memory._handle)
+            args = handle.api.call_new("PJRT_Buffer_CopyToMemory", buffer=self.live_buffers()[0],
+                                       dst_memory=memory.pointer)
             return Array(self._client, [args.dst_buffer], (device,), self.shape, self.dtype)
 
     def __repr__(self) -> str:
@@ -604,22 +470,13 @@ class Array:
         return f"Array({np.array2string(self._value(), separator=', ')}, dtype={self.dtype}, device={where})"
 
 
-def _buffer_to_host(api, buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
-    out = np.empty(shape, dtype=dtype)
-    if out.size:
-        check(api, lib.pjrt_shim_buffer_to_host(api.table, buffer, ffi.from_buffer(out), out.nbytes))
-    else:
-        check(api, lib.pjrt_shim_buffer_await_ready(api.table, buffer))
-    return _read_only(out)
-
-
 def array_from_host(client: "Client", value, device: "Device | None",
                     semantics: HostBufferSemantics | int,
                     memory: "Memory | None" = None) -> Array:
     """Copy a host value to one device of ``client``; see ``Client.buffer_from_pyval``."""
     device = _placement_device(client, device, memory)
     host = native_host(value)
-    with client._handle.calling():
+    with client.raw_handle.calling():
         buffer, hold = put_buffer(client, host, device, semantics, memory)
         return Array(client, [buffer], (device,), host.shape, host.dtype, [hold])
 
@@ -644,7 +501,7 @@ def _placement_device(client: "Client", device: "Device | None",
             raise ValueError(f"{memory!r} is not a memory of {device} (devices that address it: "
                              f"{names}); pass one of device.addressable_memories()")
     if device is None:
-        return client._local_devices[0]
+        return client.local_devices()[0]
     if not isinstance(device, Device):
         hint = " (pass a Memory as memory=...)" if isinstance(device, Memory) else ""
         raise TypeError(f"device must be a pjrt Device, not {type(device).__name__} "
@@ -679,7 +536,7 @@ def put_buffer(client: "Client", host: np.ndarray, device: "Device",
     the memory to keep until the event fires (None otherwise).
 
     The caller brackets this with a native call on the client (``handle.calling()``)."""
-    handle = client._handle
+    handle = client.raw_handle
     if not host.flags.c_contiguous:
         host = host.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
     host = native_host(host)
@@ -696,8 +553,8 @@ def put_buffer(client: "Client", host: np.ndarray, device: "Device",
     api.require("PJRT_Client_BufferFromHostBuffer")  # the shim calls the entry unchecked
     check(api, lib.pjrt_shim_buffer_from_host(
         api.table, handle.pointer, ffi.from_buffer(host), buffer_type, dims, host.ndim,
-        int(semantics), device._handle if memory is None else _NULL,
-        memory._handle if memory is not None else _NULL, out, done))
+        int(semantics), device.pointer if memory is None else _NULL,
+        memory.pointer if memory is not None else _NULL, out, done))
     return out[0], ((host, done[0]) if semantics >= HostBufferSemantics.ZERO_COPY
                        else None)
 

@@ -88,6 +88,30 @@ class Client:
             raise ClosedClientError(f"{self._handle.closed_reason} ({self.platform} client)")
         return self._handle
 
+    # -- named interfaces for pjrt's own modules -------------------------------------------
+    # Device, Memory, Array and the transfer and compile modules reach the client through
+    # these members only.
+
+    @property
+    def raw_handle(self) -> ClientHandle:
+        """The client's `ClientHandle`, closed or not (`handle` refuses a closed client).
+
+        For code that brackets a native call with `raw_handle.calling()` (which raises
+        `ClosedClientError` itself), that runs inside such a call already, or that frees what
+        a failed call made.
+        """
+        return self._handle
+
+    def device_from_pointer(self, pointer) -> Device:
+        """The one `Device` of this client for a `PJRT_Device*` the plugin returned (made the
+        first time the pointer is seen)."""
+        return self._device(pointer)
+
+    def memory_from_pointer(self, pointer) -> Memory:
+        """The one `Memory` of this client for a `PJRT_Memory*` the plugin returned (made the
+        first time the pointer is seen)."""
+        return self._memory(pointer)
+
     def _device(self, pointer) -> Device:
         key = handle_key(pointer)
         device = self._devices_by_handle.get(key)

@@ -189,6 +189,11 @@ class DebugOptions(Message):
             out.append((name, value))
         return out
 
+    @classmethod
+    def _models(cls, key: str) -> bool:
+        """Whether ``key`` names a field of this class."""
+        return key in cls._FIELDS
+
     def _absorb_override(self, key: str, value: OptionOverrideValue) -> bool:
         """Take back an override this class would have written; else False."""
         if key not in self._FIELDS:
@@ -503,7 +508,7 @@ _SHAPE_LIST = Kind("repeated ShapeProto", pw.LEN, _check_argument_layouts, None,
                    is_zero=lambda value: not value)
 
 
-_BUILD_OPTIONS = message_kind(ExecutableBuildOptions, parse=ExecutableBuildOptions._from_wire)
+_BUILD_OPTIONS = message_kind(ExecutableBuildOptions, with_unmodelled=True)
 
 
 class CompileOptions(Message):
@@ -593,13 +598,10 @@ class CompileOptions(Message):
                 )
         return debug + list(self.env_option_overrides)
 
-    def __eq__(self, other: object) -> bool:
-        if type(other) is not type(self):
-            return NotImplemented
-        # env_option_overrides is a proto map: order carries no meaning.
-        mine = self._key()[:-1] + (dict(self.env_option_overrides),)
-        theirs = other._key()[:-1] + (dict(other.env_option_overrides),)
-        return mine == theirs
+    def _key(self) -> tuple:
+        # env_option_overrides is a proto map: order carries no meaning (the base class
+        # compares messages by this key).
+        return super()._key()[:-1] + (dict(self.env_option_overrides),)
 
     __hash__ = None
 
@@ -667,7 +669,7 @@ class CompileOptions(Message):
         kept = []
         for key, value in merged.items():
             if not debug._absorb_override(key, value):
-                if key in DebugOptions._FIELDS:
+                if debug._models(key):
                     # XLA applies the override on top of a DebugOptions
                     # message: the message's value for it no longer counts.
                     setattr(debug, key, None)

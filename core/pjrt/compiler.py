@@ -241,7 +241,7 @@ def compile_program(client: "Client", computation, executable_devices=None,
     handle = client.handle
     devices = None
     if compile_options is None:
-        devices = _check_devices(client, executable_devices or client._local_devices[:1])
+        devices = _check_devices(client, executable_devices or client.local_devices()[:1])
         compile_options = default_compile_options(devices, program, replicated=replicated,
                                                   signature=signature)
     elif compile_options.device_assignment is None and executable_devices:
@@ -386,7 +386,7 @@ def deserialize_executable(client: "Client", serialized: bytes,
         not say which did (see :func:`pjrt.serialization.unpack`).
       ValueError: the serialized executable is truncated or damaged.
     """
-    api = client._handle.api
+    api = client.raw_handle.api
     if not targets_prepared:
         prepare_targets(client.platform, None)
     serialized = serialization.unpack(
@@ -406,7 +406,7 @@ def deserialize_executable(client: "Client", serialized: bytes,
         options_buffer = ffi.new("char[]", options)
         args.overridden_serialized_compile_options = options_buffer
         args.overridden_serialized_compile_options_size = len(options)
-    with client._handle.calling() as handle:
+    with client.raw_handle.calling() as handle:
         args.client = handle.pointer
         api.call("PJRT_Executable_DeserializeAndLoad", args)
         return LoadedExecutable(client, args.loaded_executable,

@@ -20,12 +20,13 @@ if TYPE_CHECKING:
 
 def _live_api(client: "Client"):
     """The client's API table (for methods that run as a native call on the client)."""
-    return client._api
+    return client.plugin.api
 
 
 #: Device and Memory methods run as one native call on their client: their handles belong to
-#: the client and are freed with it, so a closed client raises ClosedClientError.
-_client_call = native_call(lambda owner: owner.client._handle)  # pyright: ignore
+#: the client and are freed with it, so a closed client raises ClosedClientError. (Each keeps
+#: the client's handle, taken once, for this.)
+_client_call = native_call(lambda owner: owner._client_handle)  # pyright: ignore
 
 
 class Device:
@@ -33,16 +34,19 @@ class Device:
 
     Attributes follow jaxlib's ``Device``: ``id``, ``process_index``, ``host_id``,
     ``platform``, ``device_kind``, ``local_hardware_id`` (None when not addressable),
-    ``client``.
+    ``client``. `pointer` is its `PJRT_Device*`, for pjrt's own native calls (owned by
+    the client, valid while the client is open).
     """
 
-    __slots__ = ("client", "_handle", "_description", "id", "process_index", "device_kind",
-                 "local_hardware_id", "is_addressable", "_default_memory", "__weakref__")
+    __slots__ = ("client", "pointer", "_client_handle", "_description", "id", "process_index",
+                 "device_kind", "local_hardware_id", "is_addressable", "_default_memory",
+                 "__weakref__")
 
     def __init__(self, client: "Client", handle):
-        api = client._api
+        api = client.plugin.api
         self.client = client
-        self._handle = handle
+        self.pointer = handle
+        self._client_handle = client.raw_handle
         self._description = api.call_new("PJRT_Device_GetDescription", device=handle).device_description
         description = self._description
         self.id = int(api.call_new("PJRT_DeviceDescription_Id", device_description=description).id)
@@ -81,16 +85,16 @@ class Device:
     def addressable_memories(self) -> list["Memory"]:
         """The memories this device can address directly."""
         client = self.client
-        args = _live_api(client).call_new("PJRT_Device_AddressableMemories", device=self._handle)
-        return [client._memory(args.memories[i]) for i in range(args.num_memories)]
+        args = _live_api(client).call_new("PJRT_Device_AddressableMemories", device=self.pointer)
+        return [client.memory_from_pointer(args.memories[i]) for i in range(args.num_memories)]
 
     @_client_call
     def default_memory(self) -> "Memory":
         """The memory a buffer lands in when no memory is named."""
         if self._default_memory is None:
             client = self.client
-            args = _live_api(client).call_new("PJRT_Device_DefaultMemory", device=self._handle)
-            self._default_memory = client._memory(args.memory)
+            args = _live_api(client).call_new("PJRT_Device_DefaultMemory", device=self.pointer)
+            self._default_memory = client.memory_from_pointer(args.memory)
         return self._default_memory
 
     def memory(self, kind: str) -> "Memory":
@@ -114,7 +118,7 @@ class Device:
         if not api.has("PJRT_Device_MemoryStats"):
             return None
         args = api.new_args("PJRT_Device_MemoryStats_Args")
-        args.device = self._handle
+        args.device = self.pointer
         try:
             api.call("PJRT_Device_MemoryStats", args)
         except XlaRuntimeError as error:
@@ -167,14 +171,16 @@ class Device:
 
 class Memory:
     """A memory space of a client (``PJRT_Memory``): ``kind``, ``id``, ``process_index``,
-    ``platform``, :meth:`addressable_by_devices`."""
+    ``platform``, :meth:`addressable_by_devices`. `pointer` is its `PJRT_Memory*`, for pjrt's
+    own native calls (owned by the client, valid while the client is open)."""
 
-    __slots__ = ("client", "_handle", "id", "kind", "kind_id", "__weakref__")
+    __slots__ = ("client", "pointer", "_client_handle", "id", "kind", "kind_id", "__weakref__")
 
     def __init__(self, client: "Client", handle):
-        api = client._api
+        api = client.plugin.api
         self.client = client
-        self._handle = handle
+        self.pointer = handle
+        self._client_handle = client.raw_handle
         self.id = int(api.call_new("PJRT_Memory_Id", memory=handle).id)
         kind = api.call_new("PJRT_Memory_Kind", memory=handle)
         self.kind = to_str(kind.kind, kind.kind_size)
@@ -194,13 +200,13 @@ class Memory:
     def addressable_by_devices(self) -> list[Device]:
         """The devices that can address this memory."""
         client = self.client
-        args = _live_api(client).call_new("PJRT_Memory_AddressableByDevices", memory=self._handle)
-        return [client._device(args.devices[i]) for i in range(args.num_devices)]
+        args = _live_api(client).call_new("PJRT_Memory_AddressableByDevices", memory=self.pointer)
+        return [client.device_from_pointer(args.devices[i]) for i in range(args.num_devices)]
 
     @_client_call
     def to_string(self) -> str:
         api = _live_api(self.client)
-        args = api.call_new("PJRT_Memory_ToString", memory=self._handle)
+        args = api.call_new("PJRT_Memory_ToString", memory=self.pointer)
         return to_str(args.to_string, args.to_string_size)
 
     def __repr__(self) -> str:

@@ -122,7 +122,7 @@ def _can_view(tensor: _dlpack.Consumed, target: Device) -> bool:
 
 def _why_not_shared(tensor: _dlpack.Consumed, target: Device) -> str | None:
     client = target.client
-    if not client._api.has("PJRT_Client_CreateViewOfDeviceBuffer"):
+    if not client.plugin.api.has("PJRT_Client_CreateViewOfDeviceBuffer"):
         return f"the {client.platform} plugin cannot view foreign memory"
     own = _dlpack.DEVICE_TYPES.get(client.platform)
     if own is None or tensor.device[0] != own:
@@ -138,17 +138,17 @@ def _view(tensor: _dlpack.Consumed, target: Device, *, must: bool) -> Array | No
     """Wrap the tensor's memory in a buffer on ``target``; None when the plugin refuses (e.g.
     memory it finds misaligned) and a copy may be made instead."""
     client = target.client
-    api = client._api
+    api = client.plugin.api
     args = api.new_args("PJRT_Client_CreateViewOfDeviceBuffer_Args")
     dims = ffi.new("int64_t[]", list(tensor.shape)) if tensor.shape else _NULL
     args.device_buffer_ptr = ffi.cast("void *", tensor.data)
     args.dims = dims
     args.num_dims = len(tensor.shape)
     args.element_type = dtypes.to_pjrt_type(tensor.dtype)
-    args.device = target._handle
+    args.device = target.pointer
     args.on_delete_callback = tensor.deleter
     args.on_delete_callback_arg = tensor.managed
-    with client._handle.calling() as handle:
+    with client.raw_handle.calling() as handle:
         args.client = handle.pointer
         try:
             check(api, api.table.PJRT_Client_CreateViewOfDeviceBuffer(args))

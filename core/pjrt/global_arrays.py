@@ -130,14 +130,14 @@ def make_array_from_single_device_arrays(shape: Sequence[int], sharding: Shardin
     indices = sharding.addressable_devices_indices_map(shape)
     by_device = {}
     for array in arrays:
-        if len(array._devices) != 1:
+        if len(array.shard_devices) != 1:
             raise ValueError(f"each array must be on one device; one is on "
-                             f"{len(array._devices)}")
-        by_device[array._devices[0]] = array
+                             f"{len(array.shard_devices)}")
+        by_device[array.shard_devices[0]] = array
     if set(by_device) != set(indices) or len(arrays) != len(indices):
         raise ValueError(f"pass one array per addressable device of the sharding "
                          f"({sorted(d.id for d in indices)}); got arrays on "
-                         f"{[a._devices[0].id for a in arrays]}")
+                         f"{[a.shard_devices[0].id for a in arrays]}")
     expected = tuple(sharding.shard_shape(shape))
     dtype = arrays[0].dtype
     for device, array in by_device.items():
@@ -146,17 +146,17 @@ def make_array_from_single_device_arrays(shape: Sequence[int], sharding: Shardin
                              f"sharding needs {dtype}{list(expected)} shards of {shape}")
     devices = list(indices)
     client = devices[0].client
-    api = client._api
+    api = client.plugin.api
     device_to_device = api.has("PJRT_Buffer_CopyToDevice")
     buffers, holds = [], []
     try:
-        with client._handle.calling():
+        with client.raw_handle.calling():
             for device in devices:
                 source = by_device[device]
                 if device_to_device:
                     copied = api.call_new("PJRT_Buffer_CopyToDevice",
-                                          buffer=source._live_buffers()[0],
-                                          dst_device=device._handle)
+                                          buffer=source.live_buffers()[0],
+                                          dst_device=device.pointer)
                     buffers.append(copied.dst_buffer)
                     holds.append(None)
                 else:

@@ -231,71 +231,10 @@ class HloSharding:
             if len(subgroups) > len(tiles.dims):
                 raise ValueError(f"{len(subgroups)} subgroup types for a tile assignment of "
                                  f"rank {len(tiles.dims)}")
-            return cls._subgroup(tiles, subgroups)
+            return _subgroup(tiles, subgroups)
         if replicate_last:
-            return cls._partial_tile(tiles)
+            return _partial_tile(tiles)
         return cls._make(_TILED, tiles)
-
-    @classmethod
-    def _partial_tile(cls, tiles: TileAssignment) -> "HloSharding":
-        # HloSharding::PartialTile: the last dimension replicates.
-        group = tiles.dims[-1]
-        if len(tiles.dims) == 1 or group == tiles.size:
-            return cls.replicate()
-        if group == 1:
-            return cls._make(_TILED, tiles.reshape(tiles.dims[:-1]))
-        if tiles.iota_form is not None:
-            reshape_dims, perm = tiles.iota_form
-            if reshape_dims[perm[-1]] == group:
-                return cls._make(_TILED, tiles, replicate_last=True)
-            regrouped = group_minor_iota_dims_sorted(reshape_dims, perm, group)
-            if regrouped is not None:
-                return cls._make(_TILED, TileAssignment.iota(tiles.dims, *regrouped),
-                                 replicate_last=True)
-        # Devices within a replication group are interchangeable; XLA lists them sorted.
-        array = np.sort(tiles.array.reshape(-1, group), axis=1).reshape(tiles.dims)
-        return cls._make(_TILED, TileAssignment.explicit(array), replicate_last=True)
-
-    @classmethod
-    def _subgroup(cls, tiles: TileAssignment, types: tuple) -> "HloSharding":
-        # HloSharding::Subgroup: drop size-one subgroups, merge equal types, sort the types.
-        data_rank = len(tiles.dims) - len(types)
-        if all(t == types[0] for t in types) and math.prod(tiles.dims[:data_rank]) == 1:
-            return {OpShardingType.MANUAL: cls.manual, OpShardingType.REPLICATED: cls.replicate,
-                    OpShardingType.UNREDUCED: cls.unreduced}[types[0]]()
-        perm = list(range(data_rank))
-        dims_of: dict[OpShardingType, list[int]] = {}
-        removed: list[int] = []
-        needs_merging = False
-        for i, kind in enumerate(types):
-            if tiles.dims[data_rank + i] == 1:
-                removed.append(data_rank + i)
-                needs_merging = True
-                continue
-            if kind in dims_of:
-                needs_merging = True
-            dims_of.setdefault(kind, []).append(data_rank + i)
-        needs_merging |= len(dims_of) > 1
-        if needs_merging:
-            merged_shape = list(tiles.dims[:data_rank])
-            merged_types = []
-            for kind in SUBGROUP_ORDER:
-                if kind in dims_of:
-                    perm.extend(dims_of[kind])
-                    merged_shape.append(math.prod(tiles.dims[d] for d in dims_of[kind]))
-                    merged_types.append(kind)
-            full_perm = perm + removed
-            tiles = tiles.transpose(full_perm).reshape(merged_shape)
-            types = tuple(merged_types)
-        if types == (OpShardingType.REPLICATED,):
-            return cls._partial_tile(tiles)
-        if types == (OpShardingType.MANUAL,) and tiles.size == tiles.dims[-1]:
-            return cls.manual()
-        if types and types[-1] == OpShardingType.REPLICATED:
-            # Sort the replication groups as PartialTile does, then restore the subgroup types.
-            partial = cls._partial_tile(tiles)
-            return cls._make(_TILED, partial._tiles, subgroups=types)
-        return cls._make(_TILED, tiles, subgroups=types)
 
     # ----- queries --------------------------------------------------------
 
@@ -544,3 +483,67 @@ class HloSharding:
 
     def __reduce__(self):
         return (HloSharding.from_proto, (self.to_proto(),))
+
+
+# ----- XLA's normal forms of a tiled sharding ------------------------------------------
+# (HloSharding::PartialTile and HloSharding::Subgroup; kept out of the class, which holds
+# the layout and its queries.)
+def _partial_tile(tiles: TileAssignment) -> HloSharding:
+    # HloSharding::PartialTile: the last dimension replicates.
+    group = tiles.dims[-1]
+    if len(tiles.dims) == 1 or group == tiles.size:
+        return HloSharding.replicate()
+    if group == 1:
+        return HloSharding._make(_TILED, tiles.reshape(tiles.dims[:-1]))
+    if tiles.iota_form is not None:
+        reshape_dims, perm = tiles.iota_form
+        if reshape_dims[perm[-1]] == group:
+            return HloSharding._make(_TILED, tiles, replicate_last=True)
+        regrouped = group_minor_iota_dims_sorted(reshape_dims, perm, group)
+        if regrouped is not None:
+            return HloSharding._make(_TILED, TileAssignment.iota(tiles.dims, *regrouped),
+                             replicate_last=True)
+    # Devices within a replication group are interchangeable; XLA lists them sorted.
+    array = np.sort(tiles.array.reshape(-1, group), axis=1).reshape(tiles.dims)
+    return HloSharding._make(_TILED, TileAssignment.explicit(array), replicate_last=True)
+
+def _subgroup(tiles: TileAssignment, types: tuple) -> HloSharding:
+    # HloSharding::Subgroup: drop size-one subgroups, merge equal types, sort the types.
+    data_rank = len(tiles.dims) - len(types)
+    if all(t == types[0] for t in types) and math.prod(tiles.dims[:data_rank]) == 1:
+        return {OpShardingType.MANUAL: HloSharding.manual,
+                OpShardingType.REPLICATED: HloSharding.replicate,
+                OpShardingType.UNREDUCED: HloSharding.unreduced}[types[0]]()
+    perm = list(range(data_rank))
+    dims_of: dict[OpShardingType, list[int]] = {}
+    removed: list[int] = []
+    needs_merging = False
+    for i, kind in enumerate(types):
+        if tiles.dims[data_rank + i] == 1:
+            removed.append(data_rank + i)
+            needs_merging = True
+            continue
+        if kind in dims_of:
+            needs_merging = True
+        dims_of.setdefault(kind, []).append(data_rank + i)
+    needs_merging |= len(dims_of) > 1
+    if needs_merging:
+        merged_shape = list(tiles.dims[:data_rank])
+        merged_types = []
+        for kind in SUBGROUP_ORDER:
+            if kind in dims_of:
+                perm.extend(dims_of[kind])
+                merged_shape.append(math.prod(tiles.dims[d] for d in dims_of[kind]))
+                merged_types.append(kind)
+        full_perm = perm + removed
+        tiles = tiles.transpose(full_perm).reshape(merged_shape)
+        types = tuple(merged_types)
+    if types == (OpShardingType.REPLICATED,):
+        return _partial_tile(tiles)
+    if types == (OpShardingType.MANUAL,) and tiles.size == tiles.dims[-1]:
+        return HloSharding.manual()
+    if types and types[-1] == OpShardingType.REPLICATED:
+        # Sort the replication groups as PartialTile does, then restore the subgroup types.
+        partial = _partial_tile(tiles)
+        return HloSharding._make(_TILED, partial._tiles, subgroups=types)
+    return HloSharding._make(_TILED, tiles, subgroups=types)

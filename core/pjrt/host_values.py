@@ -112,7 +112,7 @@ class HostCopies:
         # are small, and this runs for each of them.)
         elif (host.nbytes >= CALL_STAGING_THRESHOLD_BYTES and not donated
                 and should_stage(self._platform, host, CALL_STAGING_THRESHOLD_BYTES)):
-            self._client._handle.recycle_host_memory()
+            self._client.raw_handle.recycle_host_memory()
             host = adoptable_copy(host)
             self._stage(k, host)
         view = ffi.from_buffer(host)
@@ -121,7 +121,7 @@ class HostCopies:
         self._types[k] = to_pjrt_type(host.dtype)
         self._num_dims[k] = host.ndim
         self._dims.extend(host.shape)
-        self._devices[k] = device._handle
+        self._devices[k] = device.pointer
         self._slots[k] = slot
 
     def _stage(self, k: int, adopted) -> None:
@@ -135,7 +135,7 @@ class HostCopies:
             for slot, device in zip(slots, devices):
                 self.add(slot, host, device, donated)
             return
-        self._client._handle.recycle_host_memory()
+        self._client.raw_handle.recycle_host_memory()
         staged = adoptable_copy(host)
         shared = SharedStaging(staged, len(devices))
         for slot, device in zip(slots, devices):
@@ -163,7 +163,7 @@ class HostCopies:
         if not count:
             return
         dims = self._dims
-        handle = self._client._handle
+        handle = self._client.raw_handle
         api = handle.api
         api.require("PJRT_Client_BufferFromHostBuffer")  # the shim calls the entry unchecked
         self._buffers = argument_array
@@ -183,7 +183,7 @@ class HostCopies:
         if not made:
             return
         self._made[0] = 0
-        handle = self._client._handle
+        handle = self._client.raw_handle
         buffers, slots = self._buffers, self._slots
         made_buffers = [buffers[slots[k]] for k in range(made)]
         for k in range(made):

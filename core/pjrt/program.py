@@ -81,11 +81,11 @@ class CompiledProgram:
     def _device_mismatch(self, arguments) -> DeviceAssignmentMismatchError | None:
         device = self._device
         for i, argument in enumerate(arguments):
-            if (isinstance(argument, Array) and argument._devices != (device,)
+            if (isinstance(argument, Array) and argument.shard_devices != (device,)
                     and not argument.is_deleted()):
                 return DeviceAssignmentMismatchError(
                     f"the program runs on {device}, but argument {i} is on "
-                    f"{', '.join(map(str, argument._devices))}; move it with "
+                    f"{', '.join(map(str, argument.shard_devices))}; move it with "
                     f"pjrt.device_put(x, {device}) first")
         return None
 

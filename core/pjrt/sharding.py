@@ -254,6 +254,12 @@ class Sharding:
         return str(self.to_hlo_sharding(ndim))
 
     @property
+    def ordered_devices(self) -> tuple[Device, ...]:
+        """The devices in the order an executable uses them: jax's `_device_assignment`, by
+        the name pjrt's own modules use."""
+        return self._device_assignment
+
+    @property
     def _internal_device_list(self) -> DeviceList:
         return DeviceList(self._device_assignment)
 

@@ -37,7 +37,7 @@ class ArrayCopySemantics(enum.IntEnum):
 
 
 def _client_of(sharding: Sharding) -> "Client":
-    devices = sharding._device_assignment
+    devices = sharding.ordered_devices
     client = devices[0].client
     for device in devices:
         if device.client is not client:
@@ -60,7 +60,7 @@ def in_default_memory(sharding: Sharding) -> bool:
     without memories has no other)."""
     try:
         return all(_memory_for(sharding, device) is None
-                   for device in sharding._device_assignment if device.is_addressable)
+                   for device in sharding.ordered_devices if device.is_addressable)
     except (UnsupportedFeatureError, XlaRuntimeError):
         return True
 
@@ -80,7 +80,7 @@ def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequenc
     """
     shape = tuple(int(d) for d in shape)
     expected = tuple(sharding.shard_shape(shape))
-    order = [d for d in sharding._device_assignment if d.is_addressable]
+    order = [d for d in sharding.ordered_devices if d.is_addressable]
     if list(devices) != order:
         raise ValueError("batched_device_put needs one shard per addressable device of the "
                          "sharding, in the sharding's device order")
@@ -93,7 +93,7 @@ def batched_device_put(shape: Sequence[int], sharding: Sharding, shards: Sequenc
         if host.dtype != hosts[0].dtype:
             raise ValueError(f"shards disagree on dtype: {hosts[0].dtype} and {host.dtype}")
     # One native call on the client for all the shards (the worker threads run inside it).
-    with client._handle.calling():
+    with client.raw_handle.calling():
         placed: list = [None] * len(hosts)
 
         memories = [_memory_for(sharding, device) for device in devices]
@@ -136,7 +136,7 @@ def _copy_workers() -> int:
 def _free(client: "Client", buffers: list, holds: list) -> None:
     """Free buffers made before a failure, then wait until the plugin is done with their host
     memory (the caller's references keep it alive until then)."""
-    table = client._api.table
+    table = client.plugin.api.table
     for buffer in buffers:
         lib.pjrt_shim_buffer_destroy(table, buffer)
     for hold in holds:
@@ -163,9 +163,9 @@ def device_put(x, device: Device | Sharding | None = None) -> Array:
 
         device = get_backend().local_devices()[0]
     if isinstance(device, Device):
-        if isinstance(x, Array) and x._devices == (device,):
+        if isinstance(x, Array) and x.shard_devices == (device,):
             return x
-        if isinstance(x, Array) and len(x._devices) == 1:
+        if isinstance(x, Array) and len(x.shard_devices) == 1:
             return x.copy_to_device(device)
         return device.client.buffer_from_pyval(x, device)
     if not isinstance(device, Sharding):
@@ -187,8 +187,8 @@ def _put_replicated(host: np.ndarray, sharding: Sharding, devices: list[Device])
     staging block (the CPU plugins treat adopted memory as immutable: a program given such a
     buffer to donate copies it rather than write into it)."""
     client = _client_of(sharding)
-    with client._handle.calling():
-        client._handle.recycle_host_memory()
+    with client.raw_handle.calling():
+        client.raw_handle.recycle_host_memory()
         staged = adoptable_copy(host)
         shared = SharedStaging(staged, len(devices))
         buffers: list = []
@@ -232,8 +232,8 @@ def batched_copy_array_to_devices_with_sharding(
             results.append(_reshard(array, sharding))
             continue
         if array.sharding == sharding or (
-                len(array._devices) == len(sharding._device_assignment)
-                and array._devices == tuple(sharding._device_assignment)
+                len(array.shard_devices) == len(sharding.ordered_devices)
+                and array.shard_devices == tuple(sharding.ordered_devices)
                 and array.sharding.is_equivalent_to(sharding, array.ndim)
                 and _same_memory(array, sharding)):
             results.append(array)
@@ -253,34 +253,34 @@ def _reshard(array: Array, sharding: Sharding) -> Array:
     client = _client_of(sharding)
     target = sharding.addressable_devices_indices_map(array.shape)
     sources = {}
-    same_client = client._handle is array._handle
+    same_client = client is array.client
     if same_client:
         for shard in array.addressable_shards:
             sources.setdefault(_index_key(shard.index), {})[shard.device] = shard
-    with client._handle.calling():  # one native call for every copy and transfer
+    with client.raw_handle.calling():  # one native call for every copy and transfer
         host = None
         buffers, holds = [], []
-        api = client._api
+        api = client.plugin.api
         try:
             for device, index in target.items():
                 candidates = sources.get(_index_key(index), {})
                 shard = candidates.get(device) or next(iter(candidates.values()), None)
                 memory = _memory_for(sharding, device)
                 if shard is not None:
-                    source = shard.data._live_buffers()[0]
+                    source = shard.data.live_buffers()[0]
                     if memory is not None:
                         copied = api.call_new("PJRT_Buffer_CopyToMemory", buffer=source,
-                                              dst_memory=memory._handle)
+                                              dst_memory=memory.pointer)
                     else:
                         copied = api.call_new("PJRT_Buffer_CopyToDevice", buffer=source,
-                                              dst_device=device._handle)
+                                              dst_device=device.pointer)
                         if sharding.memory_kind is not None and \
                                 shard.data.memory_kind != sharding.memory_kind:
                             # A copy to a device lands in its default memory; from a host memory
                             # back to device memory, ask for that memory by name.
                             lib.pjrt_shim_buffer_destroy(api.table, copied.dst_buffer)
                             copied = api.call_new("PJRT_Buffer_CopyToMemory", buffer=source,
-                                                  dst_memory=device.default_memory()._handle)
+                                                  dst_memory=device.default_memory().pointer)
                     buffers.append(copied.dst_buffer)
                     holds.append(None)
                     continue

@@ -1,0 +1,185 @@
+"""Reading an Array's value on the host: the read-only views and cached copies behind
+`np.asarray(array)`.
+
+`HostReads` is the part of `pjrt.array.Array` that turns its buffers into numpy values. On
+CPU plugins device memory is host memory: a large single-device array is read as a read-only
+view of the buffer itself (kept alive by `HostMemory`), a small one as a copy cached for
+later reads; a multi-device array is assembled from one copy of each distinct shard. An array
+shared through DLPack is never cached, since its partner may write to the memory.
+"""
+from __future__ import annotations
+
+import threading
+import weakref
+
+import numpy as np
+
+from ._pjrt_cffi import ffi, lib
+from .errors import check
+from .waits import wait_buffer_ready
+
+#: Arrays at least this large are read through a view of host-resident buffers; a copy is
+#: cheaper than setting up the view below it.
+VIEW_THRESHOLD_BYTES = 1 << 16
+
+
+class HostMemory:
+    """Host memory exposed to numpy read-only: a host-resident device buffer (no copy), or
+    the private copy of a buffer that pjrt read for the caller.
+
+    numpy views of it keep this object alive, and it keeps ``owner`` alive (the Array, or the
+    private copy), so the memory outlives every view. numpy cannot make a view of it writeable,
+    since this object offers no writeable memory: pjrt never changes an Array's value, and
+    only a DLPack consumer that ignores the read-only flag can (see ``Array.shared``). The
+    Array holds only a weak reference back, so that it can tell whether any view of its buffer
+    is still in use.
+    """
+
+    __slots__ = ("owner", "__array_interface__", "__weakref__")
+
+    def __init__(self, owner, address: int, nbytes: int):
+        self.owner = owner
+        self.__array_interface__ = {"shape": (nbytes,), "typestr": "|u1",
+                                    "data": (address, True), "version": 3}
+
+
+def read_only(value: np.ndarray) -> np.ndarray:
+    """``value`` (an array nobody else holds) as a view that can never be made writeable: its
+    base is a read-only memoryview, which numpy will not write through."""
+    try:
+        return np.asarray(memoryview(value).toreadonly())  # pyright: ignore[reportArgumentType]
+    except (ValueError, TypeError):  # dtypes the buffer protocol cannot describe (ml_dtypes)
+        raw = memoryview(value.reshape(-1).view(np.uint8)).toreadonly()  # pyright: ignore[reportArgumentType]
+        return np.frombuffer(raw, dtype=value.dtype).reshape(value.shape)
+
+
+def buffer_to_host(api, buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """A read-only host copy of ``buffer`` (of ``shape`` and ``dtype``), once it is ready."""
+    out = np.empty(shape, dtype=dtype)
+    if out.size:
+        check(api, lib.pjrt_shim_buffer_to_host(api.table, buffer, ffi.from_buffer(out), out.nbytes))
+    else:
+        check(api, lib.pjrt_shim_buffer_await_ready(api.table, buffer))
+    return read_only(out)
+
+
+class HostReads:
+    """The host-read methods of `pjrt.array.Array` (`np.asarray`, `to_py`, `item`, ...).
+
+    Relies on the Array's buffers (`live_buffers()`), its sharding and its host caches
+    (`_host_copy`, `_host_view`), which only the Array and this class touch.
+    """
+
+    __slots__ = ()
+
+    def _value(self) -> np.ndarray:
+        handle = self._handle
+        ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined on this hot path
+        handle.active[ticket] = None
+        try:
+            return self._read(handle)  # raises once the client is closed
+        finally:
+            del handle.active[ticket]
+            if handle.parked or handle.closed:
+                handle.settle()
+
+    def _read(self, handle) -> np.ndarray:
+        buffers = self.live_buffers()  # a deleted array is not read, even from a cache
+        if self._host_copy is not None:
+            return self._host_copy
+        view = self._host_view() if self._host_view is not None else None
+        if view is not None:
+            return view
+        if self._sharding is not None and not self._sharding.is_fully_addressable:
+            raise ValueError(
+                "this array has shards on devices of other processes, so its value cannot be "
+                "read here; read its addressable_shards, or gather it into one process first")
+        if len(buffers) != 1:
+            value = self._assemble()
+            self._cache(value)
+            return value
+        api = handle.api
+        wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
+        nbytes = self.nbytes
+        if nbytes < VIEW_THRESHOLD_BYTES and not self.shared:
+            value = buffer_to_host(api, buffers[0], self.shape, self.dtype)
+            self._cache(value)
+            return value
+        address = ffi.new("uintptr_t *")
+        check(api, lib.pjrt_shim_buffer_host_address(api.table, buffers[0], nbytes, address))
+        if address[0]:
+            memory = HostMemory(self, address[0], nbytes)
+            self.keep_memory_for(memory)  # before a delete() racing in another thread frees it
+            view = np.asarray(memory).view(self.dtype).reshape(self.shape)
+            self._host_view = weakref.ref(view)
+            return view
+        value = buffer_to_host(api, buffers[0], self.shape, self.dtype)
+        self._cache(value)
+        return value
+
+    def _cache(self, value: np.ndarray) -> None:
+        """Keep a host copy for later reads, unless the memory is shared through DLPack (a
+        consumer's writes would make it stale)."""
+        if not self.shared:
+            self._host_copy = value
+            if self.shared:  # exported by another thread meanwhile
+                self._host_copy = None
+
+    def _assemble(self) -> np.ndarray:
+        """The global value of a multi-device array, from one copy of each distinct shard."""
+        out = np.empty(self.shape, dtype=self.dtype)
+        written = set()
+        for shard in self.addressable_shards:
+            key = tuple((s.start, s.stop, s.step) if isinstance(s, slice) else s
+                        for s in shard.index)
+            if key not in written:  # replicated shards hold the same values: read one
+                written.add(key)
+                out[shard.index] = shard.data._value()
+        return read_only(out)
+
+    def __array__(self, dtype=None, copy=None):
+        value = self._value()
+        if dtype is not None and np.dtype(dtype) != value.dtype:
+            if copy is False:
+                raise ValueError(f"converting an Array of {value.dtype} to {np.dtype(dtype)} "
+                                 f"needs a copy, and copy=False was asked for")
+            return value.astype(dtype)
+        if copy:
+            return value.copy()
+        return value
+
+    def to_py(self) -> np.ndarray:
+        """The value as a (read-only) numpy array."""
+        return self._value()
+
+    def copy_to_host_async(self) -> None:
+        """Start reading the value to the host, so that a later ``np.asarray`` does not wait
+        for it (jaxlib's method). Host-resident buffers (CPU plugins) are read in place and
+        need no copy, so this only waits for nothing there."""
+        if self._host_copy is not None or self.is_deleted():
+            return
+        if self._client.platform == "cpu":
+            return  # read as a view of the buffer itself when asked for
+
+        def fetch():
+            try:
+                self._value()
+            except Exception:  # noqa: BLE001 - the error shows again on the real read
+                pass
+
+        threading.Thread(target=fetch, name="pjrt-copy-to-host", daemon=True).start()
+
+    def tolist(self):
+        return self._value().tolist()
+
+    def item(self):
+        return self._value().item()
+
+    def __float__(self):
+        return float(self._value())
+
+    def __int__(self):
+        return int(self._value())
+
+    def __bool__(self):
+        return bool(self._value())
