@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -811,3 +812,47 @@ def test_two_process_all_reduce_on_nvidia_gpus(tmp_path):
         result = json.loads((tmp_path / f"{process_id}.json").read_text())
         (shard,) = result["sum"]
         np.testing.assert_array_equal(shard["value"], [[3.0, 3.0, 3.0, 3.0]])
+
+
+_WAITING_PROCESS = """
+import sys, time
+import pjrt
+from pjrt import distributed
+process_id, library, coordinator = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+distributed.initialize(coordinator, num_processes=2, process_id=process_id)
+plugin = pjrt.load_pjrt_plugin_dynamically("multinode", library)
+plugin.option_types.update({"node_id": int, "num_nodes": int, "local_device_count": int})
+if process_id == 1:
+    print("joined", flush=True)
+    time.sleep(60)  # never makes a client: process 0 waits for its topology
+    sys.exit(0)
+print("creating", flush=True)
+try:
+    pjrt.make_c_api_client("multinode", {"local_device_count": 2})
+except KeyboardInterrupt:
+    print("KeyboardInterrupt", flush=True)
+except BaseException as error:
+    print(f"{type(error).__name__}: {error}", flush=True)
+"""
+
+
+def test_ctrl_c_while_a_client_waits_for_the_other_processes(multinode_library, tmp_path):
+    """Ctrl-C while the plugin waits in a key-value get during client creation reaches the
+    caller as a KeyboardInterrupt (it was the plugin's INTERNAL error), within seconds."""
+    coordinator = str(tmp_path / "job.db")
+    env = child_env(drop=("PJRT_",))
+    processes = [subprocess.Popen(
+        [sys.executable, "-c", _WAITING_PROCESS, str(i), str(multinode_library), coordinator],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in (0, 1)]
+    try:
+        waiting, other = processes
+        assert waiting.stdout.readline().strip() == "creating", waiting.stderr.read()
+        time.sleep(1.0)  # inside PJRT_Client_Create, waiting for process 1's topology
+        waiting.send_signal(signal.SIGINT)
+        out, err = waiting.communicate(timeout=20)
+        assert out.strip() == "KeyboardInterrupt", (out, err[-2000:])
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()

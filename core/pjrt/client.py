@@ -424,15 +424,10 @@ def create_client(plugin: plugin_module.Plugin,
     # On a worker thread, so that Ctrl-C reaches the caller while the plugin starts up.
     # Plugins print while they start (cuInit failing, libtpu's environment): quiet by
     # default, as when the registry brings a backend up (pjrt.plugin_logging.quietly).
+    # (The key-value callbacks then run on the worker too, so Ctrl-C reaches this thread as a
+    # KeyboardInterrupt while it waits, never the plugin's error for a cancelled get.)
     with plugin_logging.quietly(plugin.name):
-        try:
-            pointer = call_off_thread(create, close_late)
-        except BaseException:
-            # Ctrl-C inside a key-value callback reached the plugin as CANCELLED: raise the
-            # KeyboardInterrupt itself, not the plugin's error.
-            if callbacks is not None:
-                callbacks.raise_interrupt()
-            raise
+        pointer = call_off_thread(create, close_late)
     handle = ClientHandle(api, pointer)
     # The plugin may call the callbacks for as long as its client lives.
     handle.keep_alive = callbacks
