@@ -47,11 +47,14 @@ _SDY_MESH = re.compile(rb'sdy\.mesh\s+@("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*=\s*')
 _SDY_SHARDING = re.compile(rb"#sdy\.sharding<")
 #: Where Shardy tensor shardings are written: ``#sdy.sharding<``, ``#sdy.sharding_per_value<``
 #: (a list), the operand of ``sdy.sharding_constraint``/``sdy.reshard``, and the lists of
-#: ``sdy.manual_computation``.
-_SDY_TENSOR_SHARDINGS = re.compile(
-    rb"#sdy\.sharding(_per_value)?<"
-    rb"|sdy\.(?:sharding_constraint|reshard)\s+%[\w#.$-]+\s*(?=<)"
-    rb"|\b(?:in|out)_shardings\s*=\s*(?=\[)")
+#: ``sdy.manual_computation``. (Three patterns, each led by a literal, which the regex
+#: engine finds at C speed; one alternation of them scans twenty times slower.)
+_SDY_TENSOR_SHARDINGS = (
+    re.compile(rb"#sdy\.sharding(_per_value)?<"),
+    re.compile(rb"sdy\.(?:sharding_constraint|reshard)\s+%[\w#.$-]+\s*(?=<)()"),
+    re.compile(rb"_shardings\s*=\s*(?=\[)()"),  # after "in" or "out" (checked in the loop)
+)
+_IN_OR_OUT = re.compile(rb"(?:^|\W)(?:in|out)$")
 #: An axis of a tensor sharding: its quoted name, and a sub-axis's ``:(pre-size)size``.
 _SDY_AXIS_REF = re.compile(rb'"((?:[^"\\]|\\.)*)"(?:\s*:\s*\(\s*(-?\d+)\s*\)\s*(-?\d+))?')
 _SDY_MESH_REFERENCE = re.compile(rb'<\s*@("(?:[^"\\]|\\.)*"|[\w.$-]+)|<\s*(?:mesh\s*)?(?=<)')
@@ -194,9 +197,13 @@ def _check_sdy_tensor_shardings(program: bytes, meshes: dict, partitions: int) -
     """Check every Shardy tensor sharding of the program against its mesh, sub-axes included
     (see the module's docstring). Each distinct sharding text is checked once."""
     checked: set[bytes] = set()
-    for match in _SDY_TENSOR_SHARDINGS.finditer(program):
+    matches = [match for pattern in _SDY_TENSOR_SHARDINGS for match in pattern.finditer(program)]
+    for match in matches:
         if program[match.start() - 1:match.start()] == b'"':
             continue  # inside a string (a frontend attribute): not read by the plugin as such
+        if match.group(0).startswith(b"_") and not _IN_OR_OUT.search(
+                program, max(match.start() - 4, 0), match.start()):
+            continue
         start = match.end() - 1 if match.group(0).startswith(b"#") else match.end()
         try:
             if program[start:start + 1] == b"[" or match.group(1):
@@ -204,7 +211,7 @@ def _check_sdy_tensor_shardings(program: bytes, meshes: dict, partitions: int) -
                     start = _skip_space(program, start + 1)
                 pieces = _list_items(program, start)
             else:
-                pieces = [(start, _closing_angle(program, start))]
+                pieces = [(start, _angle_end(program, start))]
         except ValueError as error:
             raise ValueError(f"the program's Shardy sharding at line "
                              f"{_line_of(program, match.start())} is malformed: {error}; fix "
@@ -231,6 +238,16 @@ def _skip_space(program: bytes, index: int) -> int:
     return index
 
 
+#: A ``<...>`` with no ``<`` inside (strings skipped): most shardings, matched at C speed.
+_FLAT_ANGLE = re.compile(rb'<(?:[^<>"-]|"(?:[^"\\]|\\.)*"|-(?!>))*>')
+
+
+def _angle_end(program: bytes, start: int) -> int:
+    """`_closing_angle`, at C speed when nothing is nested."""
+    flat = _FLAT_ANGLE.match(program, start)
+    return flat.end() if flat is not None else _closing_angle(program, start)
+
+
 def _list_items(program: bytes, start: int) -> list[tuple[int, int]]:
     """The ``<...>`` items of the list ``[<...>, <...>]`` that starts at ``start``."""
     if program[start:start + 1] != b"[":
@@ -239,7 +256,7 @@ def _list_items(program: bytes, start: int) -> list[tuple[int, int]]:
     if program[index:index + 1] == b"]":
         return items
     while True:
-        end = _closing_angle(program, index)
+        end = _angle_end(program, index)
         items.append((index, end))
         index = _skip_space(program, end)
         separator = program[index:index + 1]
