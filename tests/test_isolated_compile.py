@@ -216,3 +216,26 @@ def test_a_bytecode_program_calling_a_target_registered_here_compiles_in_isolati
         assert CALLS == [1]
     finally:
         isolated_compile.shutdown_workers()
+
+
+def test_an_executable_calling_a_target_registered_here_loads_in_isolation(client):
+    """A serialized executable's targets cannot be read from its bytes: the worker registers
+    each one the plugin reports missing, and loads it again."""
+    CALLS.clear()
+    pjrt.register_custom_call_target("isolation_test_add_delta", add_delta, platform="cpu")
+    text = """
+    func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+      %0 = stablehlo.custom_call @isolation_test_add_delta(%x) {api_version = 4 : i32,
+          backend_config = {delta = -1.5 : f32}} : (tensor<4xf32>) -> tensor<4xf32>
+      return %0 : tensor<4xf32>
+    }"""
+    serialized = client.compile_and_load(text).serialize()
+    isolated_compile.shutdown_workers()
+    try:
+        program = client.deserialize_executable(serialized, isolate=True)
+        x = np.arange(4, dtype=np.float32)
+        out = np.asarray(program(client.buffer_from_pyval(x))[0])
+        np.testing.assert_array_equal(out, x - np.float32(1.5))
+        assert CALLS == [1]
+    finally:
+        isolated_compile.shutdown_workers()

@@ -15,7 +15,7 @@ import threading
 from . import compilation_cache, mlir_bytecode
 from ._pjrt_cffi import ffi
 from .client import make_c_api_client
-from .errors import XlaRuntimeError
+from .errors import ErrorCode, XlaRuntimeError
 from .executable import LoadedExecutable
 from .ffi import register_custom_call_target
 from .isolated_compile import receive_message, send_message
@@ -54,7 +54,7 @@ def serve(read_fd: int, write_fd: int) -> None:
 
         def work():
             try:
-                compile_or_load(api, client, request, registered)
+                compile_or_load_with_targets(api, client, request, registered)
                 outcome["error"] = None
             except XlaRuntimeError as error:
                 outcome["error"] = (int(error.code), error.plugin_message)
@@ -107,14 +107,46 @@ def register_targets(platform: str, program: bytes, registered: set[str]) -> Non
         registered.add(name)
 
 
-def compile_or_load(api, client, request: dict, registered: set[str]) -> None:
+#: XLA's error for a custom call whose target is not registered (loading an executable).
+_MISSING_TARGET = re.compile(r"No FFI handler registered for (\S+) on a platform")
+#: The most targets one serialized executable may need registered here, one load each.
+_MAX_LOAD_RETRIES = 64
+
+
+def compile_or_load_with_targets(api, client, request: dict, registered: set[str]) -> None:
+    """`compile_or_load`, registering the custom-call targets the request needs first.
+
+    A program's targets are read from it (`named_targets`). A serialized executable's cannot
+    be: its bytes hold machine code and many strings. It is loaded, and each target the
+    plugin reports missing (a name its bytes hold) is registered before loading it again,
+    as the parent, where the handlers are registered, loads it."""
+    if request["kind"] == "compile":
+        register_targets(client.platform, request["payload"], registered)
+        compile_or_load(api, client, request)
+        return
+    for _ in range(_MAX_LOAD_RETRIES):
+        try:
+            compile_or_load(api, client, request)
+            return
+        except XlaRuntimeError as error:
+            missing = _MISSING_TARGET.search(error.plugin_message or "")
+            name = missing.group(1) if missing else None
+            if (error.code != ErrorCode.NOT_FOUND or name is None or name in registered
+                    or not _TARGET_NAME.fullmatch(name.encode())
+                    or name.encode() not in request["payload"]):
+                raise
+            register_custom_call_target(name, _never_run, platform=client.platform)
+            registered.add(name)
+    compile_or_load(api, client, request)
+
+
+def compile_or_load(api, client, request: dict) -> None:
     """Do what this process will do with the request: compile or deserialize, then read the
     executable's description as a LoadedExecutable does (damaged executables can crash
     there too), then free it."""
     options = request["options"]
     options_buffer = ffi.new("char[]", options) if options else ffi.NULL
     if request["kind"] == "compile":
-        register_targets(client.platform, request["payload"], registered)
         program_struct = ffi.new("PJRT_Program *")
         program_struct.struct_size = ffi.sizeof("PJRT_Program")
         code = ffi.new("char[]", request["payload"])
