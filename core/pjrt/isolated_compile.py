@@ -29,10 +29,10 @@ the next compile).
 Custom calls: compiling a program that calls ``stablehlo.custom_call @target`` needs only
 the target's registration, not its handler. The worker registers every target a program may
 name (the custom-call targets of a text program; the identifier-like strings of a bytecode
-one) with a handler that is never run, since it runs no program; a serialized
-executable's targets cannot be read from its bytes, so each one the plugin reports missing
-when loading it (a name its bytes hold) is registered and the executable loaded again. So a program calling targets
-registered here (:func:`pjrt.register_custom_call_target`, a plugin package's own kernels)
+one) with a handler that is never run, since it runs no program. A serialized executable's
+targets cannot be read from its bytes: each one the plugin reports missing when loading it
+(a name its bytes hold) is registered, and the executable loaded again. So a program calling
+targets registered here (:func:`pjrt.register_custom_call_target`, a plugin package's own kernels)
 compiles there as here; one calling a target registered nowhere compiles there, and the
 plugin refuses it here, exactly as without isolation. (Handler traits, which only GPU command
 buffers read, are not known there.)
