@@ -209,6 +209,19 @@ CONSTRAINT = '<@mesh, [{"y"}, {}]> : tensor'
 SHARDY_ARGUMENT = '%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>}'
 
 
+#: Shardy on operations with sub-axes and an inline mesh, all valid (the mutation fuzz of
+#: tests/test_damaged_programs.py damages it too).
+SHARDY_OPS = """module @spmd_ops attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2, "y"=4]>
+  func.func public @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y":(1)2}]>}) -> (tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>}) {
+    %0 = stablehlo.sine %arg0 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"y":(2)2}, {"x"}]>]>} : tensor<8x8xf32>
+    %1 = sdy.sharding_constraint %0 <@mesh, [{"y":(1)2}, {}]> : tensor<8x8xf32>
+    %2 = stablehlo.add %1, %arg0 {sdy.sharding = #sdy.sharding_per_value<[<mesh<["a"=2, "b"=4]>, [{"a"}, {"b":(1)2}]>]>} : tensor<8x8xf32>
+    return %2 : tensor<8x8xf32>
+  }
+}"""
+
+
 def per_value(entries: str) -> str:
     return SHARDY.replace(PER_VALUE, f"#sdy.sharding_per_value<[{entries}]>")
 
@@ -246,11 +259,12 @@ SHARDY_CASES = {
 
 
 def test_good_shardy_programs_pass_the_checks_and_compile(client):
-    for name, text in {"plain": SHARDY, **GOOD_SUB_AXES}.items():
+    x = np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8)
+    for name, text in {"plain": SHARDY, **GOOD_SUB_AXES, "ops": SHARDY_OPS}.items():
         program_checks.check_program_structure(text.encode(), 8)
         compiled = pjrt.compile(text, client.devices()[:8])
-        x = np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8)
-        np.testing.assert_allclose(np.asarray(compiled(x)), np.sin(x), rtol=1e-6, err_msg=name)
+        want = np.sin(x) + x if name == "ops" else np.sin(x)
+        np.testing.assert_allclose(np.asarray(compiled(x)), want, rtol=1e-6, err_msg=name)
 
 
 def test_shardings_jax_lowers_pass_the_checks(jax_cpu):
