@@ -7,10 +7,11 @@ import random
 import re
 
 #: Values a mutated sharding number takes: small, zero, off by one, huge.
-_NUMBERS = ("0", "1", "2", "3", "7", "9", "16", "65", "2147483647", "-1")
+_NUMBERS = ("0", "1", "2", "3", "7", "9", "16", "65", "2147483647", "-1",
+            "4611686018427387904")  # 2**62: a product of two overflows 64 bits
 _SHARDING_CHARS = "0123456789[]{}<>=,T() "
-_ATTRIBUTE = re.compile(r'(mhlo\.sharding = "[^"]*"|#sdy\.sharding<[^\n]*?\]>|'
-                        r'sdy\.mesh @\w+ = <[^>]*>)')
+_ATTRIBUTE = re.compile(r'(mhlo\.sharding = "[^"]*"|#sdy\.sharding(?:_per_value)?<[^\n]*?\]>|'
+                        r'sdy\.sharding_constraint %\w+ <[^\n]*?\]>|sdy\.mesh @\w+ = <[^>]*>)')
 
 
 def flip_bytes(blob: bytes, seed: int, *, skip: int = 0) -> bytes:

@@ -68,8 +68,11 @@ elif kind == "bytecode":
         damaged = flip_bytes(blob, seed, skip=4)
         attempt(seed, lambda: client.compile_and_load(damaged, isolate=True))
 elif kind == "shardings":
+    from test_program_checks import SHARDY_OPS  # Shardy on operations, with sub-axes
+
     texts = [open(f"{fixtures}/{n}.mlir").read() for n in
              ("spmd_mlp.gspmd", "spmd_mlp.shardy", "spmd_matmul.gspmd", "spmd_matmul.shardy")]
+    texts.append(SHARDY_OPS)
     for seed in range(count):
         damaged = damage_shardings(texts[seed % len(texts)], seed)
         attempt(seed, lambda: client.compile_and_load(damaged, client.devices(), isolate=True))

@@ -7,6 +7,8 @@ child process, which must survive them all and report each error.
 from __future__ import annotations
 
 import json
+import re
+import signal
 import struct
 
 import numpy as np
@@ -206,3 +208,151 @@ def test_export_with_offsets_out_of_bounds_is_refused():
         with pytest.raises(ValueError, match="serialized jax export") as caught:
             deserialize_exported(bad)
         assert "past the end" in str(caught.value) or "outside" in str(caught.value), why
+
+
+# -- Shardy shardings on operations, and sub-axes ----------------------------------------------
+
+#: A Shardy program over a 2 x 4 mesh: shardings on the argument and result, one per value on
+#: an operation, and a sharding constraint (the forms jax lowers).
+SHARDY = """module @sdy attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2, "y"=4]>
+  func.func public @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>}) -> (tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>}) {
+    %0 = stablehlo.sine %arg0 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>} : tensor<8x8xf32>
+    %1 = sdy.sharding_constraint %0 <@mesh, [{"y"}, {}]> : tensor<8x8xf32>
+    return %1 : tensor<8x8xf32>
+  }
+}"""
+PER_VALUE = '#sdy.sharding_per_value<[<@mesh, [{"x"}, {}]>]>'
+CONSTRAINT = '<@mesh, [{"y"}, {}]> : tensor'
+SHARDY_ARGUMENT = '%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>}'
+
+
+#: Shardy on operations with sub-axes and an inline mesh, all valid (the mutation fuzz of
+#: tests/test_damaged_programs.py damages it too).
+SHARDY_OPS = """module @spmd_ops attributes {mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32} {
+  sdy.mesh @mesh = <["x"=2, "y"=4]>
+  func.func public @main(%arg0: tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y":(1)2}]>}) -> (tensor<8x8xf32> {sdy.sharding = #sdy.sharding<@mesh, [{"x"}, {"y"}]>}) {
+    %0 = stablehlo.sine %arg0 {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{"y":(2)2}, {"x"}]>]>} : tensor<8x8xf32>
+    %1 = sdy.sharding_constraint %0 <@mesh, [{"y":(1)2}, {}]> : tensor<8x8xf32>
+    %2 = stablehlo.add %1, %arg0 {sdy.sharding = #sdy.sharding_per_value<[<mesh<["a"=2, "b"=4]>, [{"a"}, {"b":(1)2}]>]>} : tensor<8x8xf32>
+    return %2 : tensor<8x8xf32>
+  }
+}"""
+
+
+def per_value(entries: str) -> str:
+    return SHARDY.replace(PER_VALUE, f"#sdy.sharding_per_value<[{entries}]>")
+
+
+#: Sub-axes ``"y":(pre-size)size`` of the 4-device axis "y" that Shardy accepts.
+GOOD_SUB_AXES = {
+    "per value": per_value('<@mesh, [{"y":(1)2}, {"y":(2)2}]>'),
+    "argument": SHARDY.replace(SHARDY_ARGUMENT, SHARDY_ARGUMENT.replace('{"y"}', '{"y":(1)2}')),
+    "constraint": SHARDY.replace(CONSTRAINT, '<@mesh, [{"y":(2)2}, {}]> : tensor'),
+}
+
+#: name -> (a damaged Shardy program, words pjrt's error must hold). The first two ended the
+#: process in both tested plugins (SIGFPE: pre-size * size overflows 64 bits to 0, then
+#: divides); the plugins' verifiers refuse the others cleanly, and pjrt now says so first.
+SHARDY_CASES = {
+    "sub-axis overflow on a value": (
+        per_value('<@mesh, [{"y":(4611686018427387904)4}, {}]>'), '"y":(4611686018427387904)4'),
+    "sub-axis overflow on an argument": (
+        SHARDY.replace(SHARDY_ARGUMENT, SHARDY_ARGUMENT.replace(
+            '{"y"}', '{"y":(4611686018427387904)4}')), '"y":(4611686018427387904)4'),
+    "sub-axis not dividing": (per_value('<@mesh, [{"y":(1)3}, {}]>'), "does not fit axis 'y'"),
+    "sub-axis as large as its axis": (per_value('<@mesh, [{"y":(1)4}, {}]>'), "1 < size < 4"),
+    "sub-axis and its axis": (per_value('<@mesh, [{"y":(1)2}, {"y"}]>'),
+                              "both whole and as a sub-axis"),
+    "unknown mesh on a value": (per_value('<@nomesh, [{"x"}, {}]>'), "mesh @nomesh"),
+    "unknown axis on a value": (per_value('<@mesh, [{"z"}, {}]>'), "axis 'z'"),
+    "axis twice on a value": (per_value('<@mesh, [{"x"}, {"x"}]>'), "used twice"),
+    "inline mesh too large on a value": (per_value('<mesh<["a"=16]>, [{"a"}, {}]>'),
+                                         "holds 16 devices"),
+    "device out of range on a value": (per_value('<mesh<[], device_ids=[99]>, []>'),
+                                       "device ids [99]"),
+    "unknown axis in a constraint": (SHARDY.replace(CONSTRAINT, '<@mesh, [{"z"}, {}]> : tensor'),
+                                     "axis 'z'"),
+}
+
+
+def test_good_shardy_programs_pass_the_checks_and_compile(client):
+    x = np.linspace(-2, 2, 64, dtype=np.float32).reshape(8, 8)
+    for name, text in {"plain": SHARDY, **GOOD_SUB_AXES, "ops": SHARDY_OPS}.items():
+        program_checks.check_program_structure(text.encode(), 8)
+        compiled = pjrt.compile(text, client.devices()[:8])
+        want = np.sin(x) + x if name == "ops" else np.sin(x)
+        np.testing.assert_allclose(np.asarray(compiled(x)), want, rtol=1e-6, err_msg=name)
+
+
+def test_shardings_jax_lowers_pass_the_checks(jax_cpu):
+    """jax 0.10.2 writes shardings on arguments and results, sharding constraints, a
+    shard_map's manual computation, and a callback's ``#sdy.sharding_per_value`` over a
+    one-device mesh: all of them pass."""
+    jax, jnp = jax_cpu, jax_cpu.numpy
+    from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+
+    mesh = jax.make_mesh((2, 4), ("x", "y"), axis_types=(AxisType.Auto,) * 2,
+                         devices=jax.devices("cpu")[:8])
+    x = jax.ShapeDtypeStruct((8, 8), jnp.float32, sharding=NamedSharding(mesh, P("x", "y")))
+
+    def constrained(a):
+        b = jax.lax.with_sharding_constraint(jnp.sin(a), NamedSharding(mesh, P("y", None)))
+        return b, a + 1
+
+    def manual(a):
+        return jax.shard_map(lambda b: b * 2, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(a)
+
+    def callback(a):
+        return jax.pure_callback(np.sin, jax.ShapeDtypeStruct((8, 8), jnp.float32), a)
+
+    lowered = {fn.__name__: jax.jit(fn).lower(x).as_text()
+               for fn in (constrained, manual, callback)}
+    assert "sdy.sharding_constraint" in lowered["constrained"]
+    assert "in_shardings=[<@mesh" in lowered["manual"]
+    assert "#sdy.sharding_per_value<[<@maximal_mesh_0, []>]>" in lowered["callback"]
+    # Each program with an axis its mesh lacks, in the operation's sharding only.
+    damage = {"constrained": r'(sdy\.sharding_constraint %\w+ <@mesh, \[)\{"y"\}',
+              "manual": r'(in_shardings=\[<@mesh, \[)\{"x"\}',
+              "callback": r"(#sdy\.sharding_per_value<\[<@maximal_mesh_0, \[)()"}
+    for name, text in lowered.items():
+        program_checks.check_program_structure(text.encode(), 8)
+        damaged, count = re.subn(damage[name], r'\1{"z"}', text)
+        assert count == 1, name
+        with pytest.raises(ValueError, match="Shardy sharding .* axis 'z'"):
+            program_checks.check_program_structure(damaged.encode(), 8)
+
+
+def test_damaged_shardy_shardings_are_refused(cpu_plugin, tmp_path):
+    cases = {name: (text, 8, words) for name, (text, words) in SHARDY_CASES.items()}
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps(cases))
+    done = run_python(_COMPILE_CASES, cpu_plugin.name, str(path), timeout=120)
+    seen = dict(line[len("CASE "):].split(" | ", 1) for line in done.stdout.splitlines()
+                if line.startswith("CASE "))
+    for case, (_, _, words) in cases.items():
+        assert "Shardy sharding" in seen[case] or "inline mesh" in seen[case], (case, seen[case])
+        assert words in seen[case], (case, seen[case])
+
+
+def test_a_sub_axis_overflow_crashes_the_plugin_without_the_check(cpu_plugin, tmp_path):
+    """Why the sub-axis check exists: without it, the plugin's compiler ends the process."""
+    source = """
+    import sys
+    import pjrt
+    from pjrt import program_checks
+    from conftest import cpu_plugin_path
+
+    name, program = sys.argv[1], open(sys.argv[2]).read()
+    program_checks.check_shardings = lambda *args: None  # what pjrt did before the check
+    pjrt.load_pjrt_plugin_dynamically(name, cpu_plugin_path(name))
+    client = pjrt.make_c_api_client(name, {"cpu_device_count": 8})
+    print("COMPILING", flush=True)
+    client.compile_and_load(program, client.devices())
+    print("COMPILED", flush=True)
+    """
+    path = tmp_path / "overflow.mlir"
+    path.write_text(SHARDY_CASES["sub-axis overflow on a value"][0])
+    done = run_python(source, cpu_plugin.name, str(path), timeout=120, check=False)
+    assert "COMPILING" in done.stdout and "COMPILED" not in done.stdout
+    assert done.returncode == -signal.SIGFPE, (done.returncode, done.stderr[-2000:])

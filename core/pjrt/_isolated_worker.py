@@ -9,13 +9,15 @@ worker's entry point only, so it may import the client layers freely.
 """
 from __future__ import annotations
 
+import re
 import threading
 
-from . import compilation_cache
+from . import compilation_cache, mlir_bytecode
 from ._pjrt_cffi import ffi
 from .client import make_c_api_client
-from .errors import XlaRuntimeError
+from .errors import ErrorCode, XlaRuntimeError
 from .executable import LoadedExecutable
+from .ffi import register_custom_call_target
 from .isolated_compile import receive_message, send_message
 from .plugin import load_pjrt_plugin_dynamically
 
@@ -40,6 +42,7 @@ def serve(read_fd: int, write_fd: int) -> None:
         answer({"setup_error": f"{type(error).__name__}: {error}"})
         return
     answer({"ready": True})
+    registered: set[str] = set()  # custom-call targets registered here
     api = client.handle.api
     # Deeply nested programs recurse deeply in XLA's compiler: a large stack, as in-process.
     threading.stack_size(1 << 30)
@@ -51,7 +54,7 @@ def serve(read_fd: int, write_fd: int) -> None:
 
         def work():
             try:
-                compile_or_load(api, client, request)
+                compile_or_load_with_targets(api, client, request, registered)
                 outcome["error"] = None
             except XlaRuntimeError as error:
                 outcome["error"] = (int(error.code), error.plugin_message)
@@ -62,6 +65,79 @@ def serve(read_fd: int, write_fd: int) -> None:
         thread.start()
         thread.join()
         answer(outcome)
+
+
+def _never_run(operands, results, attributes):
+    """The handler of every custom-call target in the worker: compiling needs only the
+    target's name, and the worker runs no program."""
+    raise RuntimeError("the isolation worker runs no program")
+
+
+#: A custom-call target named in a text program (``stablehlo.custom_call @target``, or the
+#: generic form's ``call_target_name = "target"``).
+_TEXT_TARGET = re.compile(rb'custom_call\s*@("(?:[^"\\]|\\.)*"|[\w.$-]+)'
+                          rb'|call_target_name\s*=\s*"((?:[^"\\]|\\.)*)"')
+#: What a target name looks like; a bytecode program's other strings (locations, numbers,
+#: file names) need no registration.
+_TARGET_NAME = re.compile(rb"[A-Za-z_][\w.$-]{0,255}")
+
+
+def named_targets(program: bytes) -> set[str]:
+    """The custom-call targets ``program`` may call: those a text program names, or every
+    name-like string of a bytecode program (which cannot be read without MLIR; registering a
+    name no custom call uses changes nothing)."""
+    if mlir_bytecode.is_bytecode(program):
+        try:
+            candidates = mlir_bytecode.strings(program)
+        except ValueError:  # damaged: the plugin's reader will say so
+            return set()
+    else:
+        candidates = [quoted or generic or plain for plain, generic in
+                      _TEXT_TARGET.findall(program)
+                      for quoted in [plain[1:-1] if plain.startswith(b'"') else b""]]
+    return {name.decode() for name in candidates if _TARGET_NAME.fullmatch(name)}
+
+
+def register_targets(platform: str, program: bytes, registered: set[str]) -> None:
+    """Register the custom-call targets ``program`` may call on ``platform`` (those not in
+    ``registered``, which is updated) with a handler that is never run, so that the plugin
+    here compiles it as the parent's does, where the handlers are registered."""
+    for name in named_targets(program) - registered:
+        register_custom_call_target(name, _never_run, platform=platform)
+        registered.add(name)
+
+
+#: XLA's error for a custom call whose target is not registered (loading an executable).
+_MISSING_TARGET = re.compile(r"No FFI handler registered for (\S+) on a platform")
+#: The most targets one serialized executable may need registered here, one load each.
+_MAX_LOAD_RETRIES = 64
+
+
+def compile_or_load_with_targets(api, client, request: dict, registered: set[str]) -> None:
+    """`compile_or_load`, registering the custom-call targets the request needs first.
+
+    A program's targets are read from it (`named_targets`). A serialized executable's cannot
+    be: its bytes hold machine code and many strings. It is loaded, and each target the
+    plugin reports missing (a name its bytes hold) is registered before loading it again,
+    as the parent, where the handlers are registered, loads it."""
+    if request["kind"] == "compile":
+        register_targets(client.platform, request["payload"], registered)
+        compile_or_load(api, client, request)
+        return
+    for _ in range(_MAX_LOAD_RETRIES):
+        try:
+            compile_or_load(api, client, request)
+            return
+        except XlaRuntimeError as error:
+            missing = _MISSING_TARGET.search(error.plugin_message or "")
+            name = missing.group(1) if missing else None
+            if (error.code != ErrorCode.NOT_FOUND or name is None or name in registered
+                    or not _TARGET_NAME.fullmatch(name.encode())
+                    or name.encode() not in request["payload"]):
+                raise
+            register_custom_call_target(name, _never_run, platform=client.platform)
+            registered.add(name)
+    compile_or_load(api, client, request)
 
 
 def compile_or_load(api, client, request: dict) -> None:

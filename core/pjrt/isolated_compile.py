@@ -19,37 +19,62 @@ compiles twice, once in the worker and once here, plus the copies of the program
 pipe. Compiles that hit the persistent compilation cache are not repeated in the worker (the
 entry was made by this build from these bytes and is checked on read).
 
+Time limit: an isolated compile (starting the worker included) that has not finished in
+``PJRT_ISOLATED_COMPILE_TIMEOUT`` seconds (600 unless set; ``inf`` for none) is an
+:class:`IsolatedCompileTimeout`: the worker is killed, this process compiles nothing, and the
+next isolated compile starts a new worker. Ctrl-C while waiting for the worker raises
+``KeyboardInterrupt`` at once and kills the worker too (its answer would otherwise be read by
+the next compile).
+
+Custom calls: compiling a program that calls ``stablehlo.custom_call @target`` needs only
+the target's registration, not its handler. The worker registers every target a program may
+name (the custom-call targets of a text program; the identifier-like strings of a bytecode
+one) with a handler that is never run, since it runs no program. A serialized executable's
+targets cannot be read from its bytes: each one the plugin reports missing when loading it
+(a name its bytes hold) is registered, and the executable loaded again. So a program calling
+targets registered here (:func:`pjrt.register_custom_call_target`, a plugin package's own kernels)
+compiles there as here; one calling a target registered nowhere compiles there, and the
+plugin refuses it here, exactly as without isolation. (Handler traits, which only GPU command
+buffers read, are not known there.)
+
 Limits: the worker makes a single-process client (``node_id``/``num_nodes`` and the key-value
-callbacks of a multi-process client are not passed on); custom-call targets registered in this
-process by Python code are not registered in the worker, so a program that needs them at
-compile time fails there (the error says so); a plugin handed over in memory cannot be
-isolated (there is no library to load again); a worker that hangs makes the compile hang.
-Isolation catches what crashes the compiler or loader every time; a damaged executable loaded
-with ``trust_unverified`` that the worker loads can still crash this process (the damage may
-be read nondeterministically, or only when the executable is freed or run).
+callbacks of a multi-process client are not passed on); a plugin handed over in memory cannot
+be isolated (there is no library to load again). Isolation catches what crashes the compiler
+or loader every time; a damaged executable loaded with ``trust_unverified`` that the worker
+loads can still crash this process (the damage may be read nondeterministically, or only when
+the executable is freed or run).
 """
 from __future__ import annotations
 
+import math
 import os
 import pickle
+import select
 import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from typing import TYPE_CHECKING
 
-from .errors import XlaRuntimeError
+from .errors import ErrorCode, XlaRuntimeError
 
 if TYPE_CHECKING:
     from .client import Client
 
-__all__ = ["ISOLATE_ENV", "IsolatedCompileCrash", "isolation_requested", "check_in_worker",
-           "shutdown_workers"]
+__all__ = ["ISOLATE_ENV", "TIMEOUT_ENV", "DEFAULT_TIMEOUT", "IsolatedCompileCrash",
+           "IsolatedCompileTimeout", "isolation_requested", "isolation_timeout",
+           "check_in_worker", "shutdown_workers"]
 
 #: Set to ``1`` to isolate every compile and deserialization of the process.
 ISOLATE_ENV = "PJRT_ISOLATED_COMPILE"
+#: Seconds an isolated compile may take in the worker (``inf``: no limit).
+TIMEOUT_ENV = "PJRT_ISOLATED_COMPILE_TIMEOUT"
+#: The limit when ``PJRT_ISOLATED_COMPILE_TIMEOUT`` is unset: far above any sane compile (a
+#: large model compiles in tens of seconds), so that only a hang reaches it.
+DEFAULT_TIMEOUT = 600.0
 #: Create options that tie a client to other processes; the worker's client is alone.
 _MULTIPROCESS_OPTIONS = ("node_id", "num_nodes")
 _LENGTH = struct.Struct(">Q")
@@ -74,6 +99,24 @@ class IsolatedCompileCrash(XlaRuntimeError):
                              f"output: {plugin_output or '(none)'}")
 
 
+class IsolatedCompileTimeout(XlaRuntimeError):
+    """The isolation worker did not finish a compile (or deserialization) within
+    ``PJRT_ISOLATED_COMPILE_TIMEOUT`` seconds; it was killed, and this process never gave the
+    program to the plugin. The code is ``DEADLINE_EXCEEDED``.
+
+    Attributes:
+      timeout: the limit, in seconds.
+    """
+
+    def __init__(self, what: str, timeout: float):
+        self.timeout = timeout
+        super().__init__(ErrorCode.DEADLINE_EXCEEDED,
+                         f"the isolation worker did not finish with this {what} within the "
+                         f"limit of {timeout:g} s ({TIMEOUT_ENV}); it was killed and the {what} "
+                         f"was not compiled in this process. The plugin's compiler may hang on "
+                         f"it; if it only needs longer, raise {TIMEOUT_ENV}")
+
+
 def isolation_requested(isolate: bool | None) -> bool:
     """``isolate`` when given, else whether ``PJRT_ISOLATED_COMPILE`` is set to a true value."""
     if isolate is not None:
@@ -81,14 +124,42 @@ def isolation_requested(isolate: bool | None) -> bool:
     return os.environ.get(ISOLATE_ENV, "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def isolation_timeout() -> float:
+    """Seconds an isolated compile may take: ``PJRT_ISOLATED_COMPILE_TIMEOUT``, else
+    `DEFAULT_TIMEOUT` (``math.inf`` when the variable says ``inf``).
+
+    Raises:
+      ValueError: the variable is not a positive number of seconds.
+    """
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0:  # also refuses nan
+        raise ValueError(f"{TIMEOUT_ENV}={text!r} is not a positive number of seconds; set it "
+                         f"to e.g. 600, or to inf for no limit")
+    return value
+
+
+class _DeadlinePassed(Exception):
+    """The worker did not answer before the deadline (turned into IsolatedCompileTimeout)."""
+
+
 class _Worker:
     """One child process holding the plugin and a client, compiling on request."""
 
-    def __init__(self, library: str, plugin_name: str, options: dict):
+    def __init__(self, library: str, plugin_name: str, options: dict, deadline: float):
         self.lock = threading.Lock()
+        self.closed = False
         self.output = tempfile.TemporaryFile()
         to_child_read, self._to_child = os.pipe()
         self._from_child, from_child_write = os.pipe()
+        # Writes wait in poll() (bounded, interruptible), never in a blocking write() to a
+        # worker that stopped reading.
+        os.set_blocking(self._to_child, False)
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ)
         env.pop(ISOLATE_ENV, None)
@@ -104,20 +175,25 @@ class _Worker:
         finally:
             os.close(to_child_read)
             os.close(from_child_write)
-        self.send({"library": library, "plugin": plugin_name, "options": options})
-        ready = self.receive()
+        try:
+            self.send({"library": library, "plugin": plugin_name, "options": options},
+                      deadline)
+            ready = self.receive(deadline)
+        except BaseException:
+            self.close()
+            raise
         if ready is None or ready.get("setup_error"):
             why = ready["setup_error"] if ready else " | ".join(self.death())
             self.close()
             raise RuntimeError(f"the isolation worker could not load plugin {plugin_name!r} "
                                f"from {library} and make a client with {options}: {why}")
 
-    def send(self, message: dict) -> None:
-        send_message(self._to_child, message)
+    def send(self, message: dict, deadline: float) -> None:
+        send_message(self._to_child, message, deadline)
 
-    def receive(self) -> dict | None:
+    def receive(self, deadline: float) -> dict | None:
         """The worker's answer, or None when it died."""
-        return receive_message(self._from_child)
+        return receive_message(self._from_child, deadline)
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -139,22 +215,46 @@ class _Worker:
         return how, " | ".join(lines[-_STDERR_LINES:])
 
     def close(self) -> None:
+        self.closed = True
         for descriptor in (self._to_child, self._from_child):
             try:
                 os.close(descriptor)
             except OSError:
                 pass
         if self.process.poll() is None:
-            self.process.kill()
+            self.process.kill()  # SIGKILL also ends a stopped process
         self.process.wait()
         self.output.close()
 
 
-def send_message(descriptor: int, message: dict) -> None:
+def _wait_until_ready(descriptor: int, event: int, deadline: float | None) -> None:
+    """Wait in poll() until ``descriptor`` is ready for ``event`` (or hung up).
+
+    In poll() a signal's handler runs at once (Ctrl-C raises KeyboardInterrupt here).
+
+    Raises:
+      _DeadlinePassed: at ``deadline`` (a ``time.monotonic()`` value; None: no deadline).
+    """
+    poller = select.poll()
+    poller.register(descriptor, event)
+    while True:
+        if deadline is None or math.isinf(deadline):
+            milliseconds = None
+        else:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _DeadlinePassed()
+            milliseconds = max(1, math.ceil(left * 1000))
+        if poller.poll(milliseconds):
+            return
+
+
+def send_message(descriptor: int, message: dict, deadline: float | None = None) -> None:
     """Write one message to the other side of an isolation pipe: its pickled length, then it.
 
     A closed pipe (the worker died) is not an error here: the next `receive_message` returns
-    None, and the caller reads how the worker ended."""
+    None, and the caller reads how the worker ended. On a non-blocking descriptor a full pipe
+    is waited for until ``deadline`` (`_DeadlinePassed` then)."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     view = memoryview(_LENGTH.pack(len(data)) + data)
     while view:
@@ -162,21 +262,29 @@ def send_message(descriptor: int, message: dict) -> None:
             written = os.write(descriptor, view)
         except BrokenPipeError:
             return
+        except BlockingIOError:
+            _wait_until_ready(descriptor, select.POLLOUT, deadline)
+            continue
         view = view[written:]
 
 
-def receive_message(descriptor: int) -> dict | None:
-    """The next message from the other side of an isolation pipe, or None when it closed."""
-    head = _read_exactly(descriptor, _LENGTH.size)
+def receive_message(descriptor: int, deadline: float | None = None) -> dict | None:
+    """The next message from the other side of an isolation pipe, or None when it closed.
+
+    With a ``deadline`` (a ``time.monotonic()`` value), `_DeadlinePassed` is raised when the
+    whole message has not come by then."""
+    head = _read_exactly(descriptor, _LENGTH.size, deadline)
     if head is None:
         return None
-    body = _read_exactly(descriptor, _LENGTH.unpack(head)[0])
+    body = _read_exactly(descriptor, _LENGTH.unpack(head)[0], deadline)
     return None if body is None else pickle.loads(body)
 
 
-def _read_exactly(descriptor: int, size: int) -> bytes | None:
+def _read_exactly(descriptor: int, size: int, deadline: float | None) -> bytes | None:
     chunks, left = [], size
     while left:
+        if deadline is not None:
+            _wait_until_ready(descriptor, select.POLLIN, deadline)
         chunk = os.read(descriptor, min(left, 1 << 20))
         if not chunk:
             return None
@@ -189,7 +297,7 @@ _workers: dict[tuple, _Worker] = {}
 _workers_lock = threading.Lock()
 
 
-def _worker_for(client: "Client") -> tuple[tuple, _Worker]:
+def _worker_for(client: "Client", deadline: float) -> tuple[tuple, _Worker]:
     plugin = client.plugin
     if plugin.library_path is None:
         raise ValueError(f"plugin {plugin.name!r} was handed over in memory: crash-isolated "
@@ -203,8 +311,17 @@ def _worker_for(client: "Client") -> tuple[tuple, _Worker]:
         if worker is None or not worker.alive():
             if worker is not None:
                 worker.close()
-            worker = _workers[key] = _Worker(plugin.library_path, plugin.name, options)
+            worker = _workers[key] = _Worker(plugin.library_path, plugin.name, options,
+                                             deadline)
     return key, worker
+
+
+def _discard(key: tuple, worker: _Worker) -> None:
+    """Forget ``worker`` (the next isolated compile starts a new one) and end it."""
+    with _workers_lock:
+        if _workers.get(key) is worker:
+            del _workers[key]
+    worker.close()
 
 
 def check_in_worker(client: "Client", kind: str, payload: bytes, options: bytes) -> None:
@@ -214,15 +331,40 @@ def check_in_worker(client: "Client", kind: str, payload: bytes, options: bytes)
 
     Raises:
       IsolatedCompileCrash: the worker died on it.
+      IsolatedCompileTimeout: the worker did not finish within `isolation_timeout` seconds.
+      KeyboardInterrupt: Ctrl-C while waiting (the worker is killed).
       XlaRuntimeError: the plugin refused it there (its error, as it reported it).
-      ValueError: the plugin cannot be isolated (handed over in memory).
+      ValueError: the plugin cannot be isolated (handed over in memory), or
+        ``PJRT_ISOLATED_COMPILE_TIMEOUT`` is not a positive number.
       RuntimeError: the worker could not load the plugin or make its client.
     """
     what = "program" if kind == "compile" else "serialized executable"
-    key, worker = _worker_for(client)
-    with worker.lock:
-        worker.send({"kind": kind, "payload": payload, "options": options})
-        answer = worker.receive()
+    timeout = isolation_timeout()
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            key, worker = _worker_for(client, deadline)
+        except _DeadlinePassed:
+            raise IsolatedCompileTimeout(what, timeout) from None
+        left = deadline - time.monotonic()
+        if not worker.lock.acquire(timeout=-1 if math.isinf(left) else max(left, 0)):
+            raise IsolatedCompileTimeout(what, timeout)
+        if not worker.closed:
+            break
+        worker.lock.release()  # ended while this thread waited for it: take a new one
+    try:
+        worker.send({"kind": kind, "payload": payload, "options": options}, deadline)
+        answer = worker.receive(deadline)
+    except _DeadlinePassed:
+        _discard(key, worker)
+        raise IsolatedCompileTimeout(what, timeout) from None
+    except BaseException:
+        # Ctrl-C (or any failure) mid-request: the worker's answer would be read by the next
+        # compile, so this worker is ended and the next compile starts a new one.
+        _discard(key, worker)
+        raise
+    finally:
+        worker.lock.release()
     if answer is None:
         with _workers_lock:
             if _workers.get(key) is worker:

@@ -20,7 +20,7 @@ reader; damage there that still ends the process is what crash-isolated compilat
 """
 from __future__ import annotations
 
-__all__ = ["MAGIC", "is_bytecode", "check_container"]
+__all__ = ["MAGIC", "is_bytecode", "check_container", "strings"]
 
 #: The first four bytes of MLIR bytecode.
 MAGIC = b"ML\xefR"
@@ -82,6 +82,39 @@ def check_container(program: bytes) -> None:
       ValueError: naming the field that is damaged and where.
     """
     data = bytes(program)
+    sections = _sections(data)
+    _check_strings(data, *sections[_STRING])
+    _check_attr_type_offsets(data, sections)
+
+
+def strings(program: bytes) -> list[bytes]:
+    """The strings of MLIR bytecode's string section (without their NUL terminators), in
+    the order they are stored: every string attribute and symbol name of the module.
+
+    Raises:
+      ValueError: the container is damaged (as :func:`check_container` says).
+    """
+    data = bytes(program)
+    start, end = _sections(data)[_STRING]
+    reader = _Reader(data, start, end, "the string section")
+    count = reader.varint()
+    if count > end - start:
+        raise reader.fail(f"it announces {count} strings in {end - start} bytes")
+    # The sizes (each with its NUL) are listed last string first; the data follows them.
+    sizes = [reader.varint() for _ in range(count)][::-1]
+    if sum(sizes) > reader.end - reader.pos:
+        raise reader.fail(f"its strings take {sum(sizes)} bytes but {reader.end - reader.pos} "
+                          f"remain")
+    found, position = [], reader.pos
+    for size in sizes:
+        found.append(data[position:position + max(size - 1, 0)])
+        position += size
+    return found
+
+
+def _sections(data: bytes) -> dict[int, tuple[int, int]]:
+    """Where each section's contents start and end, after checking the header and the
+    section table (and that the sections every reader needs are there)."""
     reader = _Reader(data, 0, len(data), "its header")
     if data[:4] != MAGIC:
         raise reader.fail("it does not start with the bytecode marker ML\\xefR")
@@ -120,8 +153,7 @@ def check_container(program: bytes) -> None:
     missing = [_SECTION_NAMES[s] for s in required if s not in sections]
     if missing:
         raise reader.fail(f"the section(s) {', '.join(missing)} are missing")
-    _check_strings(data, *sections[_STRING])
-    _check_attr_type_offsets(data, sections)
+    return sections
 
 
 def _check_strings(data: bytes, start: int, end: int) -> None:

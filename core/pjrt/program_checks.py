@@ -11,8 +11,14 @@ such a program is refused with an error that names the attribute or the function
   is compiled for (exactly as many when it is partitioned), and ``main`` takes and returns no
   ``{manual}`` or ``{unknown}`` value in a partitioned program;
 * every ``sdy.mesh`` is well formed and fits the devices (its device ids are in range and
-  distinct), and every ``#sdy.sharding<...>`` names a defined mesh and its axes (shardings
-  with sub-axes, ``"x":(1)2``, which pjrt does not read, are left to the plugin);
+  distinct), and every Shardy tensor sharding names a defined mesh (or carries an inline one
+  that fits) and that mesh's axes: ``#sdy.sharding<...>`` on arguments and results, each
+  entry of ``#sdy.sharding_per_value<[...]>`` on operations, and the shardings of
+  ``sdy.sharding_constraint``, ``sdy.reshard`` and the ``in_shardings``/``out_shardings`` of
+  ``sdy.manual_computation``. A sub-axis ``"x":(p)s`` (the ``s`` devices of axis ``x`` after
+  its first ``p``) must have ``p >= 1``, ``1 < s <`` the axis size and ``p * s`` dividing
+  it: XLA computes ``p * s`` in 64 bits and divides by it, so ``"y":(4611686018427387904)4``
+  ends the process (SIGFPE) in both tested plugins;
 * no function reaches itself through ``func.call`` (or any symbol reference to a function):
   XLA inlines calls recursively and overflows its stack on a cycle.
 
@@ -39,6 +45,19 @@ MAX_SHARDING_DEVICES = 1 << 16
 _MHLO_SHARDING = re.compile(rb'mhlo\.sharding\s*=\s*"([^"\\]*(?:\\.[^"\\]*)*)"')
 _SDY_MESH = re.compile(rb'sdy\.mesh\s+@("(?:[^"\\]|\\.)*"|[\w.$-]+)\s*=\s*')
 _SDY_SHARDING = re.compile(rb"#sdy\.sharding<")
+#: Where Shardy tensor shardings are written: ``#sdy.sharding<``, ``#sdy.sharding_per_value<``
+#: (a list), the operand of ``sdy.sharding_constraint``/``sdy.reshard``, and the lists of
+#: ``sdy.manual_computation``. (Three patterns, each led by a literal, which the regex
+#: engine finds at C speed; one alternation of them scans twenty times slower.)
+_SDY_TENSOR_SHARDINGS = (
+    re.compile(rb"#sdy\.sharding(_per_value)?<"),
+    re.compile(rb"sdy\.(?:sharding_constraint|reshard)\s+%[\w#.$-]+\s*(?=<)()"),
+    re.compile(rb"_shardings\s*=\s*(?=\[)()"),  # after "in" or "out" (checked in the loop)
+)
+_IN_OR_OUT = re.compile(rb"(?:^|\W)(?:in|out)$")
+#: An axis of a tensor sharding: its quoted name, and a sub-axis's ``:(pre-size)size``.
+_SDY_AXIS_REF = re.compile(rb'"((?:[^"\\]|\\.)*)"(?:\s*:\s*\(\s*(-?\d+)\s*\)\s*(-?\d+))?')
+_SDY_MESH_REFERENCE = re.compile(rb'<\s*@("(?:[^"\\]|\\.)*"|[\w.$-]+)|<\s*(?:mesh\s*)?(?=<)')
 _FUNCTION = re.compile(rb'func\.func\s+(?:(?:public|private|nested)\s+)?@("(?:[^"\\]|\\.)*"|[\w.$-]+)')
 _SYMBOL_REFERENCE = re.compile(rb'@("(?:[^"\\]|\\.)*"|[\w.$-]+)')
 
@@ -159,6 +178,8 @@ def _check_sdy(program: bytes, partitions: int) -> None:
         _check_sdy_mesh(mesh, f"sdy.mesh @{name} (line {line})", partitions)
         meshes[name] = mesh
     for match in _SDY_SHARDING.finditer(program):
+        if program[match.start() - 1:match.start()] == b'"':
+            continue  # inside a string (a frontend attribute): not read by the plugin as such
         try:
             end = _closing_angle(program, match.end() - 1)
         except ValueError as error:
@@ -167,7 +188,7 @@ def _check_sdy(program: bytes, partitions: int) -> None:
                 from None
         attribute = program[match.start():end]
         if b'":(' in attribute or b'": (' in attribute:
-            continue  # a sub-axis: not read by pjrt, left to the plugin
+            continue  # a sub-axis: pjrt's reader takes none; checked below
         try:
             sharding = parse_sdy_sharding(attribute.decode("utf-8", "replace"), meshes)
         except ValueError as error:
@@ -177,6 +198,127 @@ def _check_sdy(program: bytes, partitions: int) -> None:
         if sharding.mesh_name is None:
             _check_sdy_mesh(sharding.mesh, f"inline mesh of line "
                             f"{_line_of(program, match.start())}", partitions)
+    _check_sdy_tensor_shardings(program, meshes, partitions)
+
+
+def _check_sdy_tensor_shardings(program: bytes, meshes: dict, partitions: int) -> None:
+    """Check every Shardy tensor sharding of the program against its mesh, sub-axes included
+    (see the module's docstring). Each distinct sharding text is checked once."""
+    checked: set[bytes] = set()
+    matches = [match for pattern in _SDY_TENSOR_SHARDINGS for match in pattern.finditer(program)]
+    for match in matches:
+        if program[match.start() - 1:match.start()] == b'"':
+            continue  # inside a string (a frontend attribute): not read by the plugin as such
+        if match.group(0).startswith(b"_") and not _IN_OR_OUT.search(
+                program, max(match.start() - 4, 0), match.start()):
+            continue
+        start = match.end() - 1 if match.group(0).startswith(b"#") else match.end()
+        try:
+            if program[start:start + 1] == b"[" or match.group(1):
+                if match.group(1):  # #sdy.sharding_per_value<[...]>
+                    start = _skip_space(program, start + 1)
+                pieces = _list_items(program, start)
+            else:
+                pieces = [(start, _angle_end(program, start))]
+        except ValueError as error:
+            raise ValueError(f"the program's Shardy sharding at line "
+                             f"{_line_of(program, match.start())} is malformed: {error}; fix "
+                             f"the annotation") from None
+        for begin, end in pieces:
+            text = program[begin:end]
+            if text in checked:
+                continue
+            try:
+                inline_mesh = _check_tensor_sharding(text, meshes)
+            except ValueError as error:
+                raise ValueError(f"the program's Shardy sharding {text.decode('utf-8', 'replace')} "
+                                 f"(line {_line_of(program, begin)}) is not valid: {error}; fix "
+                                 f"the annotation") from None
+            if inline_mesh is not None:
+                _check_sdy_mesh(inline_mesh, f"inline mesh of line {_line_of(program, begin)}",
+                                partitions)
+            checked.add(text)
+
+
+def _skip_space(program: bytes, index: int) -> int:
+    while program[index:index + 1].isspace():
+        index += 1
+    return index
+
+
+#: A ``<...>`` with no ``<`` inside (strings skipped): most shardings, matched at C speed.
+_FLAT_ANGLE = re.compile(rb'<(?:[^<>"-]|"(?:[^"\\]|\\.)*"|-(?!>))*>')
+
+
+def _angle_end(program: bytes, start: int) -> int:
+    """`_closing_angle`, at C speed when nothing is nested."""
+    flat = _FLAT_ANGLE.match(program, start)
+    return flat.end() if flat is not None else _closing_angle(program, start)
+
+
+def _list_items(program: bytes, start: int) -> list[tuple[int, int]]:
+    """The ``<...>`` items of the list ``[<...>, <...>]`` that starts at ``start``."""
+    if program[start:start + 1] != b"[":
+        raise ValueError(f"expected '[' at line {_line_of(program, start)}")
+    items, index = [], _skip_space(program, start + 1)
+    if program[index:index + 1] == b"]":
+        return items
+    while True:
+        end = _angle_end(program, index)
+        items.append((index, end))
+        index = _skip_space(program, end)
+        separator = program[index:index + 1]
+        if separator == b"]":
+            return items
+        if separator != b",":
+            raise ValueError(f"expected ',' or ']' at line {_line_of(program, index)}")
+        index = _skip_space(program, index + 1)
+
+
+def _check_tensor_sharding(text: bytes, meshes: dict):
+    """Check one tensor sharding ``<@mesh, [{"x":(1)2}, {}], replicated={"y"}>`` (or with an
+    inline mesh ``<mesh<[...]>, ...>``): its mesh exists, and every axis it names is an axis
+    of that mesh, sub-axes within it, none used twice. Returns its inline mesh, if any (for
+    the caller to fit to the devices), else None."""
+    reference = _SDY_MESH_REFERENCE.match(text)
+    if reference is None:
+        raise ValueError("it names no mesh ('@name' or an inline mesh<[...]>)")
+    if reference.group(1) is not None:
+        name = _symbol(reference.group(1))
+        if name not in meshes:
+            raise ValueError(f"it names mesh @{name}, which the program does not define "
+                             f"(sdy.mesh @{name} = <[...]>)")
+        mesh, rest, inline = meshes[name], text[reference.end():], None
+    else:
+        mesh_start = reference.end()
+        mesh_end = _closing_angle(text, mesh_start)
+        mesh = inline = parse_sdy_mesh(text[mesh_start:mesh_end].decode("utf-8", "replace"))
+        rest = text[mesh_end:]
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+    whole, parts = set(), set()
+    for axis in _SDY_AXIS_REF.finditer(rest):
+        name = _unescape(axis.group(1))
+        if name not in sizes:
+            raise ValueError(f"axis {name!r} is not an axis of its mesh "
+                             f"{list(mesh.axis_names)}")
+        if axis.group(2) is None:
+            if name in whole:
+                raise ValueError(f"axis {name!r} is used twice")
+            whole.add(name)
+            continue
+        pre, size, full = int(axis.group(2)), int(axis.group(3)), sizes[name]
+        # Exact integers here; the plugin multiplies pre and size in 64 bits and divides.
+        if pre < 1 or not 1 < size < full or full % (pre * size):
+            raise ValueError(f"sub-axis \"{name}\":({pre}){size} does not fit axis {name!r} "
+                             f"of size {full} (it needs pre-size >= 1, 1 < size < {full}, and "
+                             f"pre-size * size dividing {full})")
+        if (name, pre, size) in parts:
+            raise ValueError(f"sub-axis \"{name}\":({pre}){size} is used twice")
+        parts.add((name, pre, size))
+    overlap = whole & {name for name, _, _ in parts}
+    if overlap:
+        raise ValueError(f"axis {sorted(overlap)[0]!r} is used both whole and as a sub-axis")
+    return inline
 
 
 def _check_sdy_mesh(mesh, where: str, partitions: int) -> None:
