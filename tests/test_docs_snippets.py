@@ -78,3 +78,19 @@ def test_snippets_run(path, tmp_path):
         f":\n{result.stderr[-4000:]}")
     if left_out:
         print("left out:", ", ".join(left_out))
+
+
+#: A Sphinx role (`:class:`...``): mkdocstrings renders it as literal text, not as a link.
+_SPHINX_ROLE = re.compile(r":(?:class|func|meth|attr|mod|exc|data|obj|ref):`")
+
+
+def test_docstrings_use_the_cross_references_the_site_renders():
+    """The API reference is built by mkdocstrings, which links Markdown cross-references
+    (`[Name][pjrt.module.Name]`) and shows Sphinx roles as raw text: none may be left."""
+    found = []
+    for package in (ROOT / "core" / "pjrt", *sorted((ROOT / "plugins").glob("*/pjrt_*"))):
+        for path in sorted(package.rglob("*.py")):
+            for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+                if _SPHINX_ROLE.search(line):
+                    found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "Sphinx roles in docstrings:\n" + "\n".join(found)

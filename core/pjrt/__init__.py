@@ -7,8 +7,8 @@ Load a PJRT plugin, list its devices, move numpy arrays to them, compile StableH
     print(np.asarray(add_one(np.arange(4, dtype=np.float32))))
 
 ``pjrt`` itself holds what programs call. The names jaxlib users know from
-``jaxlib.xla_client`` are in :mod:`pjrt.xla_client`, and what a plugin package needs is in
-:mod:`pjrt.plugin_api`.
+``jaxlib.xla_client`` are in [`pjrt.xla_client`][pjrt.xla_client], and what a plugin package needs is in
+[`pjrt.plugin_api`][pjrt.plugin_api].
 
 Loading a plugin and creating a client import only the modules they need (not numpy); the
 rest of the API is imported on first use of its name.

@@ -1,4 +1,4 @@
-"""``python -m pjrt``: the ``pjrt`` command (see :mod:`pjrt.cli`)."""
+"""``python -m pjrt``: the ``pjrt`` command (see [`pjrt.cli`][pjrt.cli])."""
 import sys
 
 from .cli import main

@@ -1,13 +1,13 @@
 """Access to a plugin's PJRT C API table: the only module that knows how calls are made.
 
 cffi's ``ffi`` and ``lib`` come from the compiled ``pjrt._pjrt_cffi`` extension (see
-``_build_cffi.py``). :class:`Api` wraps one plugin's ``PJRT_Api*`` and decides, once, what the
+``_build_cffi.py``). `Api` wraps one plugin's ``PJRT_Api*`` and decides, once, what the
 plugin can do:
 
 * PJRT grows by appending. A plugin built against an older header has a shorter function
-  table; :meth:`Api.has` reads ``PJRT_Api.struct_size`` before touching an entry, and
-  :meth:`Api.require` turns a missing entry into :class:`UnsupportedFeatureError`.
-* Every args struct is made by :meth:`Api.new_args`: zero-filled, with ``struct_size`` set to
+  table; `Api.has` reads ``PJRT_Api.struct_size`` before touching an entry, and
+  `Api.require` turns a missing entry into [`UnsupportedFeatureError`][pjrt.errors.UnsupportedFeatureError].
+* Every args struct is made by `Api.new_args`: zero-filled, with ``struct_size`` set to
   what this side knows. A plugin that knows less reads only its prefix of the struct; one that
   knows more sees our size and leaves the newer fields alone.
 """

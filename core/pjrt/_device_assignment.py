@@ -1,7 +1,7 @@
 """``DeviceAssignment``: which device runs each (replica, computation) of a program.
 
 Its wire form is XLA's ``DeviceAssignmentProto`` (``xla/xla_data.proto``), a sub-message of
-the build options in :mod:`pjrt.compile_options`, which is where users import it from. It is
+the build options in [`pjrt.compile_options`][pjrt.compile_options], which is where users import it from. It is
 a 2-D array rather than a flat table of fields, so it is written by hand here.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ class DeviceAssignment:
     Mirrors jaxlib's ``xla_client.DeviceAssignment``: an immutable 2-D array of
     device ids shaped ``[replica_count, computation_count]``; with SPMD
     partitioning the computations are the partitions. Build one with
-    :meth:`create`.
+    `create`.
     """
 
     __slots__ = ("_ids",)
@@ -49,7 +49,7 @@ class DeviceAssignment:
                 that runs replica ``r`` of computation ``c``.
 
         Returns:
-            A new :class:`DeviceAssignment` (it keeps its own copy).
+            A new `DeviceAssignment` (it keeps its own copy).
 
         Raises:
             TypeError: the array is not of an integer dtype.

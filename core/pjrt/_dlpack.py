@@ -5,18 +5,18 @@ The protocol: a producer hands out a PyCapsule named ``"dltensor_versioned"`` (D
 that takes the tensor renames the capsule ``"used_..."`` and owns it from then on: it calls the
 tensor's deleter when done. A capsule nobody consumed deletes the tensor when it is collected.
 
-Exporting (:func:`export`): the capsule's tensor keeps a strong reference to a small
-:class:`_Export` object that holds the pjrt Array, and the array's client records the export
+Exporting (`export`): the capsule's tensor keeps a strong reference to a small
+`_Export` object that holds the pjrt Array, and the array's client records the export
 as a view of the array's buffers (``Array.keep_memory_for``, inside the native call that read
 the address), so ``delete()`` or closing the client leaves the memory in place until the
 consumer lets go: a buffer is freed only through ``ClientHandle.release_buffers``, once the
 last Array and the last view are gone. A zero-copy export marks the Array shared
 (``Array.shared``): a consumer that writes to the memory is seen by every reader alike.
 
-Importing (:func:`consume`): the tensor's description is read and the capsule is renamed. The
+Importing (`consume`): the tensor's description is read and the capsule is renamed. The
 caller then either wraps the memory in a buffer (``PJRT_Client_CreateViewOfDeviceBuffer``,
 whose ``on_delete_callback`` runs the producer's deleter when the plugin frees the buffer) or
-copies it and calls :meth:`Consumed.release` itself.
+copies it and calls `Consumed.release` itself.
 
 This module knows no Array class: it reads what it needs from the object it is given, so that
 ``array.py`` can use it without an import cycle.
@@ -278,7 +278,7 @@ def shared_memory(array, keeper) -> tuple:
 @dataclasses.dataclass
 class Consumed:
     """A DLPack tensor taken from a capsule: the caller owns it and must either hand
-    :attr:`managed` to a buffer's ``on_delete_callback`` or call :meth:`release`."""
+    `managed` to a buffer's ``on_delete_callback`` or call `release`."""
 
     managed: object
     versioned: bool

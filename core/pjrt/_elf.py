@@ -3,9 +3,9 @@
 ``dlopen`` trusts the file it maps: a plugin library cut short by a failed download or a full
 disk maps pages past the end of the file, and the first touch of one kills the process with
 SIGBUS, inside ``dlopen`` itself. A ``GetPjrtApi`` that is a data object, not a function, is
-jumped into. Neither can be caught once it has happened, so :func:`check_plugin_library`
+jumped into. Neither can be caught once it has happened, so `check_plugin_library`
 reads the ELF headers first and turns each such defect into a
-:class:`~pjrt.errors.PluginLoadError` that says what is wrong and what to do.
+[`PluginLoadError`][pjrt.errors.PluginLoadError] that says what is wrong and what to do.
 
 Only headers and tables are read, with positioned reads (plugins are hundreds of MB): the file
 header, the program headers, the dynamic section, and the few hash-table and symbol entries

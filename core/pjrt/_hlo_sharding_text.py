@@ -2,7 +2,7 @@
 
 The text is what XLA prints for an ``HloSharding`` and what ``mhlo.sharding`` attributes
 hold. The parser checks the grammar and hands each sharding to a *factory* (the
-:class:`~pjrt.hlo_sharding.HloSharding` class, passed in by its caller) through its public
+[`HloSharding`][pjrt.hlo_sharding.HloSharding] class, passed in by its caller) through its public
 constructors, so errors from either carry the offset in the text.
 """
 from __future__ import annotations

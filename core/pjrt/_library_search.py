@@ -3,11 +3,11 @@ loading it.
 
 When ``dlopen`` fails on a missing dependency it names the first one it missed and stops; a
 plugin built against a vendor's SDK often misses a dozen, so an operator fixing them one at a
-time goes round a dozen times. :func:`missing_libraries` walks the library's whole
+time goes round a dozen times. `missing_libraries` walks the library's whole
 ``DT_NEEDED`` tree as the loader would (as ``ldd`` does, but without running the loader or
-mapping the files: only the ELF headers are read, by :func:`pjrt._elf.read_dynamic_links`)
+mapping the files: only the ELF headers are read, by `pjrt._elf.read_dynamic_links`)
 and returns every name it cannot find, each with the package that provides it where
-:mod:`pjrt._library_providers` knows it.
+`pjrt._library_providers` knows it.
 
 The search follows glibc's order for each needed name of an object:
 

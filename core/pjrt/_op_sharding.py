@@ -1,7 +1,7 @@
 """XLA's ``OpSharding`` proto (``xla/xla_data.proto``): the wire form of an ``HloSharding``.
 
 This module only speaks the message: it writes one from plain values, and reads one into
-calls on a *factory* (the :class:`~pjrt.hlo_sharding.HloSharding` class, passed in by its
+calls on a *factory* (the [`HloSharding`][pjrt.hlo_sharding.HloSharding] class, passed in by its
 caller), so it needs nothing from the module above it. Field numbers::
 
     type = 1                         (enum Type)
@@ -51,7 +51,7 @@ SUBGROUP_BY_NAME = {name: kind for kind, name in SUBGROUP_NAMES.items()}
 
 
 def subgroup_types(values: Iterable) -> tuple[OpShardingType, ...]:
-    """Check subgroup types (ints or :class:`OpShardingType`) and return them as the enum.
+    """Check subgroup types (ints or `OpShardingType`) and return them as the enum.
 
     Raises:
       ValueError: a value is no ``OpSharding.Type``, or not REPLICATED, MANUAL or UNREDUCED.
@@ -132,7 +132,7 @@ def decode_op_sharding(data: bytes, factory):
 
     ``factory`` provides ``replicate``, ``manual``, ``unknown``, ``unreduced``,
     ``maximal``, ``tiled``, ``iota_tile`` and ``tuple_sharding`` with the signatures of
-    :class:`~pjrt.hlo_sharding.HloSharding`'s constructors; what they return is returned.
+    [`HloSharding`][pjrt.hlo_sharding.HloSharding]'s constructors; what they return is returned.
 
     Raises:
       ValueError: the message is malformed or inconsistent, or uses shard groups or XLA's

@@ -1,6 +1,6 @@
-"""Protobuf messages described by one table of fields, for :mod:`pjrt.compile_options`.
+"""Protobuf messages described by one table of fields, for [`pjrt.compile_options`][pjrt.compile_options].
 
-A message class lists its fields once, as :class:`Field` entries (name, proto number, kind,
+A message class lists its fields once, as `Field` entries (name, proto number, kind,
 default, docstring). That table drives everything else: the validated Python attributes,
 keyword construction, equality and repr, serialisation (in field-number order, as protobuf
 writes) and parsing, and the "Attributes" section of the class docstring. Adding a field is
@@ -223,7 +223,7 @@ class Field:
 
     Args:
         number: the proto field number (XLA's wire contract; never changes).
-        kind: a :class:`Kind`.
+        kind: a `Kind`.
         default: the Python default, or a zero-argument factory for mutable ones.
         doc: one line for the attribute's docstring.
         check: validator replacing the kind's (``(qualified name, value) -> value``).
@@ -295,14 +295,14 @@ class Field:
 
 
 def slots(namespace: Dict[str, Any]) -> Tuple[str, ...]:
-    """The ``__slots__`` for the :class:`Field` attributes of a class body; call it as
+    """The ``__slots__`` for the `Field` attributes of a class body; call it as
     ``__slots__ = slots(locals())`` after the fields."""
     return tuple("_" + name for name, value in namespace.items() if isinstance(value, Field))
 
 
 class Message:
     """Base of the table-driven messages: keyword construction, validation, equality, repr,
-    serialisation and parsing, all from the class's :class:`Field` attributes.
+    serialisation and parsing, all from the class's `Field` attributes.
 
     Subclasses declare ``PROTO_NAME`` (for messages) and their fields as class attributes;
     ``_FIELDS`` (names, in declaration order) and ``_BY_NUMBER`` are filled in, and an

@@ -12,17 +12,17 @@ Scope, on purpose:
 
 * Writers for the wire types proto3 scalar, string/bytes, sub-message and
   packed-repeated fields use: VARINT (0), I64 (1), LEN (2) and I32 (5).
-* One reader, :func:`iter_fields`, that walks one message level as
+* One reader, `iter_fields`, that walks one message level as
   ``(field_number, wire_type, value)`` triples and never guesses at the
-  schema, with views over it (:func:`decode`, :func:`group_fields`) and the
+  schema, with views over it (`decode`, `group_fields`) and the
   small converters callers interpret values with (packed or unpacked
   repeated varints, signed ints, floats, UTF-8).
 * No groups (wire types 3/4: proto2-only and deprecated), no zigzag
   (``sint32``/``sint64``: no field we use has that type).
 
 Everything here is encoding-only and schema-free; the field numbers live
-next to the classes that use them (:mod:`pjrt.compile_options`,
-:mod:`pjrt._hlo`, the ``OpSharding`` reader of :mod:`pjrt.hlo_sharding`).
+next to the classes that use them ([`pjrt.compile_options`][pjrt.compile_options],
+`pjrt._hlo`, the ``OpSharding`` reader of [`pjrt.hlo_sharding`][pjrt.hlo_sharding]).
 """
 
 from __future__ import annotations
@@ -121,8 +121,8 @@ def tag(field_number: int, wire_type: int) -> bytes:
 
     Args:
         field_number: 1 .. 2**29 - 1.
-        wire_type: one of :data:`VARINT`, :data:`I64`, :data:`LEN`,
-            :data:`I32`.
+        wire_type: one of `VARINT`, `I64`, `LEN`,
+            `I32`.
 
     Raises:
         ValueError: the field number or wire type is out of range.
@@ -138,7 +138,7 @@ def varint_field(field_number: int, value: int) -> bytes:
     """Encode a VARINT field (``int32``/``int64``/``uint64``/enum/bool).
 
     Raises:
-        TypeError, ValueError: as :func:`encode_varint`.
+        TypeError, ValueError: as `encode_varint`.
     """
     return tag(field_number, VARINT) + encode_varint(value)
 
@@ -226,7 +226,7 @@ def decode_varint(data: bytes, pos: int = 0) -> Tuple[int, int]:
 
     Returns:
         ``(value, new_pos)``; ``value`` is the raw unsigned 64-bit integer
-        (use :func:`to_int64` / :func:`to_int32` for signed fields).
+        (use `to_int64` / `to_int32` for signed fields).
 
     Raises:
         ValueError: the varint is truncated or longer than ten bytes.
@@ -263,7 +263,7 @@ def iter_fields(data: bytes) -> Iterator[Tuple[int, int, Any]]:
     Yields:
         ``(field_number, wire_type, value)``. ``value`` is an unsigned
         ``int`` for VARINT, I64 and I32 fields (the raw bits; see
-        :func:`to_int64`, :func:`to_double`, :func:`to_float`) and ``bytes``
+        `to_int64`, `to_double`, `to_float`) and ``bytes``
         for LEN fields. Repeated fields appear once per occurrence.
 
     Raises:
@@ -307,7 +307,7 @@ def iter_fields(data: bytes) -> Iterator[Tuple[int, int, Any]]:
 
 
 def decode(data: bytes) -> List[Tuple[int, int, Any]]:
-    """All fields of one message level as a list (see :func:`iter_fields`).
+    """All fields of one message level as a list (see `iter_fields`).
 
     Unlike the iterator, this checks the whole message before returning.
     """
@@ -320,11 +320,11 @@ def group_fields(data: bytes) -> Dict[int, list]:
     """The fields of one message level grouped by number: ``{number: [values]}``.
 
     For readers that look fields up by number rather than walk them; values
-    are as :func:`iter_fields` yields them, occurrences in wire order (so a
+    are as `iter_fields` yields them, occurrences in wire order (so a
     singular field's value is the last one, as protobuf's merge rule says).
 
     Raises:
-        TypeError, ValueError: as :func:`decode`.
+        TypeError, ValueError: as `decode`.
     """
     grouped: Dict[int, list] = {}
     for number, _, value in decode(data):
@@ -363,7 +363,7 @@ def read_varints(wire_type: int, value: Any, what: str = "repeated field") -> Li
 
 def repeated_varints(occurrences: Iterable[Any]) -> List[int]:
     """Concatenate the raw values of a repeated varint field's occurrences,
-    as :func:`group_fields` lists them (``bytes`` packed, ``int`` unpacked).
+    as `group_fields` lists them (``bytes`` packed, ``int`` unpacked).
 
     Raises:
         ValueError: a packed payload is malformed.

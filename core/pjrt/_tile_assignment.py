@@ -5,7 +5,7 @@ ids ``0..n-1`` reshaped to ``reshape_dims``, transposed by ``transpose_perm`` an
 the tile dimensions (XLA's "V2" form). The arithmetic here is that of XLA's
 ``xla/hlo/ir/tile_assignment.cc``: canonical iota shapes, transposes that keep the iota form
 where XLA finds one, and regrouping an iota so that a replication group's ids are sorted.
-Nothing here knows about shardings; :mod:`pjrt.hlo_sharding` builds on it.
+Nothing here knows about shardings; [`pjrt.hlo_sharding`][pjrt.hlo_sharding] builds on it.
 """
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ def group_minor_iota_dims_sorted(reshape_dims: Sequence[int], perm: Sequence[int
 class TileAssignment:
     """A tile assignment: dimensions plus either an iota form or an explicit id array.
 
-    Immutable; build one with :meth:`iota` or :meth:`explicit`.
+    Immutable; build one with `iota` or `explicit`.
     """
 
     __slots__ = ("dims", "iota_form", "_array")

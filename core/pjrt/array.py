@@ -1,6 +1,6 @@
 """Arrays on devices: the owner of ``PJRT_Buffer`` handles, and host transfers both ways.
 
-An :class:`Array` owns its buffers: each is destroyed exactly once, when the array is deleted,
+An [`Array`][pjrt.array.Array] owns its buffers: each is destroyed exactly once, when the array is deleted,
 donated to a program, garbage-collected, or its client is closed, whichever comes first (but
 never while numpy still reads it without a copy). It keeps its client's C handle alive, so a
 client never goes before its buffers.
@@ -52,7 +52,7 @@ class Array(HostReads):
     ``np.asarray(array)`` gives its value on the host, waiting for any computation producing
     it. The result is read-only: pjrt never changes an Array's value. When the device memory is
     host memory (CPU plugins) it is a view of the buffer itself, with no copy; otherwise it is
-    a copy, cached for later reads (never for a :attr:`shared` Array, whose DLPack partner may
+    a copy, cached for later reads (never for a `shared` Array, whose DLPack partner may
     write to the memory).
     """
 
@@ -68,7 +68,7 @@ class Array(HostReads):
         Args:
           buffers: ``buffers[i]`` is the shard on ``devices[i]``; the array owns them unless
             ``parent`` is given, in which case it borrows one of the parent's.
-          host_holds: ``(host array, PJRT_Event*)`` pairs from :func:`put_buffer`: host memory
+          host_holds: ``(host array, PJRT_Event*)`` pairs from [`put_buffer`][pjrt.array.put_buffer]: host memory
             the buffers may read, kept until the plugin says it is done with it.
           shape: the global shape; dtype: the element type.
           sharding: how the shards lay the array out (a single-device sharding when None).
@@ -127,7 +127,7 @@ class Array(HostReads):
         return self._shared or (self._parent is not None and self._parent._shared)
 
     def mark_shared(self) -> None:
-        """Record that the memory is shared through DLPack (see :attr:`shared`): the cached
+        """Record that the memory is shared through DLPack (see `shared`): the cached
         host copy is dropped, and reads see the buffer itself from now on."""
         self._shared = True
         self._host_copy = None
@@ -282,7 +282,7 @@ class Array(HostReads):
 
     @property
     def sharding(self):
-        """How the array is laid out over its devices (a :class:`~pjrt.sharding.Sharding`)."""
+        """How the array is laid out over its devices (a [`Sharding`][pjrt.sharding.Sharding])."""
         if self._sharding is None:
             from .sharding import SingleDeviceSharding
 
@@ -333,14 +333,14 @@ class Array(HostReads):
 
     @property
     def format(self) -> layouts.Format:
-        """The array's :class:`~pjrt.layouts.Format`: its layout and its sharding."""
+        """The array's [`Format`][pjrt.layouts.Format]: its layout and its sharding."""
         return layouts.Format(self.layout, self.sharding)
 
     def __dlpack__(self, *, stream=None, max_version=None, dl_device=None, copy=None):
         """A DLPack capsule of the (single-device) array, sharing its memory (the protocol's
-        method; see :mod:`pjrt.dlpack`). A versioned capsule when ``max_version >= (1, 0)``.
+        method; see [`pjrt.dlpack`][pjrt.dlpack]). A versioned capsule when ``max_version >= (1, 0)``.
 
-        Without a copy the array becomes :attr:`shared`: a consumer that writes to the memory
+        Without a copy the array becomes `shared`: a consumer that writes to the memory
         (PyTorch ignores the read-only flag) is seen by every reader, as with jax. Pass
         ``copy=True`` to hand out a private copy instead.
 

@@ -5,7 +5,7 @@
     and each plugin package (with the vendor wheels they need), the plugins discovery found
     and where from, the backends that came up (or why not, wrapped, never cut), their
     devices, memories and memory statistics. ``-v`` adds what each plugin printed while it
-    was brought up (kept back by default; see :mod:`pjrt.plugin_logging`). ``--platform P``
+    was brought up (kept back by default; see [`pjrt.plugin_logging`][pjrt.plugin_logging]). ``--platform P``
     looks at one platform only (the others are not loaded); ``--json`` prints the same facts
     for programs to read.
 
@@ -15,10 +15,10 @@
     of each with the compile and run times.
 
 ``pjrt demo``
-    The tour of :mod:`pjrt.demo`.
+    The tour of [`pjrt.demo`][pjrt.demo].
 
 ``pjrt launch -n N SCRIPT.py [ARGS...]``
-    Runs a script as N processes of one job on this machine (see :mod:`pjrt.launch`); each
+    Runs a script as N processes of one job on this machine (see `pjrt.launch`); each
     calls ``pjrt.distributed.initialize()`` with no arguments.
 
 Exit status: 0 on success; 1 when pjrt or a plugin failed (a program that does not compile,
@@ -317,7 +317,7 @@ def format_info(info: dict, verbose: bool = False) -> str:
     """``pjrt info`` as text a person reads at a glance.
 
     With ``verbose``, also what each plugin printed while it was brought up (kept, not
-    shown, by default; see :mod:`pjrt.plugin_logging`).
+    shown, by default; see [`pjrt.plugin_logging`][pjrt.plugin_logging]).
     """
     lines = [f"pjrt {info['pjrt_version']}, PJRT C API {info['pjrt_c_api_version']} (header)"]
 

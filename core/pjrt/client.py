@@ -1,10 +1,10 @@
 """Clients: a plugin's view of its devices, and the owner of everything made through it.
 
-A :class:`Client` wraps ``PJRT_Client``. The C handle itself lives in a small
-:class:`~pjrt.handles.ClientHandle` that arrays and executables keep alive; the handle refers
+A [`Client`][pjrt.client.Client] wraps ``PJRT_Client``. The C handle itself lives in a small
+`ClientHandle` that arrays and executables keep alive; the handle refers
 to nothing that refers back to it, so it is freed only after every buffer and executable made
 through it, whatever order the garbage collector finds them in, and never while a call on it
-is running (see :mod:`pjrt.handles` for the rules).
+is running (see `pjrt.handles` for the rules).
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def live_clients() -> list["Client"]:
 class Client:
     """A PJRT client: devices, memories, transfers and compilation for one plugin.
 
-    Made by :func:`make_c_api_client`. Names follow jaxlib's ``Client``.
+    Made by [`make_c_api_client`][pjrt.client.make_c_api_client]. Names follow jaxlib's ``Client``.
     """
 
     def __init__(self, plugin: plugin_module.Plugin, handle: ClientHandle):
@@ -83,7 +83,7 @@ class Client:
 
     @property
     def handle(self) -> ClientHandle:
-        """The live C handle; raises :class:`ClosedClientError` after :meth:`close`."""
+        """The live C handle; raises [`ClosedClientError`][pjrt.errors.ClosedClientError] after `close`."""
         if self._handle.closed:
             raise ClosedClientError(f"{self._handle.closed_reason} ({self.platform} client)")
         return self._handle
@@ -207,7 +207,7 @@ class Client:
         return np.array(list(ids), dtype=np.int64).reshape(num_replicas, num_partitions)
 
     def get_default_layout(self, dtype, shape: Sequence[int], device: Device | None = None):
-        """The :class:`~pjrt.layouts.PjRtLayout` this client gives a new buffer of ``dtype``
+        """The [`PjRtLayout`][pjrt.layouts.PjRtLayout] this client gives a new buffer of ``dtype``
         and ``shape`` (``device`` is accepted for jaxlib's signature: a PJRT client has one
         default layout for all its devices).
 
@@ -236,11 +236,11 @@ class Client:
           argument: the host value.
           device: the target device; the first local device when None.
           force_copy: with ZERO_COPY semantics, copy anyway.
-          host_buffer_semantics: see :class:`HostBufferSemantics`.
+          host_buffer_semantics: see `HostBufferSemantics`.
           memory: a memory of ``device`` to place the buffer in (its default when None).
 
         Returns:
-          An :class:`~pjrt.array.Array`.
+          An [`Array`][pjrt.array.Array].
 
         Raises:
           TypeError: the value's dtype has no PJRT equivalent.
@@ -263,23 +263,23 @@ class Client:
           executable_devices: the devices it runs on; with several and no ``compile_options``,
             the program is compiled as an SPMD program partitioned over them in this order
             (or, with ``replicated``, as one replica per device).
-          compile_options: a :class:`~pjrt.compile_options.CompileOptions`; when given, its
+          compile_options: a [`CompileOptions`][pjrt.compile_options.CompileOptions]; when given, its
             device assignment wins over ``executable_devices``.
           replicated: run one copy of the program per device, each on its own slice of the
             data (pmap-style), instead of partitioning it.
           isolate: compile in a worker process first, so that a compiler crash on a damaged
             program is an error here, not the end of this process (see
-            :mod:`pjrt.isolated_compile`); None: as ``PJRT_ISOLATED_COMPILE`` says.
+            [`pjrt.isolated_compile`][pjrt.isolated_compile]); None: as ``PJRT_ISOLATED_COMPILE`` says.
 
         Returns:
-          A :class:`~pjrt.executable.LoadedExecutable`.
+          A [`LoadedExecutable`][pjrt.executable.LoadedExecutable].
         """
         from .compiler import compile_program
 
         return compile_program(self, computation, executable_devices, compile_options,
                                replicated=replicated, isolate=isolate)
 
-    #: Another name for :meth:`compile_and_load`. (jaxlib's ``Client.compile`` returns an
+    #: Another name for `compile_and_load`. (jaxlib's ``Client.compile`` returns an
     #: executable that is not yet loaded; pjrt has no such type, so prefer the explicit name.)
     compile = compile_and_load
 
@@ -293,7 +293,7 @@ class Client:
         build (needed for bytes that do not say which build made them). The plugin then
         trusts the bytes too: damaged ones can crash the process or run a wrong program.
         ``isolate``: load them in a worker process first, so that a crash there is an error
-        here (see :mod:`pjrt.isolated_compile`); None: as ``PJRT_ISOLATED_COMPILE`` says.
+        here (see [`pjrt.isolated_compile`][pjrt.isolated_compile]); None: as ``PJRT_ISOLATED_COMPILE`` says.
 
         Raises:
           IncompatibleExecutableError: another plugin build made the executable, or the
@@ -339,10 +339,10 @@ def make_c_api_client(plugin_name: str, options: Mapping[str, OptionValue] | Non
       plugin_name: a name given to ``load_pjrt_plugin_dynamically``.
       options: create options for the plugin, e.g. ``{"cpu_device_count": 8}``; values are
         str, int, float, bool or a list of ints.
-      distributed_client: a :class:`~pjrt.kv_store.KeyValueStore` or jax's
+      distributed_client: a [`KeyValueStore`][pjrt.kv_store.KeyValueStore] or jax's
         ``DistributedRuntimeClient``: makes a multi-process client whose plugin exchanges
-        its topology through it (see :func:`create_client`). None: the store of
-        :func:`pjrt.distributed.initialize` when it was called, else a single-process client.
+        its topology through it (see [`create_client`][pjrt.client.create_client]). None: the store of
+        [`pjrt.distributed.initialize`][pjrt.distributed.initialize] when it was called, else a single-process client.
       transfer_server_factory: not supported; passing one raises NotImplementedError.
 
     Raises:
@@ -382,9 +382,9 @@ def create_client(plugin: plugin_module.Plugin,
                   distributed_client=None) -> Client:
     """Initialise ``plugin`` if needed and create a client of it (see make_c_api_client).
 
-    With a ``distributed_client``, or after :func:`pjrt.distributed.initialize`, the plugin
+    With a ``distributed_client``, or after [`pjrt.distributed.initialize`][pjrt.distributed.initialize], the plugin
     gets the key-value callbacks and, when it declares them, the options ``node_id``,
-    ``num_nodes`` and ``visible_devices`` (see :func:`pjrt.multiprocess.multiprocess_options`).
+    ``num_nodes`` and ``visible_devices`` (see `pjrt.multiprocess.multiprocess_options`).
     """
     callbacks = None
     if distributed_client is not None or distributed.is_initialized():

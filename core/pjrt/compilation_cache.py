@@ -1,25 +1,25 @@
 """A persistent compilation cache: compiled executables kept on disk across processes.
 
-Set ``PJRT_COMPILATION_CACHE_DIR`` (or call :func:`set_compilation_cache_dir`) and every
+Set ``PJRT_COMPILATION_CACHE_DIR`` (or call [`set_compilation_cache_dir`][pjrt.compilation_cache.set_compilation_cache_dir]) and every
 compile looks there first. An entry is found by a key that hashes everything the compiled
 code depends on:
 
 * the program's bytes (text or bytecode, as given);
 * the serialized compile options (they hold the device assignment, so the device ids are in
   the key, and the replica/partition counts and every build option);
-* the identity of the plugin build (:class:`pjrt.serialization.PluginIdentity`: platform,
+* the identity of the plugin build ([`pjrt.serialization.PluginIdentity`][pjrt.serialization.PluginIdentity]: platform,
   platform version, PJRT API version and the SHA-256 of the plugin's library);
 * the devices compiled for (their ids and kinds) and how many devices the client has;
-* the environment that changes what the compiler makes (:func:`compile_environment`):
+* the environment that changes what the compiler makes ([`compile_environment`][pjrt.compilation_cache.compile_environment]):
   ``XLA_FLAGS`` (``--xla_cpu_enable_fast_math`` changes what ``maximum(NaN, 1)`` returns) and
-  every other variable whose name starts with one of :data:`COMPILE_ENVIRONMENT_PREFIXES`
+  every other variable whose name starts with one of `COMPILE_ENVIRONMENT_PREFIXES`
   (``XLA_``, ``TF_``: XLA's plugins read their debug and tuning switches from those), except
-  the logging-only ones in :data:`COMPILE_ENVIRONMENT_IGNORED`;
+  the logging-only ones in `COMPILE_ENVIRONMENT_IGNORED`;
 * pjrt's own version (it chooses the options and rewrites programs before compiling).
 
 An entry file is a 48-byte header (the marker ``b"PJRTCCE1"``, the entry's key as 32 raw
 bytes, the payload's length as 8 bytes, big-endian) followed by what
-:meth:`LoadedExecutable.serialize` writes: the plugin's bytes inside pjrt's envelope naming the
+`LoadedExecutable.serialize` writes: the plugin's bytes inside pjrt's envelope naming the
 plugin build. So an entry copied or renamed under another key is refused (it would run the
 other program), so is one made by another build, and a truncated one. Reads are bounded by the
 declared length and the cache's size bound, and only regular files are read (an entry that is
@@ -28,7 +28,7 @@ is deleted and the program compiled again. Plugins handed over in memory have no
 to hash, so their compiles are never cached.
 
 Several processes may share a directory: entries are written to a temporary file and moved
-into place with :func:`os.replace` (atomic on POSIX and Windows), so a reader sees a whole
+into place with `os.replace` (atomic on POSIX and Windows), so a reader sees a whole
 entry or none. The directory is kept under a size bound by deleting the entries used least
 recently (a hit refreshes an entry's modification time).
 
@@ -81,8 +81,8 @@ _ENTRY_MARKER = b"PJRTCCE1"
 
 def compile_environment(environ=None) -> tuple[tuple[str, str], ...]:
     """The environment variables that change what a plugin compiles, sorted: ``XLA_FLAGS``
-    and the other names with a prefix in :data:`COMPILE_ENVIRONMENT_PREFIXES`, less
-    :data:`COMPILE_ENVIRONMENT_IGNORED`."""
+    and the other names with a prefix in `COMPILE_ENVIRONMENT_PREFIXES`, less
+    `COMPILE_ENVIRONMENT_IGNORED`."""
     environ = os.environ if environ is None else environ
     return tuple(sorted((name, value) for name, value in environ.items()
                         if name.startswith(COMPILE_ENVIRONMENT_PREFIXES)
@@ -134,7 +134,7 @@ class CompilationCache:
             devices: str = "", environment: tuple | None = None) -> str:
         """The entry name for ``program`` compiled with these options by this plugin build,
         for ``devices`` (a description of the devices compiled for), under ``environment``
-        (default: :func:`compile_environment` now)."""
+        (default: [`compile_environment`][pjrt.compilation_cache.compile_environment] now)."""
         if environment is None:
             environment = compile_environment()
         digest = hashlib.sha256(_KEY_VERSION)
@@ -326,7 +326,7 @@ def set_compilation_cache_dir(directory: str | os.PathLike | None, *,
 
 
 def get_compilation_cache() -> CompilationCache | None:
-    """The cache compiles use: the one set by :func:`set_compilation_cache_dir`, else the
+    """The cache compiles use: the one set by [`set_compilation_cache_dir`][pjrt.compilation_cache.set_compilation_cache_dir], else the
     directory ``PJRT_COMPILATION_CACHE_DIR`` names, else None."""
     global _from_env
     explicit = _explicit

@@ -3,14 +3,14 @@
 ``PJRT_Client_Compile`` takes its options as a serialised
 ``CompileOptionsProto`` (``xla/pjrt/proto/compile_options.proto``). This
 module builds that message in pure Python with the tiny wire-format writer in
-:mod:`pjrt._protowire`, so the core package needs no ``protobuf`` runtime and
+`pjrt._protowire`, so the core package needs no ``protobuf`` runtime and
 no generated code: the part of the schema we speak is small, and protobuf
 field numbers never change once assigned, so hand-written numbers stay valid
 across XLA versions (fields a newer XLA adds are simply not written, and an
 older XLA skips fields it does not know).
 
 Each message is one table of fields (name, proto number, type, default,
-docstring; see :mod:`pjrt._proto_message`), which gives the validated
+docstring; see `pjrt._proto_message`), which gives the validated
 attributes, the serialisation and the parser alike.
 
 Class and attribute names follow jaxlib's ``xla_client`` (``CompileOptions``,
@@ -48,7 +48,7 @@ straight out of the proto):
   applies field by field on top of its defaults; jax sends its per-jit
   ``compiler_options`` the same way.
 
-Parsing (:meth:`CompileOptions.from_serialized`) reads what jaxlib writes: the
+Parsing ([`CompileOptions.from_serialized`][pjrt.compile_options.CompileOptions.from_serialized]) reads what jaxlib writes: the
 complete ``DebugOptions`` message jaxlib always sends is accepted, its
 modelled fields are read into ``debug_options`` (and so travel on as
 overrides), and its other fields are ignored, as the plugin's own defaults
@@ -217,7 +217,7 @@ class DebugOptions(Message):
     def serialize(self) -> bytes:
         """Serialise the set fields as a (sparse) ``xla.DebugOptions`` message.
 
-        This is **not** what :meth:`CompileOptions.SerializeAsString` sends:
+        This is **not** what [`CompileOptions.SerializeAsString`][pjrt.compile_options.CompileOptions.SerializeAsString] sends:
         XLA takes a ``DebugOptions`` message as the complete set of debug
         options, so every field missing here would reach the compiler as
         0/false/empty rather than as XLA's default. It exists for tools and
@@ -300,7 +300,7 @@ class ExecutableBuildOptions(Message):
     device_ordinal = Field(1, INT64, -1, 'int; device to build for, -1 (default) for "any".',
                            check=lambda n, v: check_int(n, v, -1), presence="always")
     debug_options = Field(3, _DEBUG_OPTIONS, DebugOptions,
-                          ":class:`DebugOptions` (sent as option overrides).",
+                          "[`DebugOptions`][pjrt.compile_options.DebugOptions] (sent as option overrides).",
                           presence="never", absent=DebugOptions)
     num_replicas = Field(4, INT64, 1, "int >= 1 (default 1).", check=_positive,
                          presence="always")
@@ -311,7 +311,7 @@ class ExecutableBuildOptions(Message):
     use_auto_spmd_partitioning = Field(7, BOOL, False, "bool; let XLA choose shardings.")
     deduplicate_hlo = Field(8, BOOL, False, "bool; deduplicate HLO into calls (TPU only).")
     device_assignment = Field(9, _DEVICE_ASSIGNMENT, None,
-                              ":class:`DeviceAssignment` or None for a portable build; must "
+                              "`DeviceAssignment` or None for a portable build; must "
                               "be ``num_replicas x num_partitions``.",
                               check=_check_device_assignment)
     alias_passthrough_params = Field(10, BOOL, False, "bool; alias parameters passed "
@@ -343,10 +343,10 @@ class ExecutableBuildOptions(Message):
     # single process, XLA's C++ default, hence absent=1.
     process_count = Field(23, INT64, 1, "int >= 1 (default 1); number of processes.",
                           check=_positive, presence="always", absent=1)
-    optimization_level = Field(24, INT32, EffortLevel.EFFORT_UNKNOWN, ":class:`EffortLevel`.",
+    optimization_level = Field(24, INT32, EffortLevel.EFFORT_UNKNOWN, "[`EffortLevel`][pjrt.compile_options.EffortLevel].",
                                check=_check_effort_level)
     memory_fitting_level = Field(25, INT32, EffortLevel.EFFORT_UNKNOWN,
-                                 ":class:`EffortLevel`.", check=_check_effort_level)
+                                 "[`EffortLevel`][pjrt.compile_options.EffortLevel].", check=_check_effort_level)
     __slots__ = slots(locals())
 
     def _check_consistency(self) -> None:
@@ -370,7 +370,7 @@ class ExecutableBuildOptions(Message):
         """Serialise as ``xla.ExecutableBuildOptionsProto``.
 
         ``debug_options`` is not part of this message (see the module
-        docstring); :class:`CompileOptions` sends it as overrides.
+        docstring); [`CompileOptions`][pjrt.compile_options.CompileOptions] sends it as overrides.
 
         Raises:
             TypeError: an attribute mutated in place holds a wrong type.
@@ -535,14 +535,14 @@ class CompileOptions(Message):
                          10: "matrix_unit_operand_precision", 11: "compiler_variant"}
 
     argument_layouts = Field(1, _SHAPE_LIST, None, "None (XLA picks default layouts) or a "
-                             "list of :class:`~pjrt.shapes.Shape`, one per argument, whose "
+                             "list of [`Shape`][pjrt.shapes.Shape], one per argument, whose "
                              "layouts the program must take.")
     parameter_is_tupled_arguments = Field(2, BOOL, False, "bool; the program takes one tuple "
                                           "parameter holding all arguments.")
     # Always present: an absent build-options message would read as
     # num_replicas = num_partitions = 0 and device_ordinal = 0.
     executable_build_options = Field(3, _BUILD_OPTIONS, ExecutableBuildOptions,
-                                     ":class:`ExecutableBuildOptions`.", presence="always",
+                                     "[`ExecutableBuildOptions`][pjrt.compile_options.ExecutableBuildOptions].", presence="always",
                                      absent=Field.PARSE_EMPTY)
     compile_portable_executable = Field(4, BOOL, False, "bool; build an executable that can "
                                         "run on any device (requires no device assignment, "
@@ -622,14 +622,14 @@ class CompileOptions(Message):
         return self._serialize_fields(env_option_overrides=self._all_overrides())
 
     def serialize(self) -> bytes:
-        """Alias of :meth:`SerializeAsString`."""
+        """Alias of `SerializeAsString`."""
         return self.SerializeAsString()
 
     @classmethod
     def from_serialized(cls, data: bytes, *, strict: bool = True) -> "CompileOptions":
         """Parse an ``xla.CompileOptionsProto``: one this class wrote, or one jaxlib wrote.
 
-        Overrides naming a :class:`DebugOptions` attribute, with the value
+        Overrides naming a [`DebugOptions`][pjrt.compile_options.DebugOptions] attribute, with the value
         type that attribute would send, are put back into
         ``executable_build_options.debug_options``; all others stay in
         ``env_option_overrides``. Either way they serialise to the same map
@@ -679,5 +679,5 @@ class CompileOptions(Message):
 
     @classmethod
     def ParseFromString(cls, data: bytes) -> "CompileOptions":
-        """jaxlib's name for :meth:`from_serialized` (with its default, strict=True)."""
+        """jaxlib's name for `from_serialized` (with its default, strict=True)."""
         return cls.from_serialized(data)

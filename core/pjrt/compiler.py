@@ -1,14 +1,14 @@
-"""The compile pipeline: a StableHLO program and devices in, a :class:`LoadedExecutable` out.
+"""The compile pipeline: a StableHLO program and devices in, a [`LoadedExecutable`][pjrt.executable.LoadedExecutable] out.
 
-A text program's ``main`` signature is read once (:func:`~pjrt.sharding_text.parse_program_signature`):
+A text program's ``main`` signature is read once (`parse_program_signature`):
 its sharding annotations choose the compile options of an SPMD program, its declared result
 shapes let the executable tell an unevenly sharded output from an even one, and every static
 tensor type in it is checked against the largest extent a plugin can address before the
 plugin's compiler sees it (XLA aborts the process on an overflowing extent); so are its
-sharding annotations and its call graph (:mod:`pjrt.program_checks`). Of a bytecode program,
-the container is checked (:mod:`pjrt.mlir_bytecode`). With ``isolate`` (or
+sharding annotations and its call graph (`pjrt.program_checks`). Of a bytecode program,
+the container is checked (`pjrt.mlir_bytecode`). With ``isolate`` (or
 ``PJRT_ISOLATED_COMPILE=1``) the program is compiled in a worker process first
-(:mod:`pjrt.isolated_compile`). Compilation itself runs on a thread with a large stack (deeply
+([`pjrt.isolated_compile`][pjrt.isolated_compile]). Compilation itself runs on a thread with a large stack (deeply
 nested programs recurse deeply in XLA's compiler) while the caller waits where Ctrl-C reaches it.
 """
 from __future__ import annotations
@@ -203,7 +203,7 @@ def check_static_signature(program: bytes) -> None:
 def check_structure(program: bytes, partitions: int, signature=None) -> None:
     """What pjrt can check of a program's structure before the plugin's compiler, which ends
     the process on some damage: shardings and recursion in text
-    (:mod:`pjrt.program_checks`), the container of bytecode (:mod:`pjrt.mlir_bytecode`).
+    (`pjrt.program_checks`), the container of bytecode (`pjrt.mlir_bytecode`).
 
     Raises:
       ValueError: naming the damage.
@@ -232,7 +232,7 @@ def compile_program(client: "Client", computation, executable_devices=None,
                     compile_options: CompileOptions | None = None, *,
                     replicated: bool = False, isolate: bool | None = None
                     ) -> "LoadedExecutable":
-    """See :meth:`pjrt.client.Client.compile_and_load`."""
+    """See [`pjrt.client.Client.compile_and_load`][pjrt.client.Client.compile_and_load]."""
     program = program_bytes(computation)
     check_static_extents(program)
     check_host_callbacks(program)
@@ -368,22 +368,22 @@ def deserialize_executable(client: "Client", serialized: bytes,
                            declared_output_shapes=None,
                            targets_prepared: bool = False,
                            isolate: bool | None = None) -> LoadedExecutable:
-    """Load an executable serialised by :meth:`LoadedExecutable.serialize`.
+    """Load an executable serialised by [`LoadedExecutable.serialize`][pjrt.executable.LoadedExecutable.serialize].
 
     ``trust_unverified``: you vouch that ``serialized`` was produced by this exact plugin
     build; bytes without pjrt's envelope are then handed to the plugin as they are, and the
     plugin trusts them: damaged or hostile bytes can crash the process or run a wrong
     program. For bytes you did not make, load with ``isolate=True`` (a crash is then an
     error) and never with ``trust_unverified``.
-    ``isolate``: deserialize in a worker process first (see :mod:`pjrt.isolated_compile`);
+    ``isolate``: deserialize in a worker process first (see [`pjrt.isolated_compile`][pjrt.isolated_compile]);
     None: as ``PJRT_ISOLATED_COMPILE`` says.
     ``targets_prepared``: the custom-call targets the program calls are known to be set up
-    (see :func:`pjrt.ffi.register_target_preparation`); otherwise every pending set-up for
+    (see [`pjrt.ffi.register_target_preparation`][pjrt.ffi.register_target_preparation]); otherwise every pending set-up for
     the platform runs first, since the program cannot be read.
 
     Raises:
       IncompatibleExecutableError: another plugin build made the executable, or the bytes do
-        not say which did (see :func:`pjrt.serialization.unpack`).
+        not say which did (see [`pjrt.serialization.unpack`][pjrt.serialization.unpack]).
       ValueError: the serialized executable is truncated or damaged.
     """
     api = client.raw_handle.api

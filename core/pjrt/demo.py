@@ -47,7 +47,7 @@ def main(registry=None) -> None:
     """Run the tour, printing as it goes.
 
     Args:
-      registry: the :class:`~pjrt.registry.BackendRegistry` whose ``cpu`` plugin package
+      registry: the [`BackendRegistry`][pjrt.registry.BackendRegistry] whose ``cpu`` plugin package
         makes the client (the default registry when None).
 
     Raises:

@@ -1,6 +1,6 @@
 """Devices and memories of a client.
 
-:class:`Device` and :class:`Memory` do not own anything: the client owns the C objects, and
+[`Device`][pjrt.device.Device] and [`Memory`][pjrt.device.Memory] do not own anything: the client owns the C objects, and
 each PJRT handle maps to exactly one Python object per client, so devices and memories compare
 by identity and can be dict keys and mesh elements.
 """
@@ -30,7 +30,7 @@ _client_call = native_call(lambda owner: owner._client_handle)  # pyright: ignor
 
 
 class Device:
-    """A device of a :class:`~pjrt.client.Client` (``PJRT_Device``).
+    """A device of a [`Client`][pjrt.client.Client] (``PJRT_Device``).
 
     Attributes follow jaxlib's ``Device``: ``id``, ``process_index``, ``host_id``,
     ``platform``, ``device_kind``, ``local_hardware_id`` (None when not addressable),
@@ -171,7 +171,7 @@ class Device:
 
 class Memory:
     """A memory space of a client (``PJRT_Memory``): ``kind``, ``id``, ``process_index``,
-    ``platform``, :meth:`addressable_by_devices`. `pointer` is its `PJRT_Memory*`, for pjrt's
+    ``platform``, `addressable_by_devices`. `pointer` is its `PJRT_Memory*`, for pjrt's
     own native calls (owned by the client, valid while the client is open)."""
 
     __slots__ = ("client", "pointer", "_client_handle", "id", "kind", "kind_id", "__weakref__")

@@ -184,10 +184,10 @@ def plugins_from_env(value: str | None) -> list[EnvPlugin]:
     """Parse ``name1:path1,name2:path2`` (``;`` between name and path on Windows).
 
     A malformed entry is a warning naming it; the other entries are still returned. A path
-    ending in ``.json`` is a configuration file (see :func:`read_plugin_config`).
+    ending in ``.json`` is a configuration file (see [`read_plugin_config`][pjrt.discovery.read_plugin_config]).
 
     Raises:
-      ValueError: a JSON configuration that cannot be used (see :func:`read_plugin_config`).
+      ValueError: a JSON configuration that cannot be used (see [`read_plugin_config`][pjrt.discovery.read_plugin_config]).
     """
     plugins = []
     separator = ";" if sys.platform == "win32" else ":"
@@ -232,7 +232,7 @@ def iter_classified(modules: list[PluginModule]) -> Iterator[tuple[PluginModule,
 class DiscoveryContext:
     """Who is discovering on this thread, and which plugin module it is initialising."""
 
-    #: The :class:`~pjrt.registry.BackendRegistry` that is discovering.
+    #: The [`BackendRegistry`][pjrt.registry.BackendRegistry] that is discovering.
     registry: Any
     source: str = "api"
     module: str | None = None
@@ -245,7 +245,7 @@ def discovering() -> bool:
     """True while pjrt's discovery is calling plugin modules' ``initialize()``.
 
     JAX calls every ``jax_plugins`` module's ``initialize()`` too; a plugin module asks this
-    (through :mod:`pjrt.plugin_api`) to know which host is calling.
+    (through [`pjrt.plugin_api`][pjrt.plugin_api]) to know which host is calling.
     """
     return current_context() is not None
 

@@ -1,6 +1,6 @@
 """Running one program over several processes: ``pjrt.distributed.initialize``.
 
-Each process calls :func:`initialize` once, before creating clients, with the same
+Each process calls [`initialize`][pjrt.distributed.initialize] once, before creating clients, with the same
 coordinator, the number of processes and its own id. From then on every client made through
 the registry (``pjrt.devices()``, ``pjrt.get_backend()``...) or by ``make_c_api_client`` is a
 multi-process client: its plugin gets the key-value callbacks and the create options
@@ -8,13 +8,13 @@ multi-process client: its plugin gets the key-value callbacks and the create opt
 other processes, and lists every process's devices. Devices of other processes are
 non-addressable (``device.is_addressable`` is False, ``device.process_index`` says whose).
 
-The coordinator names a key-value store (see :mod:`pjrt.kv_store`):
+The coordinator names a key-value store (see [`pjrt.kv_store`][pjrt.kv_store]):
 
 * ``sqlite:///path/job.db`` or a plain file path: a SQLite file all processes of one machine
   open (what ``pjrt launch`` uses); use a new file for each job.
 * ``redis://host:port/db``: a Redis server, for processes on several machines.
 * ``jax``: jax's coordination service, after ``jax.distributed.initialize`` in this process.
-* or a :class:`~pjrt.kv_store.KeyValueStore` object.
+* or a [`KeyValueStore`][pjrt.kv_store.KeyValueStore] object.
 
 Environment fallbacks, read when an argument is None (``pjrt launch`` sets them):
 
@@ -63,10 +63,10 @@ DEFAULT_TIMEOUT_SECONDS = 300.0
 
 
 class DistributedState:
-    """What :func:`initialize` set up for this process.
+    """What [`initialize`][pjrt.distributed.initialize] set up for this process.
 
     Attributes:
-      store: the shared key-value store (None before :func:`initialize`).
+      store: the shared key-value store (None before [`initialize`][pjrt.distributed.initialize]).
       coordinator: how it was named.
       num_processes: processes in the job.
       process_id: this process's id.
@@ -353,7 +353,7 @@ def _merge(found: list[ClusterEnvironment]) -> ClusterEnvironment:
 
 def open_store(coordinator) -> tuple["KeyValueStore", bool]:
     """The store ``coordinator`` names (see the module docstring), and whether it was opened
-    here (and so is closed by :func:`shutdown`).
+    here (and so is closed by [`shutdown`][pjrt.distributed.shutdown]).
 
     Raises:
       ValueError: the coordinator names no kind of store pjrt knows.
@@ -653,13 +653,13 @@ def initialize(coordinator=None, num_processes: int | None = None,
 
 
 def is_initialized() -> bool:
-    """Whether :func:`initialize` was called (and :func:`shutdown` not since)."""
+    """Whether [`initialize`][pjrt.distributed.initialize] was called (and [`shutdown`][pjrt.distributed.shutdown] not since)."""
     return global_state.store is not None
 
 
 def shutdown(*, wait: bool = True) -> None:
     """Leave the job: wait (with ``wait``) until every process got here, so that none exits
-    while another still reads the store, then close a store :func:`initialize` opened.
+    while another still reads the store, then close a store [`initialize`][pjrt.distributed.initialize] opened.
 
     Clients made while initialised keep working on what they hold; new clients are
     single-process. Does nothing when not initialised.

@@ -2,16 +2,16 @@
 
 Exporting is ``Array.__dlpack__`` / ``Array.__dlpack_device__`` (so ``np.from_dlpack(x)``,
 ``jnp.from_dlpack(x)`` and ``torch.from_dlpack(x)`` read a pjrt Array without a copy where they
-can). Importing is :func:`from_dlpack`: it wraps the producer's memory in a pjrt buffer when the
+can). Importing is [`from_dlpack`][pjrt.dlpack.from_dlpack]: it wraps the producer's memory in a pjrt buffer when the
 plugin can view foreign memory on the target device (``PJRT_Client_CreateViewOfDeviceBuffer``;
 on CPU plugins host memory is device memory), and copies it otherwise.
 
-Lifetimes, both ways: an exported capsule keeps the Array's buffer (see :mod:`pjrt._dlpack`);
+Lifetimes, both ways: an exported capsule keeps the Array's buffer (see `pjrt._dlpack`);
 an imported view keeps the producer's tensor until the plugin frees the buffer, which happens
-only through the client's ownership rules (:mod:`pjrt.handles`), at which point the plugin
+only through the client's ownership rules (`pjrt.handles`), at which point the plugin
 calls back and the producer's deleter runs.
 
-An Array made by :func:`from_dlpack` without a copy shares memory with the producer: writes the
+An Array made by [`from_dlpack`][pjrt.dlpack.from_dlpack] without a copy shares memory with the producer: writes the
 producer makes later show through it (as with jax). The same holds the other way: after a
 zero-copy export, writes a consumer makes (PyTorch ignores DLPack's read-only flag) show in
 ``np.asarray(x)`` and in programs alike (``Array.shared``).
@@ -45,7 +45,7 @@ def from_dlpack(external, device: Device | None = None, copy: bool | None = None
         None shares memory where the plugin can view it and copies otherwise.
 
     Returns:
-      A single-device :class:`~pjrt.array.Array`.
+      A single-device [`Array`][pjrt.array.Array].
 
     Raises:
       ValueError: the producer's capsule is damaged (its ndim, shape, strides, byte_offset,

@@ -1,8 +1,8 @@
 """Exceptions raised by pjrt, and the one place a ``PJRT_Error*`` becomes one.
 
-Every C API call that can fail returns a ``PJRT_Error*``. :func:`check` is the only code that
+Every C API call that can fail returns a ``PJRT_Error*``. [`check`][pjrt.errors.check] is the only code that
 reads such an error: it takes its code and message, frees it (always, even if reading fails),
-and raises :class:`XlaRuntimeError`. Nothing else in the package touches ``PJRT_Error``.
+and raises [`XlaRuntimeError`][pjrt.errors.XlaRuntimeError]. Nothing else in the package touches ``PJRT_Error``.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class XlaRuntimeError(RuntimeError):
     """An error reported by a PJRT plugin.
 
     ``str(e)`` reads ``"CODE: message"`` as jaxlib's errors do. ``e.code`` is the
-    :class:`ErrorCode`, ``e.code_name`` its name (e.g. ``"INVALID_ARGUMENT"``), and
+    [`ErrorCode`][pjrt.errors.ErrorCode], ``e.code_name`` its name (e.g. ``"INVALID_ARGUMENT"``), and
     ``e.plugin_message`` the plugin's own text.
     """
 
@@ -107,9 +107,9 @@ class ClosedClientError(RuntimeError):
 
 
 def check(api, error) -> None:
-    """Raise :class:`XlaRuntimeError` if ``error`` (a ``PJRT_Error*``) is set; free it.
+    """Raise [`XlaRuntimeError`][pjrt.errors.XlaRuntimeError] if ``error`` (a ``PJRT_Error*``) is set; free it.
 
-    ``api`` is the :class:`pjrt._c.Api` of the plugin that returned the error. The error is
+    ``api`` is the `pjrt._c.Api` of the plugin that returned the error. The error is
     destroyed in every case, exactly once.
     """
     if error == ffi.NULL:
@@ -145,7 +145,7 @@ def consume(api, error) -> XlaRuntimeError:
 
 #: A KeyboardInterrupt or SystemExit raised in a Python callback the plugin called (a custom
 #: call's handler) must reach the caller as itself, not as the plugin's INTERNAL error. The
-#: callback returns an error whose message carries a tag; :func:`consume` hands back the
+#: callback returns an error whose message carries a tag; [`consume`][pjrt.errors.consume] hands back the
 #: exception the tag names. Unclaimed ones (an error nobody read) are dropped oldest first.
 _CARRIED_TAG = "[pjrt carries "
 _CARRIED_LIMIT = 64
@@ -156,7 +156,7 @@ _carried_lock = threading.Lock()
 
 def carry_across_plugin(exception: BaseException) -> str:
     """A tag to put in the message of the plugin error that stands for ``exception``; the
-    error boundary (:func:`consume`) then raises ``exception`` itself."""
+    error boundary ([`consume`][pjrt.errors.consume]) then raises ``exception`` itself."""
     number = next(_carried_numbers)
     with _carried_lock:
         _carried[number] = exception
@@ -194,7 +194,7 @@ class IncompatibleExecutableError(ValueError):
     """A serialized executable was refused because the plugin loading it is not the build
     that made it, or that build cannot be verified.
 
-    ``made_by`` and ``loading_with`` are the two :class:`~pjrt.serialization.PluginIdentity`
+    ``made_by`` and ``loading_with`` are the two [`PluginIdentity`][pjrt.serialization.PluginIdentity]
     values (``made_by`` is None for bytes that do not say who made them). The message names
     both and says what to do: recompile with this plugin, or load with the one that made it.
     """

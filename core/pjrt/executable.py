@@ -1,8 +1,8 @@
 """Running compiled programs: ``PJRT_LoadedExecutable`` and its metadata.
 
-Programs are compiled by :mod:`pjrt.compiler`, which makes the executables this module runs.
+Programs are compiled by `pjrt.compiler`, which makes the executables this module runs.
 
-:class:`LoadedExecutable` owns the loaded executable and the ``PJRT_Executable`` view of it,
+[`LoadedExecutable`][pjrt.executable.LoadedExecutable] owns the loaded executable and the ``PJRT_Executable`` view of it,
 and reads once, at load time, everything a call needs: the devices, the outputs' shapes and
 dtypes, the parameters' shapes and dtypes and which parameters are donated. A call then checks
 its arguments in Python (a wrong count, shape, dtype or device is a clear error before the
@@ -52,7 +52,7 @@ class _Scratch:
 
 
 class ExecuteResults:
-    """Outputs of :meth:`LoadedExecutable.execute_sharded`, one Array per output and device."""
+    """Outputs of [`LoadedExecutable.execute_sharded`][pjrt.executable.LoadedExecutable.execute_sharded], one Array per output and device."""
 
     def __init__(self, outputs: list[list[Array]]):
         self._outputs = outputs
@@ -114,7 +114,7 @@ class LoadedExecutable(ExecutableMetadata):
 
     def _read_layout_checks(self) -> dict:
         """index -> layout of parameters compiled (``argument_layouts``) to take a non-row-major
-        one (see :func:`pjrt.layouts.layouts_arguments_must_have`)."""
+        one (see [`pjrt.layouts.layouts_arguments_must_have`][pjrt.layouts.layouts_arguments_must_have])."""
         try:
             found = self._layouts("parameters")
         except (UnsupportedFeatureError, XlaRuntimeError, ValueError):
@@ -261,7 +261,7 @@ class LoadedExecutable(ExecutableMetadata):
             (``local_devices()`` order), a single-device Array.
 
         Returns:
-          :class:`ExecuteResults`; ``disassemble_into_single_device_arrays()[i][d]`` is output
+          [`ExecuteResults`][pjrt.executable.ExecuteResults]; ``disassemble_into_single_device_arrays()[i][d]`` is output
           ``i`` on device ``d``.
         """
         pointer = self._live_pointer()
@@ -294,12 +294,12 @@ class LoadedExecutable(ExecutableMetadata):
     @handles.native_method
     def execute_global(self, arguments: Sequence[Array], *,
                        copy_host_values: bool = False) -> list[Array]:
-        """Run on every device with global Arrays laid out as :attr:`input_shardings` say;
-        returns global Arrays laid out as :attr:`output_shardings` say.
+        """Run on every device with global Arrays laid out as `input_shardings` say;
+        returns global Arrays laid out as `output_shardings` say.
 
         ``pjrt.compile`` places or reshards arguments to those shardings before calling this.
         With ``copy_host_values``, arguments may also be numpy arrays, cut into shards and
-        copied to the devices for this call only (see :meth:`execute`).
+        copied to the devices for this call only (see `execute`).
 
         Raises:
           DeviceAssignmentMismatchError: an argument sits on other devices.

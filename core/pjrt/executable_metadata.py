@@ -279,7 +279,7 @@ class ExecutableMetadata:
                 for i in range(args.num_outputs)]
 
     def get_output_memory_kinds(self) -> list[list[str]]:
-        """jaxlib's form of :meth:`output_memory_kinds`: one list per program (one here); the
+        """jaxlib's form of `output_memory_kinds`: one list per program (one here); the
         devices' default memory for plugins that cannot say (XLA's CPU plugin at 0.81)."""
         try:
             return [self.output_memory_kinds()]
@@ -296,7 +296,7 @@ class ExecutableMetadata:
 
     @handles.native_method
     def get_output_layouts(self) -> list[layouts.PjRtLayout]:
-        """The memory layout of each output (as :meth:`get_parameter_layouts`)."""
+        """The memory layout of each output (as `get_parameter_layouts`)."""
         return self._layouts("outputs")
 
     def _layouts(self, which: str) -> list[layouts.PjRtLayout]:
@@ -330,9 +330,9 @@ class ExecutableMetadata:
 
     @handles.native_method
     def serialize(self) -> bytes:
-        """The compiled executable as bytes, for :meth:`Client.deserialize_executable`.
+        """The compiled executable as bytes, for `Client.deserialize_executable`.
 
-        The bytes name the plugin build that made them (see :mod:`pjrt.serialization`), and
+        The bytes name the plugin build that made them (see [`pjrt.serialization`][pjrt.serialization]), and
         only that build will load them.
         """
         payload = serialization.executable_bytes(self._handle.api, self._executable_ptr())

@@ -4,8 +4,8 @@
 call it the way the function was called: the avals (shape and dtype) of the flattened inputs
 and outputs, the pytree structure of the arguments and results, the shardings, the platforms
 it was lowered for, which inputs the module kept, and its effects. ``Exported.serialize()``
-writes all of it as one flatbuffer. :func:`deserialize_exported` reads that flatbuffer with
-the ``flatbuffers`` package's runtime reader (no jax needed) into an :class:`Exported`, which
+writes all of it as one flatbuffer. [`deserialize_exported`][pjrt.exported.deserialize_exported] reads that flatbuffer with
+the ``flatbuffers`` package's runtime reader (no jax needed) into an [`Exported`][pjrt.exported.Exported], which
 is called like the original function::
 
     exported = pjrt.deserialize_exported(open("model.bin", "rb").read())
@@ -14,9 +14,9 @@ is called like the original function::
 Calling conventions the module follows, and that this module honours:
 
 * a module exported for several platforms takes first an ``int32`` scalar, the index of the
-  running platform in :attr:`Exported.platforms`; it is filled in here;
+  running platform in `Exported.platforms`; it is filled in here;
 * inputs the function did not use are not parameters of the module
-  (:attr:`Exported.module_kept_var_idx` lists the ones kept); they are dropped here;
+  (`Exported.module_kept_var_idx` lists the ones kept); they are dropped here;
 * a module exported for ``nr_devices`` > 1 is an SPMD program over that many devices; it is
   compiled over the backend's first ``nr_devices`` devices and its inputs are placed by the
   exported shardings.
@@ -481,7 +481,7 @@ def deserialize_exported(blob: bytes | bytearray | memoryview) -> "Exported":
     the older ones it reads), without jax.
 
     Returns:
-      An :class:`Exported`, callable with the pytree of arrays the exported function took.
+      An [`Exported`][pjrt.exported.Exported], callable with the pytree of arrays the exported function took.
 
     Raises:
       ImportError: the ``flatbuffers`` package is missing (``pip install 'pjrt[export]'``).
@@ -573,12 +573,12 @@ def _to_hlo(sharding, aval: Aval) -> HloSharding | None:
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Exported:
-    """A program exported by ``jax.export``, as :func:`deserialize_exported` reads it.
+    """A program exported by ``jax.export``, as [`deserialize_exported`][pjrt.exported.deserialize_exported] reads it.
 
     Attributes:
       fun_name: the exported function's name.
-      in_tree, out_tree: the :class:`PyTreeDef` of ``(args, kwargs)`` and of the result.
-      in_avals, out_avals: one :class:`Aval` per flattened input / output.
+      in_tree, out_tree: the [`PyTreeDef`][pjrt.exported.PyTreeDef] of ``(args, kwargs)`` and of the result.
+      in_avals, out_avals: one [`Aval`][pjrt.exported.Aval] per flattened input / output.
       platforms: the platforms the module was lowered for (``"cpu"``, ``"cuda"``...).
       nr_devices: how many devices the module runs on (an SPMD program when > 1).
       module_kept_var_idx: the flattened inputs the module takes, in order; the others were
@@ -587,7 +587,7 @@ class Exported:
       ordered_effects, unordered_effects: the effects' type names.
       calling_convention_version, uses_global_constants: as jax records them.
 
-    Calling it compiles the module once for the default backend (see :meth:`compile`) and
+    Calling it compiles the module once for the default backend (see `compile`) and
     runs it: ``exported(*args, **kwargs)`` returns the result pytree of pjrt Arrays.
     """
 
@@ -611,7 +611,7 @@ class Exported:
 
     @property
     def in_shardings(self) -> tuple:
-        """Per flattened input: its :class:`~pjrt.hlo_sharding.HloSharding` over the
+        """Per flattened input: its [`HloSharding`][pjrt.hlo_sharding.HloSharding] over the
         ``nr_devices`` devices, or None where jax left it to the compiler."""
         return tuple(_to_hlo(s, a) for s, a in zip(self.in_named_shardings, self.in_avals))
 
@@ -627,7 +627,7 @@ class Exported:
         return len(self.platforms) > 1
 
     def platform_index(self, platform: str) -> int:
-        """The index of the PJRT platform ``platform`` in :attr:`platforms`.
+        """The index of the PJRT platform ``platform`` in `platforms`.
 
         Raises:
           ValueError: the module was not exported for that platform.
@@ -701,7 +701,7 @@ class Exported:
                 f"instead of jax.export.symbolic_shape(...)), once per shape you need")
 
     def __call__(self, *args, **kwargs):
-        """Run on the default backend (compiled on the first call); see :meth:`compile`."""
+        """Run on the default backend (compiled on the first call); see `compile`."""
         executable = self._compiled.get(None)
         if executable is None:
             executable = self._compiled.setdefault(None, self.compile())
@@ -709,7 +709,7 @@ class Exported:
 
 
 class ExportedExecutable:
-    """An :class:`Exported` compiled for a backend: called with the exported function's
+    """An [`Exported`][pjrt.exported.Exported] compiled for a backend: called with the exported function's
     arguments, it returns its result pytree of pjrt Arrays."""
 
     def __init__(self, exported: Exported, program: CompiledProgram,

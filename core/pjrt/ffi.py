@@ -2,7 +2,7 @@
 
 A StableHLO program calls code outside XLA with ``stablehlo.custom_call @target(...)`` and
 ``api_version = 4`` (typed FFI). At compile time the plugin looks ``target`` up in its own
-copy of XLA's FFI registry; :func:`register_custom_call_target` puts handlers there through
+copy of XLA's FFI registry; [`register_custom_call_target`][pjrt.ffi.register_custom_call_target] puts handlers there through
 the plugin's PJRT FFI extension (``PJRT_Extension_Type_FFI``, declared in
 ``pjrt_c_api_ffi_extension.h``).
 
@@ -21,7 +21,7 @@ serve that platform, now and later. A plugin's platform is the name its clients 
 plugin is bound to a platform when its first client reports that name, or as soon as it is
 loaded when the name it was loaded under is the platform's name (a plugin loaded as
 ``"cpu"``). ``"host"`` and ``"cpu"`` are the same platform, as in XLA. Code that knows a
-plugin's platform earlier can call :func:`bind_plugin_platform` itself.
+plugin's platform earlier can call [`bind_plugin_platform`][pjrt.ffi.bind_plugin_platform] itself.
 
 Each plugin library carries its own XLA, so registering with one plugin does not make a
 handler known to another; and a plugin keeps a handler for the life of the process, so the
@@ -78,7 +78,7 @@ def _api_of(plugin_or_api) -> _c.Api:
 
 
 def has_ffi_extension(plugin_or_api) -> bool:
-    """Whether a :class:`~pjrt.Plugin` (or its ``Api``) offers handler registration."""
+    """Whether a `Plugin` (or its ``Api``) offers handler registration."""
     extension = _c.find_extension(_api_of(plugin_or_api), lib.PJRT_Extension_Type_FFI)
     return extension is not None and extension.struct_size >= _REGISTER_HANDLER_END
 

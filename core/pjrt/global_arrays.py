@@ -1,13 +1,13 @@
 """Global arrays whose shards live in several processes, built from each process's part.
 
-In a job of several processes (see :mod:`pjrt.distributed`) a sharding names devices of every
+In a job of several processes (see [`pjrt.distributed`][pjrt.distributed]) a sharding names devices of every
 process, and each process holds only the shards of its own (addressable) devices. The
 functions here are called by every process with the same global shape and sharding, each
 passing its own data, as in jax:
 
-* :func:`make_array_from_process_local_data`: this process's block of the global value.
-* :func:`make_array_from_single_device_arrays`: one single-device Array per addressable device.
-* :func:`make_array_from_callback`: a function giving the data of any index.
+* [`make_array_from_process_local_data`][pjrt.global_arrays.make_array_from_process_local_data]: this process's block of the global value.
+* [`make_array_from_single_device_arrays`][pjrt.global_arrays.make_array_from_single_device_arrays]: one single-device Array per addressable device.
+* [`make_array_from_callback`][pjrt.global_arrays.make_array_from_callback]: a function giving the data of any index.
 
 An Array that spans other processes answers ``shape``, ``sharding``, ``devices()`` and
 ``addressable_shards``; reading its whole value on the host is refused (its other shards are

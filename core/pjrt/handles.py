@@ -1,16 +1,16 @@
 """Who owns each C handle of a client, and when it may be freed.
 
-One :class:`ClientHandle` per ``PJRT_Client*`` owns the client and every buffer and executable
+One `ClientHandle` per ``PJRT_Client*`` owns the client and every buffer and executable
 made through it. The rules it keeps:
 
 * **Freed exactly once.** Each buffer list and executable is registered under its owner's id;
   whoever takes the entry out of the registry (``dict.pop`` is atomic) is the one that frees it.
 * **Never freed under a running call.** Every native call on the client's objects runs between
-  :meth:`ClientHandle.begin` and :meth:`ClientHandle.end`, which number it with a ticket. A
+  `ClientHandle.begin` and `ClientHandle.end`, which number it with a ticket. A
   handle released while calls are running is parked with the next ticket number and freed once
   every call older than it has ended, so a ``delete()`` in one thread never frees a buffer
   another thread is passing to the plugin. ``close()`` only marks the client closed: later calls
-  raise :class:`ClosedClientError` before touching a pointer, and the last running call frees
+  raise [`ClosedClientError`][pjrt.errors.ClosedClientError] before touching a pointer, and the last running call frees
   everything on its way out.
 * **Never freed under a numpy view.** A buffer that numpy reads without a copy stays until the
   last such view goes; the client is freed after it.
@@ -65,7 +65,7 @@ class HostBufferSemantics(enum.IntEnum):
 
 
 #: Called with each block of host memory a plugin has finished reading (see
-#: :meth:`ClientHandle.hold_host_memory`); the transfer layer sets it to recycle its staging.
+#: `ClientHandle.hold_host_memory`); the transfer layer sets it to recycle its staging.
 host_memory_released: Callable[[object], None] | None = None
 
 
@@ -78,9 +78,9 @@ class ClientHandle:
     """Owns one ``PJRT_Client*`` and every buffer and executable made through it.
 
     Attributes:
-      api: the plugin's :class:`~pjrt._c.Api`.
+      api: the plugin's `Api`.
       pointer: the ``PJRT_Client*`` (NULL once freed).
-      closed: set by :meth:`close`, by a fork, or at exit; calls then raise.
+      closed: set by `close`, by a fork, or at exit; calls then raise.
       buffers: owner id -> the ``PJRT_Buffer*`` list it owns (one per device).
       executables: owner id -> ``(PJRT_LoadedExecutable*, PJRT_Executable*)``.
     """
@@ -119,7 +119,7 @@ class ClientHandle:
     # -- calls -----------------------------------------------------------------------------
 
     def begin(self) -> int:
-        """Start a native call on this client; returns its ticket for :meth:`end`.
+        """Start a native call on this client; returns its ticket for `end`.
 
         Raises:
           ClosedClientError: the client is closed (or belongs to the parent of a fork).
@@ -138,7 +138,7 @@ class ClientHandle:
             self.settle()
 
     def calling(self) -> "_Call":
-        """``with handle.calling():`` brackets a native call (see :meth:`begin`)."""
+        """``with handle.calling():`` brackets a native call (see `begin`)."""
         return _Call(self)
 
     # -- releasing -------------------------------------------------------------------------
@@ -172,7 +172,7 @@ class ClientHandle:
             self.end(ticket)
 
     def release_executable(self, owner_id: int) -> None:
-        """Like :meth:`release_buffers`, for the executable of ``owner_id``."""
+        """Like `release_buffers`, for the executable of ``owner_id``."""
         pointers = self.executables.pop(owner_id, None)
         if pointers is not None:
             self._park("executable", pointers)
@@ -348,7 +348,7 @@ class ClientHandle:
             weakref.ref(memory, lambda ref, owner_id=owner_id: self._view_gone(owner_id, ref)))
 
     def release_when_unviewed(self, owner_id: int) -> None:
-        """Release ``owner_id``'s buffers (see :meth:`release_buffers`) as soon as no numpy
+        """Release ``owner_id``'s buffers (see `release_buffers`) as soon as no numpy
         view reads them: now, or when the last view goes."""
         self.released_while_viewed.add(owner_id)
         self._view_gone(owner_id)
@@ -383,7 +383,7 @@ class ClientHandle:
 
 def native_call(handle_of: Callable[[object], "ClientHandle"]):
     """A decorator for methods that run as one native call on the handle ``handle_of(self)``
-    returns (see :meth:`ClientHandle.begin`)."""
+    returns (see `ClientHandle.begin`)."""
     def decorate(method):
         def call(self, *args, **kwargs):
             handle = handle_of(self)
@@ -401,7 +401,7 @@ def native_call(handle_of: Callable[[object], "ClientHandle"]):
     return decorate
 
 
-#: For methods of objects whose ``_handle`` is their :class:`ClientHandle` (arrays,
+#: For methods of objects whose ``_handle`` is their `ClientHandle` (arrays,
 #: executables, topologies).
 native_method = native_call(lambda owner: owner._handle)  # pyright: ignore
 

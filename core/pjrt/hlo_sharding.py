@@ -1,6 +1,6 @@
 """``HloSharding``: how XLA lays one array out over devices, in pure Python.
 
-An :class:`HloSharding` is the compiler's view of a sharding: it names devices by their
+An [`HloSharding`][pjrt.hlo_sharding.HloSharding] is the compiler's view of a sharding: it names devices by their
 *logical* id (a position in an executable's device assignment), never by physical device.
 It is one of
 
@@ -27,9 +27,9 @@ replicated subgroup becomes ``last_tile_dim_replicate``, and an explicit tile as
 its replication groups sorted. That is what makes ``str()`` match XLA's text character for
 character, which the tests check against jaxlib.
 
-Serialisation is XLA's ``OpSharding`` proto (:mod:`pjrt._op_sharding` holds the field
-numbers and the reader), the text parser lives in :mod:`pjrt._hlo_sharding_text`, and the
-tile-assignment arithmetic in :mod:`pjrt._tile_assignment`; this module puts them together.
+Serialisation is XLA's ``OpSharding`` proto (`pjrt._op_sharding` holds the field
+numbers and the reader), the text parser lives in `pjrt._hlo_sharding_text`, and the
+tile-assignment arithmetic in `pjrt._tile_assignment`; this module puts them together.
 
 Metadata (``metadata={op_name="..."}`` in text, field 7 in protos) is accepted and dropped:
 it does not change the layout and XLA leaves it out of equality too.
@@ -71,15 +71,15 @@ class HloSharding:
 
     Immutable and hashable; two shardings are equal when they describe the same layout,
     whatever their spelling (an iota form equals the same ids listed explicitly).
-    Build one with the class methods (:meth:`replicate`, :meth:`manual`, :meth:`maximal`,
-    :meth:`tiled`, :meth:`iota_tile`, :meth:`tuple_sharding`) or parse one with
-    :meth:`from_string` / :meth:`from_proto`.
+    Build one with the class methods (`replicate`, `manual`, `maximal`,
+    `tiled`, `iota_tile`, `tuple_sharding`) or parse one with
+    `from_string` / `from_proto`.
 
     Queries follow jaxlib's ``HloSharding``, with one deliberate difference in kind:
     ``tile_assignment_dimensions``, ``tile_assignment_devices`` and ``subgroup_types`` are
-    properties here, not methods. Like XLA's ``IsTileMaximal``, :meth:`is_maximal` is also
+    properties here, not methods. Like XLA's ``IsTileMaximal``, `is_maximal` is also
     true for a replicated sharding (the whole array on each device); use
-    :meth:`unique_device` for "one device, which one".
+    `unique_device` for "one device, which one".
     """
 
     __slots__ = ("_kind", "_tiles", "_replicate_on_last_tile_dim", "_subgroup_types",
@@ -150,7 +150,7 @@ class HloSharding:
         Args:
           tile_assignment: array-like of distinct non-negative ints, at least 1-d.
           last_tile_dim_replicate: the last dimension is a replication group.
-          subgroup_types: :class:`OpShardingType` REPLICATED, MANUAL or UNREDUCED per
+          subgroup_types: `OpShardingType` REPLICATED, MANUAL or UNREDUCED per
             trailing dimension.
 
         Raises:
@@ -185,10 +185,10 @@ class HloSharding:
         ``reshape_dims`` the ids run in order (``{devices=[4,2]<=[8]}``).
 
         Args:
-          dims: the tile assignment's dimensions (as in :meth:`tiled`).
+          dims: the tile assignment's dimensions (as in `tiled`).
           reshape_dims: dimensions whose product is that of ``dims``; default ``[n]``.
           transpose_perm: a permutation of ``range(len(reshape_dims))``; default identity.
-          last_tile_dim_replicate, subgroup_types: as in :meth:`tiled`.
+          last_tile_dim_replicate, subgroup_types: as in `tiled`.
 
         Raises:
           TypeError: a dimension is not an int.
@@ -239,7 +239,7 @@ class HloSharding:
     # ----- queries --------------------------------------------------------
 
     def is_tuple(self) -> bool:
-        """Whether this is a tuple sharding (see :meth:`tuple_elements`)."""
+        """Whether this is a tuple sharding (see `tuple_elements`)."""
         return self._kind == _TUPLE
 
     def tuple_elements(self) -> tuple["HloSharding", ...]:
@@ -269,7 +269,7 @@ class HloSharding:
 
     def is_maximal(self) -> bool:
         """No tiling: the whole value is on one device, or replicated (XLA's
-        ``IsTileMaximal``); see :meth:`unique_device` for the single-device case."""
+        ``IsTileMaximal``); see `unique_device` for the single-device case."""
         if self._kind == _TUPLE:
             return all(e.is_maximal() for e in self._elements)
         return self._kind in (_MAXIMAL, _REPLICATED)
@@ -404,7 +404,7 @@ class HloSharding:
         ``{devices=[...]<=[...]T(...)}`` with ``last_tile_dim_replicate`` or
         ``last_tile_dims={...}``, ``metadata={...}`` (dropped), and tuples ``{{...}, {...}}``
         (with XLA's ``/*index=N*/`` comments), which give a tuple sharding
-        (:meth:`is_tuple`, :meth:`tuple_elements`).
+        (`is_tuple`, `tuple_elements`).
 
         Raises:
           TypeError: ``text`` is not a str.

@@ -7,7 +7,7 @@ plugin keeps what a running program reads. No Array object is made for them, and
 waited on: the program's launch orders the copies before it.
 
 On host-memory plugins, a value for one device goes through staging memory only from
-:data:`~pjrt.staging.CALL_STAGING_THRESHOLD_BYTES` (below it the plugin's own copy is as
+`CALL_STAGING_THRESHOLD_BYTES` (below it the plugin's own copy is as
 fast, since its allocator recycles the memory of the last call), and a replicated value is
 copied from the host once, into one staging block every device adopts.
 """
@@ -92,7 +92,7 @@ class HostCopies:
         self._staged: list = []
 
     def add_value(self, slot: int, value, spec, device: "Device", donated: bool) -> None:
-        """Copy the host value ``value`` (checked against ``spec``, see :func:`host_array`)
+        """Copy the host value ``value`` (checked against ``spec``, see `host_array`)
         to ``device`` as argument slot ``slot``."""
         self.add(slot, host_array(slot, value, spec), device, donated)
 

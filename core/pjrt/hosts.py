@@ -15,7 +15,7 @@ __all__ = ["host_id", "host_ids", "host_count", "using_pjrt_c_api", "get_device_
 
 
 def host_id(backend: str | Client | None = None) -> int:
-    """This process's index (jax's older name for :func:`~pjrt.process_index`)."""
+    """This process's index (jax's older name for `process_index`)."""
     return process_index(backend)
 
 
@@ -25,7 +25,7 @@ def host_ids(backend: str | Client | None = None) -> list[int]:
 
 
 def host_count(backend: str | Client | None = None) -> int:
-    """The number of processes (jax's older name for :func:`~pjrt.process_count`)."""
+    """The number of processes (jax's older name for `process_count`)."""
     return process_count(backend)
 
 

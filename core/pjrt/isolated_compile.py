@@ -1,7 +1,7 @@
 """Crash-isolated compilation: compile (or deserialize) in a child process first.
 
 A plugin's compiler trusts the program it is given. pjrt checks what it can before
-(:mod:`pjrt.program_checks`, :mod:`pjrt.mlir_bytecode`), but damage inside MLIR bytecode's
+(`pjrt.program_checks`, `pjrt.mlir_bytecode`), but damage inside MLIR bytecode's
 sections, or inside a plugin's own serialized executable, can still make the compiler crash
 the process (SIGSEGV, SIGABRT, SIGILL). A service that loads programs it did not make itself
 can ask for isolation: ``pjrt.compile(..., isolate=True)``,
@@ -9,8 +9,8 @@ can ask for isolation: ``pjrt.compile(..., isolate=True)``,
 isolate=True)``, or ``PJRT_ISOLATED_COMPILE=1`` for every compile and deserialization in the
 process. The same plugin library, with the same create options, first compiles the program
 with the same compile options in a worker process; only when it succeeds does this process
-compile it. A crash in the worker becomes an :class:`IsolatedCompileCrash` (an
-:class:`~pjrt.errors.XlaRuntimeError`) naming the signal and the plugin's last words, and the
+compile it. A crash in the worker becomes an [`IsolatedCompileCrash`][pjrt.isolated_compile.IsolatedCompileCrash] (an
+[`XlaRuntimeError`][pjrt.errors.XlaRuntimeError]) naming the signal and the plugin's last words, and the
 next isolated compile starts a new worker. A compile error is raised as the plugin reported it.
 
 What it costs: one worker process per plugin and create options, started on the first isolated
@@ -21,7 +21,7 @@ entry was made by this build from these bytes and is checked on read).
 
 Time limit: an isolated compile (starting the worker included) that has not finished in
 ``PJRT_ISOLATED_COMPILE_TIMEOUT`` seconds (600 unless set; ``inf`` for none) is an
-:class:`IsolatedCompileTimeout`: the worker is killed, this process compiles nothing, and the
+[`IsolatedCompileTimeout`][pjrt.isolated_compile.IsolatedCompileTimeout]: the worker is killed, this process compiles nothing, and the
 next isolated compile starts a new worker. Ctrl-C while waiting for the worker raises
 ``KeyboardInterrupt`` at once and kills the worker too (its answer would otherwise be read by
 the next compile).
@@ -32,7 +32,7 @@ name (the custom-call targets of a text program; the identifier-like strings of 
 one) with a handler that is never run, since it runs no program. A serialized executable's
 targets cannot be read from its bytes: each one the plugin reports missing when loading it
 (a name its bytes hold) is registered, and the executable loaded again. So a program calling
-targets registered here (:func:`pjrt.register_custom_call_target`, a plugin package's own kernels)
+targets registered here (`pjrt.register_custom_call_target`, a plugin package's own kernels)
 compiles there as here; one calling a target registered nowhere compiles there, and the
 plugin refuses it here, exactly as without isolation. (Handler traits, which only GPU command
 buffers read, are not known there.)

@@ -4,7 +4,7 @@
 try-get); a plugin builds its cross-process store only when all three are set. Here they are
 cffi ``extern "Python"`` functions (declared in ``_native/kv_python.cdef``): static C entry
 points that take the GIL, so the plugin may call them from any of its threads. Each client's
-``user_arg`` is a cffi handle to a :class:`KeyValueCallbacks`, which routes the calls to one
+``user_arg`` is a cffi handle to a `KeyValueCallbacks`, which routes the calls to one
 store under the client's key prefix.
 
 Rules the plugin relies on, kept here:
@@ -19,7 +19,7 @@ Rules the plugin relies on, kept here:
 * A value handed back is malloc'd memory (``_native/kv.c``) that the plugin frees with the
   deleter we set, whenever it likes, without needing the interpreter.
 * The callbacks and their store stay alive as long as the C client: the client's
-  :class:`~pjrt.handles.ClientHandle` keeps the :class:`KeyValueCallbacks` (``keep_alive``).
+  `ClientHandle` keeps the `KeyValueCallbacks` (``keep_alive``).
 """
 from __future__ import annotations
 

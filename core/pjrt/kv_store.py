@@ -2,14 +2,14 @@
 
 A plugin that spans processes (NVIDIA's, for one) exchanges its topology, and later the ids of
 its collective communicators, through a key-value store its host provides: the host hands it
-three callbacks (put, blocking get, try-get; see :mod:`pjrt.kv_callbacks`) that end in one of
+three callbacks (put, blocking get, try-get; see `pjrt.kv_callbacks`) that end in one of
 these stores. Every store here keeps its data in an engine others maintain:
 
-* :class:`SQLiteStore`: a SQLite file (WAL mode) that processes on one machine open together;
+* [`SQLiteStore`][pjrt.kv_store.SQLiteStore]: a SQLite file (WAL mode) that processes on one machine open together;
   needs no server, so it is the default for ``pjrt launch`` and single-machine tests.
-* :class:`RedisStore`: a Redis server (``redis-py``, installed with ``pip install pjrt[redis]``)
+* [`RedisStore`][pjrt.kv_store.RedisStore]: a Redis server (``redis-py``, installed with ``pip install pjrt[redis]``)
   for processes on several machines.
-* :class:`JaxDistributedStore`: jax's own coordination service, for a process that already
+* [`JaxDistributedStore`][pjrt.kv_store.JaxDistributedStore]: jax's own coordination service, for a process that already
   ran ``jax.distributed.initialize``.
 
 All stores are safe to call from many threads at once (plugins call from their own threads)
@@ -39,7 +39,7 @@ class KeyValueStore(Protocol):
 
     def get(self, key: str, timeout: float) -> bytes:
         """The value of ``key``, waiting up to ``timeout`` seconds for another process to set
-        it; raises :class:`TimeoutError` when it is still missing then."""
+        it; raises `TimeoutError` when it is still missing then."""
         ...
 
     def try_get(self, key: str) -> bytes | None:
@@ -47,7 +47,7 @@ class KeyValueStore(Protocol):
 
     def barrier(self, name: str, process_id: int, num_processes: int, timeout: float) -> None:
         """Wait until ``num_processes`` processes reached the barrier ``name`` (each name used
-        once); raises :class:`TimeoutError` after ``timeout`` seconds."""
+        once); raises `TimeoutError` after ``timeout`` seconds."""
 
     # Optional: ``claim(key, value) -> bytes`` sets ``key`` only if no process set it before,
     # in one atomic step, and returns the value the key holds afterwards (``value`` itself when
@@ -115,7 +115,7 @@ class SQLiteStore:
 
     Args:
       path: the database file; created with its table if missing. Put it on a local disk:
-        SQLite's locking is unreliable on network file systems (use :class:`RedisStore` there).
+        SQLite's locking is unreliable on network file systems (use [`RedisStore`][pjrt.kv_store.RedisStore] there).
     """
 
     def __init__(self, path: str | os.PathLike):
@@ -348,8 +348,8 @@ class PrefixedStore:
 
 
 def as_store(store_or_client) -> KeyValueStore:
-    """``store_or_client`` as a :class:`KeyValueStore`: a store is returned as it is, a jaxlib
-    ``DistributedRuntimeClient`` is wrapped in :class:`JaxDistributedStore`.
+    """``store_or_client`` as a [`KeyValueStore`][pjrt.kv_store.KeyValueStore]: a store is returned as it is, a jaxlib
+    ``DistributedRuntimeClient`` is wrapped in [`JaxDistributedStore`][pjrt.kv_store.JaxDistributedStore].
 
     Raises:
       TypeError: it is neither.

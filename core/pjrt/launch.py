@@ -1,6 +1,6 @@
 """``pjrt launch -n N script.py``: run a script as N processes of one job on this machine.
 
-Each process gets the environment :func:`pjrt.distributed.initialize` reads
+Each process gets the environment [`pjrt.distributed.initialize`][pjrt.distributed.initialize] reads
 (``PJRT_COORDINATOR``, ``PJRT_NUM_PROCESSES``, ``PJRT_PROCESS_ID`` and, with
 ``devices_per_process``, ``PJRT_LOCAL_DEVICE_IDS``), so the script calls
 ``pjrt.distributed.initialize()`` with no arguments. Without a coordinator the job shares a

@@ -1,10 +1,10 @@
 """Memory layouts: how an array's elements are ordered (and tiled) in device memory.
 
-A :class:`Layout` is XLA's layout of one array: ``minor_to_major`` (the dimensions from the
+A [`Layout`][pjrt.layouts.Layout] is XLA's layout of one array: ``minor_to_major`` (the dimensions from the
 fastest-varying to the slowest; ``(1, 0)`` is row-major for a matrix), optional tiles, and
-the element size in bits when elements are packed. :class:`PjRtLayout` is what a runtime hands
+the element size in bits when elements are packed. [`PjRtLayout`][pjrt.layouts.PjRtLayout] is what a runtime hands
 out (jaxlib's name): a Layout read from a buffer, a client's default, or a compiled program's
-parameter or result. :class:`Format` pairs a layout with a sharding, as ``Array.format``
+parameter or result. [`Format`][pjrt.layouts.Format] pairs a layout with a sharding, as ``Array.format``
 gives it.
 
 Where they come from:
@@ -12,7 +12,7 @@ Where they come from:
 * a buffer's layout: the core API's ``PJRT_Buffer_GetMemoryLayout`` (every plugin we support);
 * a client's default layout, and an executable's parameter and output layouts: the plugin's
   layouts extension (``PJRT_Extension_Type_Layouts``). A plugin without it (or with a version
-  that lacks the entry) raises :class:`~pjrt.errors.UnsupportedFeatureError`; both CPU plugins
+  that lacks the entry) raises [`UnsupportedFeatureError`][pjrt.errors.UnsupportedFeatureError]; both CPU plugins
   on PyPI have it.
 
 The extension hands layouts out serialised as XLA's ``LayoutProto``, which this module reads
@@ -132,7 +132,7 @@ class Layout:
 
     @classmethod
     def from_string(cls, text: str) -> "Layout":
-        """Parse XLA's spelling (see :meth:`to_string`).
+        """Parse XLA's spelling (see `to_string`).
 
         Raises:
           ValueError: the text is not a layout this module can read.
@@ -176,7 +176,7 @@ class Layout:
 
 
 class PjRtLayout:
-    """A layout as a runtime hands it out (jaxlib's ``PjRtLayout``): wraps a :class:`Layout`.
+    """A layout as a runtime hands it out (jaxlib's ``PjRtLayout``): wraps a [`Layout`][pjrt.layouts.Layout].
 
     Compares and hashes by the layout it wraps.
     """
@@ -189,21 +189,21 @@ class PjRtLayout:
         self._layout = layout
 
     def _xla_layout(self) -> Layout:
-        """The XLA :class:`Layout` (jaxlib's accessor name)."""
+        """The XLA [`Layout`][pjrt.layouts.Layout] (jaxlib's accessor name)."""
         return self._layout
 
     @property
     def layout(self) -> Layout:
-        """The XLA :class:`Layout`."""
+        """The XLA [`Layout`][pjrt.layouts.Layout]."""
         return self._layout
 
     def serialize(self) -> bytes:
-        """The layout as ``xla.LayoutProto`` bytes (what :meth:`deserialize` reads)."""
+        """The layout as ``xla.LayoutProto`` bytes (what `deserialize` reads)."""
         return self._layout.to_proto()
 
     @classmethod
     def deserialize(cls, data: bytes) -> "PjRtLayout":
-        """Read what :meth:`serialize` (or a plugin's layouts extension) wrote."""
+        """Read what `serialize` (or a plugin's layouts extension) wrote."""
         return cls(_parse_serialized(data))
 
     def __eq__(self, other: object) -> bool:
@@ -279,7 +279,7 @@ def has_layouts_extension(api: _c.Api, entry: str = "PJRT_Layouts_PJRT_Client_Ge
 
 
 def _read_and_free(api: _c.Api, extension, layout, *, owned: bool) -> PjRtLayout:
-    """Serialise a ``PJRT_Layouts_MemoryLayout*`` into a :class:`PjRtLayout`; frees it when
+    """Serialise a ``PJRT_Layouts_MemoryLayout*`` into a [`PjRtLayout`][pjrt.layouts.PjRtLayout]; frees it when
     ``owned`` (layouts an executable hands out belong to the executable)."""
     try:
         args = api.new_args("PJRT_Layouts_MemoryLayout_Serialize_Args")

@@ -6,9 +6,9 @@ as long as the loop runs, deaf to Ctrl-C. Moving every launch to a worker thread
 call a thread hop (tens of microseconds, more than the rest of a small call), so an executable
 decides where to launch from what it has seen:
 
-* its **first** call is launched on a worker thread (see :func:`pjrt.waits.call_off_thread`)
+* its **first** call is launched on a worker thread (see `pjrt.waits.call_off_thread`)
   while the caller waits in slices; when that launch returns within
-  :data:`INLINE_LIMIT_SECONDS`, later calls launch on the caller's thread, with no hop;
+  `INLINE_LIMIT_SECONDS`, later calls launch on the caller's thread, with no hop;
 * a launch on the caller's thread that takes longer than that sends the calls after it back to
   the worker.
 
@@ -17,7 +17,7 @@ whose running time depends on its data can be interrupted from the call after it
 run. A launch the caller abandoned goes on in the background: it keeps its own copies of the
 argument and output lists and its own ticket on the client (so nothing it reads is freed under
 it), the outputs it makes are freed when it ends, and host-value copies made for the call are
-freed after it (:func:`free_after`).
+freed after it (`free_after`).
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ def free_after(scratch, free: Callable[[], None]) -> None:
 
 def launch(handle, pointer, scratch, num_devices: int, num_arguments: int, num_outputs: int,
            keep: tuple) -> bool:
-    """Run the executable ``pointer`` as :meth:`LoadedExecutable._launch` does, on a worker
+    """Run the executable ``pointer`` as `LoadedExecutable._launch` does, on a worker
     thread; the outputs land in ``scratch.outputs``. Returns whether the launch was quick
     enough for the caller's thread.
 

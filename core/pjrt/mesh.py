@@ -1,13 +1,13 @@
 """Meshes and partition specs: the names a program's sharding is written in.
 
-* :class:`Mesh`: an n-d array of devices with a name per axis;
-* :class:`PartitionSpec` (alias :data:`P`): for each array dimension, the mesh axes that
-  split it (``P('x', None)``, ``P(('x', 'y'))``), with :data:`UNCONSTRAINED` for a
+* [`Mesh`][pjrt.mesh.Mesh]: an n-d array of devices with a name per axis;
+* [`PartitionSpec`][pjrt.mesh.PartitionSpec] (alias [`P`][pjrt.mesh.PartitionSpec]): for each array dimension, the mesh axes that
+  split it (``P('x', None)``, ``P(('x', 'y'))``), with `UNCONSTRAINED` for a
   dimension the compiler may split as it likes;
-* :func:`check_spec_axes`: whether a spec fits a mesh's axes.
+* [`check_spec_axes`][pjrt.mesh.check_spec_axes]: whether a spec fits a mesh's axes.
 
 Both types are immutable, hashable and validated in their constructors; their names and
-behaviour follow jax's (``jax.sharding``). :mod:`pjrt.sharding` builds the Sharding
+behaviour follow jax's (``jax.sharding``). [`pjrt.sharding`][pjrt.sharding] builds the Sharding
 classes on them and re-exports them.
 """
 from __future__ import annotations
@@ -73,7 +73,7 @@ class PartitionSpec:
 
     Entries are normalised as jax does: lists become tuples, a one-name tuple is the name
     and an empty tuple is None, so ``P(('x',)) == P('x')``. Trailing Nones are kept, and
-    as in jax ``P('x') != P('x', None)`` (use :meth:`Sharding.is_equivalent_to` to compare
+    as in jax ``P('x') != P('x', None)`` (use `Sharding.is_equivalent_to` to compare
     layouts).
 
     Raises:
@@ -153,11 +153,11 @@ class Mesh:
 
     Args:
       devices: a numpy array (any rank, dtype object) or nested lists of
-        :class:`~pjrt.Device`\\ s of one client, each at most once.
+        `Device`\\ s of one client, each at most once.
       axis_names: one str per dimension of ``devices`` (a single str for a 1-d mesh).
 
     A mesh is immutable, hashable, and equal to another with the same names and the same
-    devices in the same places. A mesh with no devices is :attr:`empty`.
+    devices in the same places. A mesh with no devices is `empty`.
 
     Raises:
       TypeError: an element is not a Device, or a name is not a str.
@@ -321,7 +321,7 @@ def check_spec_axes(spec: PartitionSpec, axis_names: Sequence[str]) -> None:
     """Check that ``spec`` names only axes in ``axis_names``, each at most once.
 
     Args:
-      spec: a :class:`PartitionSpec`.
+      spec: a [`PartitionSpec`][pjrt.mesh.PartitionSpec].
       axis_names: the mesh's axis names.
 
     Raises:

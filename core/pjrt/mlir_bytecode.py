@@ -1,7 +1,7 @@
 """The container of MLIR bytecode, checked before a plugin parses it.
 
 A plugin's MLIR reader trusts the lengths and offsets written in bytecode; damaged bytes can
-send it past the end of the buffer and end the process. :func:`check_container` walks the
+send it past the end of the buffer and end the process. `check_container` walks the
 documented container (https://mlir.llvm.org/docs/BytecodeFormat/) in one linear pass and
 refuses bytes whose structure is out of bounds:
 
@@ -16,7 +16,7 @@ refuses bytes whose structure is out of bounds:
 
 What lies inside the sections (the operations, attributes and types) is for the plugin's
 reader; damage there that still ends the process is what crash-isolated compilation
-(:mod:`pjrt.isolated_compile`) is for.
+([`pjrt.isolated_compile`][pjrt.isolated_compile]) is for.
 """
 from __future__ import annotations
 
@@ -92,7 +92,7 @@ def strings(program: bytes) -> list[bytes]:
     the order they are stored: every string attribute and symbol name of the module.
 
     Raises:
-      ValueError: the container is damaged (as :func:`check_container` says).
+      ValueError: the container is damaged (as `check_container` says).
     """
     data = bytes(program)
     start, end = _sections(data)[_STRING]

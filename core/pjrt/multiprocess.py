@@ -1,12 +1,12 @@
 """What a client spanning processes adds to client creation: the store, the options, the refusal.
 
-:func:`prepare` is called by :func:`pjrt.client.create_client` when a key-value store is in play
-(passed as ``distributed_client``, or set up by :func:`pjrt.distributed.initialize`). It decides
+`prepare` is called by [`pjrt.client.create_client`][pjrt.client.create_client] when a key-value store is in play
+(passed as ``distributed_client``, or set up by [`pjrt.distributed.initialize`][pjrt.distributed.initialize]). It decides
 which create options the plugin gets and builds the key-value callbacks.
 
 Only a plugin that declares the create options ``node_id`` and ``num_nodes`` (in
 ``Plugin.option_types``, as the CUDA package does) is given them; a job of several processes
-on a plugin that does not is refused with :class:`UnsupportedFeatureError` before the plugin
+on a plugin that does not is refused with [`UnsupportedFeatureError`][pjrt.errors.UnsupportedFeatureError] before the plugin
 is called, since such a plugin (XLA's CPU builds among them) would quietly make a
 single-process client and every cross-process program would then fail or hang.
 """
@@ -53,7 +53,7 @@ def prepare(plugin, options: Mapping | None, distributed_client) -> tuple[dict, 
       options: the caller's create options; ``node_id`` and ``num_nodes`` there win over the
         job's.
       distributed_client: a store or jax ``DistributedRuntimeClient``; the one
-        :func:`pjrt.distributed.initialize` opened when None.
+        [`pjrt.distributed.initialize`][pjrt.distributed.initialize] opened when None.
 
     Raises:
       ValueError: a store was given, but neither the options nor ``initialize`` say the

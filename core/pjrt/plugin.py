@@ -1,8 +1,8 @@
 """Loading PJRT plugin libraries and initialising them.
 
-A plugin is a shared library exporting ``GetPjrtApi()``. Loading it gives a :class:`Plugin`
+A plugin is a shared library exporting ``GetPjrtApi()``. Loading it gives a [`Plugin`][pjrt.plugin.Plugin]
 (its function table and version); initialising it calls ``PJRT_Plugin_Initialize`` once.
-Both steps are recorded in a :class:`PluginTable` so that a plugin is loaded and initialised
+Both steps are recorded in a [`PluginTable`][pjrt.plugin.PluginTable] so that a plugin is loaded and initialised
 at most once per process, whoever asks. The module-level functions use one default table and
 keep jaxlib's names.
 """
@@ -50,7 +50,7 @@ class Plugin:
     Attributes:
       name: the name it was loaded under (e.g. ``"cpu"``).
       library_path: where it was loaded from, or None for a table handed over in memory.
-      api: its :class:`pjrt._c.Api`.
+      api: its `pjrt._c.Api`.
       option_types: create options the plugin declares, with the value type each takes;
         ``make_c_api_client`` checks them before calling the plugin.
     """
@@ -149,9 +149,9 @@ def _missing_dependencies_error(name: str, path: str, dependency: str,
 def load_library(name: str, library_path: str | os.PathLike) -> Plugin:
     """Open a plugin library and read its API table, without recording it anywhere.
 
-    The file is checked before it is opened (see :mod:`pjrt._elf`), it is opened with every
+    The file is checked before it is opened (see `pjrt._elf`), it is opened with every
     symbol bound at once, and the table ``GetPjrtApi`` returns is checked before it is used
-    (see :func:`_checked_plugin`): a broken plugin is an exception, not a crashed process.
+    (see `_checked_plugin`): a broken plugin is an exception, not a crashed process.
 
     Raises:
       PluginLoadError: the file is missing, not a shared library for this machine, truncated,
@@ -180,9 +180,9 @@ def load_library(name: str, library_path: str | os.PathLike) -> Plugin:
 def plugin_from_c_api(name: str, c_api) -> Plugin:
     """Wrap a ``PJRT_Api*`` handed over in memory (a PyCapsule, an int address, or cdata).
 
-    The table is checked as :func:`load_library` checks a library's (readable memory behind
+    The table is checked as [`load_library`][pjrt.plugin.load_library] checks a library's (readable memory behind
     its struct_size, a version pjrt drives), except for LOAD_REQUIRED_FUNCTIONS, which
-    registering it (:func:`load_pjrt_plugin_with_c_api`) checks: a bare table is enough
+    registering it ([`load_pjrt_plugin_with_c_api`][pjrt.plugin.load_pjrt_plugin_with_c_api]) checks: a bare table is enough
     for reading its extensions.
 
     Raises:
@@ -273,7 +273,7 @@ def _remedy(path: str | None) -> str:
 
 
 def _checked_plugin(name: str, table, path: str | None) -> Plugin:
-    """Wrap ``table`` as a :class:`Plugin` once it has readable memory behind its struct_size
+    """Wrap ``table`` as a [`Plugin`][pjrt.plugin.Plugin] once it has readable memory behind its struct_size
     and reports a version this pjrt drives."""
     where = path or "the given table"
     _check_table_memory(name, table, where, path)
@@ -317,8 +317,8 @@ def _require_load_functions(plugin: Plugin) -> Plugin:
     return plugin
 
 
-#: Callables run with each :class:`Plugin` just loaded into a :class:`PluginTable` (and with
-#: each new :class:`~pjrt.client.Client`, through ``client_created_hooks``). Other modules add
+#: Callables run with each [`Plugin`][pjrt.plugin.Plugin] just loaded into a [`PluginTable`][pjrt.plugin.PluginTable] (and with
+#: each new [`Client`][pjrt.client.Client], through ``client_created_hooks``). Other modules add
 #: themselves here instead of being imported by this one: pjrt.ffi uses them to hand pending
 #: custom-call registrations to plugins as they appear. A failing hook is logged, never raised,
 #: so that an optional feature cannot stop a plugin from loading.
@@ -351,7 +351,7 @@ class PluginTable:
 
         Raises:
           ValueError: ``name`` is already loaded from a different library.
-          PluginLoadError: see :func:`load_library`.
+          PluginLoadError: see [`load_library`][pjrt.plugin.load_library].
         """
         path = os.fspath(library_path)
         with self._lock:
@@ -440,5 +440,5 @@ def pjrt_plugin_initialized(plugin_name: str) -> bool:
 
 
 def get_plugin(plugin_name: str) -> Plugin:
-    """The loaded :class:`Plugin` named ``plugin_name``."""
+    """The loaded [`Plugin`][pjrt.plugin.Plugin] named ``plugin_name``."""
     return default_plugins.get(plugin_name)

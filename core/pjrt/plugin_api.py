@@ -2,7 +2,7 @@
 
 A plugin package is a pip package that ships (or finds) a PJRT plugin library and advertises a
 module in the ``jax_plugins`` entry-point group. Both pjrt and JAX import that module and call
-its ``initialize()``. The package describes its plugin once, as a :class:`PluginDeclaration`,
+its ``initialize()``. The package describes its plugin once, as a [`PluginDeclaration`][pjrt.plugin_api.PluginDeclaration],
 and hands the call to it::
 
     from pjrt import plugin_api
@@ -14,7 +14,7 @@ and hands the call to it::
     def initialize():
         PLUGIN.initialize()
 
-:meth:`PluginDeclaration.initialize` finds out which host is calling. Under pjrt's discovery it
+[`PluginDeclaration.initialize`][pjrt.plugin_api.PluginDeclaration.initialize] finds out which host is calling. Under pjrt's discovery it
 registers the library with the registry that is discovering (a missing library, a library
 that cannot be loaded or a package that does not match the core is recorded as the backend's
 reason). Under JAX it registers the same library, priority and options with JAX's own
@@ -67,14 +67,14 @@ def discovering() -> bool:
 
 def register_plugin(*args: Any, **kwargs: Any) -> Plugin | None:
     """Load a plugin library and register it as a backend (see
-    :func:`pjrt.registry.register_plugin`)."""
+    [`pjrt.registry.register_plugin`][pjrt.registry.register_plugin])."""
     from . import registry
 
     return registry.register_plugin(*args, **kwargs)
 
 
 def register_backend_factory(*args: Any, **kwargs: Any) -> None:
-    """Register a backend factory (see :func:`pjrt.registry.register_backend_factory`)."""
+    """Register a backend factory (see [`pjrt.registry.register_backend_factory`][pjrt.registry.register_backend_factory])."""
     from . import registry
 
     registry.register_backend_factory(*args, **kwargs)
@@ -82,7 +82,7 @@ def register_backend_factory(*args: Any, **kwargs: Any) -> None:
 
 def register_unavailable(*args: Any, **kwargs: Any) -> None:
     """Record that a backend cannot come up, and why (see
-    :func:`pjrt.registry.register_unavailable`)."""
+    [`pjrt.registry.register_unavailable`][pjrt.registry.register_unavailable])."""
     from . import registry
 
     registry.register_unavailable(*args, **kwargs)
@@ -184,9 +184,9 @@ class PluginDeclaration:
         #: made (so that a bad environment variable is the backend's reason, not a lost plugin).
         object.__setattr__(self, "options", options)
         #: ``make_client(plugin, options) -> Client``: code around client creation (check
-        #: libraries, time it). :func:`create_client` when None.
+        #: libraries, time it). [`create_client`][pjrt.plugin_api.create_client] when None.
         object.__setattr__(self, "make_client", make_client)
-        #: ``make_topology(plugin, topology_name, options)``; :func:`make_topology` when None.
+        #: ``make_topology(plugin, topology_name, options)``; [`make_topology`][pjrt.plugin_api.make_topology] when None.
         object.__setattr__(self, "make_topology", make_topology)
         #: ``new_client(plugin, **settings) -> Client``: a client of its own from settings the
         #: package defines (``pjrt.make_cpu_client(num_devices)`` calls the ``cpu`` one).
@@ -244,7 +244,7 @@ class PluginDeclaration:
           loaded when first needed).
 
         Raises:
-          PluginLoadError: see :meth:`initialize`.
+          PluginLoadError: see `initialize`.
         """
         if self.version is not None and not check_plugin_version(
                 self.platform, core_version, self.version):

@@ -4,16 +4,16 @@ PJRT plugins log from C++ (absl, XLA's TSL logging, libtpu's start-up code) stra
 descriptor 2. On a machine without a GPU or TPU, bringing up the CUDA or TPU plugin only to
 learn that it has no hardware prints a dozen lines (``failed call to cuInit``, libtpu's
 ``InitGoogle`` and ``TPU_*`` warnings, a "Source Location Trace") that say nothing the
-backend's reason does not. So, unless told otherwise with :data:`LOG_LEVEL_ENV`:
+backend's reason does not. So, unless told otherwise with `LOG_LEVEL_ENV`:
 
 * before a plugin library is loaded, the plugins' own log threshold is raised to warnings
   (``TF_CPP_MIN_LOG_LEVEL=1``, which is what XLA's plugins read; a value the user set is
   kept), which silences XLA's ``I0000 ... cpu_device_count set via create_options`` line;
 * what a plugin writes to stderr while a backend that was not asked for by name is loaded and
-  brought up is captured (:func:`capture_stderr`) and kept with that backend
+  brought up is captured ([`capture_stderr`][pjrt.plugin_logging.capture_stderr]) and kept with that backend
   (``pjrt.registry.backend_logs()``, ``pjrt info -v``) instead of being printed.
 
-``PJRT_LOG_LEVEL`` (or :func:`set_log_level`) is the one switch:
+``PJRT_LOG_LEVEL`` (or [`set_log_level`][pjrt.plugin_logging.set_log_level]) is the one switch:
 
 ``quiet`` (the default)
     as above;
@@ -62,22 +62,22 @@ def _check_level(level: str, where: str) -> str:
 def set_log_level(level: str | None) -> None:
     """Set how much plugins may print: ``"quiet"``, ``"warning"`` or ``"info"``.
 
-    Overrides :data:`LOG_LEVEL_ENV`; None goes back to it. The plugins' own switches are
+    Overrides `LOG_LEVEL_ENV`; None goes back to it. The plugins' own switches are
     environment variables read when their library is loaded, so call this before the first
     backend comes up (capturing applies from the next backend brought up).
 
     Raises:
-      ValueError: ``level`` is not one of :data:`LOG_LEVELS`.
+      ValueError: ``level`` is not one of `LOG_LEVELS`.
     """
     global _level_override
     _level_override = None if level is None else _check_level(level, "the log level")
 
 
 def log_level(environ=None) -> str:
-    """The log level in force: :func:`set_log_level`'s, else :data:`LOG_LEVEL_ENV`'s, else quiet.
+    """The log level in force: [`set_log_level`][pjrt.plugin_logging.set_log_level]'s, else `LOG_LEVEL_ENV`'s, else quiet.
 
     Raises:
-      ValueError: :data:`LOG_LEVEL_ENV` names no level.
+      ValueError: `LOG_LEVEL_ENV` names no level.
     """
     if _level_override is not None:
         return _level_override
@@ -94,9 +94,9 @@ def apply_plugin_log_defaults(level: str) -> None:
 
 
 def apply_defaults() -> None:
-    """:func:`apply_plugin_log_defaults` for the level in force, before a library is loaded.
+    """[`apply_plugin_log_defaults`][pjrt.plugin_logging.apply_plugin_log_defaults] for the level in force, before a library is loaded.
 
-    An unknown :data:`LOG_LEVEL_ENV` counts as ``quiet`` here; the registry reports it.
+    An unknown `LOG_LEVEL_ENV` counts as ``quiet`` here; the registry reports it.
     """
     try:
         level = log_level()
@@ -165,7 +165,7 @@ def start(environ=None) -> bool:
       Whether output of backends not asked for is to be captured (the level is ``quiet``).
 
     Raises:
-      ValueError: :data:`LOG_LEVEL_ENV` names no level.
+      ValueError: `LOG_LEVEL_ENV` names no level.
     """
     level = log_level(environ)
     apply_plugin_log_defaults(level)
@@ -175,7 +175,7 @@ def start(environ=None) -> bool:
 class PluginOutput:
     """What plugins wrote to stderr, kept by the backend (or plugin module) it came from;
     and the warnings about the operator's own settings, which are not plugin output and are
-    written to stderr once the capture in progress ends (:meth:`warn_operator`)."""
+    written to stderr once the capture in progress ends (`warn_operator`)."""
 
     def __init__(self):
         self._text: dict[str, str] = {}
@@ -201,7 +201,7 @@ class PluginOutput:
         under each platform the module registered (its ``registrations`` entries whose
         ``module`` it is, known only after the block), else under the module's name; it is
         also appended to ``printed`` when given. Whether enabled or not, the block has
-        decided for the calls inside it: :func:`quietly` does nothing there.
+        decided for the calls inside it: [`quietly`][pjrt.plugin_logging.quietly] does nothing there.
         """
         decided = _output_decided.set(True)
         if not enabled:
@@ -239,7 +239,7 @@ class PluginOutput:
 
 
 #: Whether a caller up the stack (the registry bringing a backend up) has decided what
-#: becomes of plugin output; then :func:`quietly` leaves it to that caller.
+#: becomes of plugin output; then [`quietly`][pjrt.plugin_logging.quietly] leaves it to that caller.
 _output_decided: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "pjrt_plugin_output_decided", default=False)
 
@@ -252,7 +252,7 @@ def quietly(plugin_name: str, printed: list[str] | None = None) -> Iterator[None
     """Keep back what a plugin prints while it is loaded or makes a client outside the
     registry (``load_pjrt_plugin_dynamically``, ``make_c_api_client``), as the registry keeps
     back what backends print: at the ``quiet`` level (the default) it is kept by plugin
-    name (:func:`plugin_logs`) and appended to ``printed``; at the others it is printed. In
+    name ([`plugin_logs`][pjrt.plugin_logging.plugin_logs]) and appended to ``printed``; at the others it is printed. In
     the registry's own bring-up, which decides for itself, this does nothing.
     """
     try:

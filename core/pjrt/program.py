@@ -1,6 +1,6 @@
 """``pjrt.compile``: compile a StableHLO program and call it like a function.
 
-One device: arguments are placed on it. Several devices (a list or a :class:`Mesh`): the program
+One device: arguments are placed on it. Several devices (a list or a `Mesh`): the program
 is compiled as an SPMD program over them and called with global arrays, each placed or
 resharded to the layout the compiled program expects; with ``replicated=True`` one copy runs per
 device on its slice of the leading axis, and the outputs are stacked.
@@ -59,7 +59,7 @@ class CompiledProgram:
         return self.executable.output_shardings
 
     def __call__(self, *arguments: Any) -> Any:
-        """Run the program: one :class:`Array` for a program with one output, else a tuple.
+        """Run the program: one [`Array`][pjrt.array.Array] for a program with one output, else a tuple.
 
         (Typed ``Any``: which of the two depends on the program, known only when compiled.)
         """
@@ -116,10 +116,10 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
 
     Args:
       program: StableHLO as MLIR text or bytecode.
-      devices: a Device, a list of Devices, or a :class:`~pjrt.sharding.Mesh` (its devices in
+      devices: a Device, a list of Devices, or a [`Mesh`][pjrt.sharding.Mesh] (its devices in
         mesh order); several make an SPMD program over them. The default backend's first
         device when None.
-      compile_options: optional :class:`~pjrt.compile_options.CompileOptions`.
+      compile_options: optional [`CompileOptions`][pjrt.compile_options.CompileOptions].
       client: the client to compile with; taken from ``devices`` or the default backend.
       replicated: with several devices, run one copy per device on its slice of the leading
         axis (pmap-style) instead of partitioning the program.
@@ -128,21 +128,21 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
         the index of the platform it runs on in the export's ``platforms`` tuple, passed for
         the caller. A raw module does not record that tuple, so the default is 0, the first
         platform listed (jax's ``platforms=`` order); a caller may still pass the index
-        itself as the first argument. :func:`pjrt.exported.deserialize_exported` reads the
+        itself as the first argument. [`pjrt.exported.deserialize_exported`][pjrt.exported.deserialize_exported] reads the
         tuple and chooses the index itself.
       isolate: compile in a worker process first, so that a compiler crash on a damaged or
-        hostile program is an error (:class:`pjrt.isolated_compile.IsolatedCompileCrash`)
+        hostile program is an error ([`pjrt.isolated_compile.IsolatedCompileCrash`][pjrt.isolated_compile.IsolatedCompileCrash])
         instead of the end of this process; costs a second compile (see
-        :mod:`pjrt.isolated_compile`). None: as the ``PJRT_ISOLATED_COMPILE`` environment
+        [`pjrt.isolated_compile`][pjrt.isolated_compile]). None: as the ``PJRT_ISOLATED_COMPILE`` environment
         variable says.
 
     Returns:
-      A :class:`CompiledProgram`.
+      A [`CompiledProgram`][pjrt.program.CompiledProgram].
 
     Raises:
       ValueError: ``platform_index`` is given for a program that takes none, or is
         negative; the program calls jax host callbacks or has symbolic shapes (see
-        :mod:`pjrt.compiler`).
+        `pjrt.compiler`).
     """
     from .sharding import Mesh
 

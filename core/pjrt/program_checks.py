@@ -7,7 +7,7 @@ error. What can be checked from the text is checked here, in one linear pass per
 such a program is refused with an error that names the attribute or the functions:
 
 * every ``mhlo.sharding = "..."`` (on arguments, results and operations) parses as a sharding
-  (:meth:`pjrt.hlo_sharding.HloSharding.from_string`), holds no more devices than the program
+  ([`pjrt.hlo_sharding.HloSharding.from_string`][pjrt.hlo_sharding.HloSharding.from_string]), holds no more devices than the program
   is compiled for (exactly as many when it is partitioned), and ``main`` takes and returns no
   ``{manual}`` or ``{unknown}`` value in a partitioned program;
 * every ``sdy.mesh`` is well formed and fits the devices (its device ids are in range and
@@ -22,7 +22,7 @@ such a program is refused with an error that names the attribute or the function
 * no function reaches itself through ``func.call`` (or any symbol reference to a function):
   XLA inlines calls recursively and overflows its stack on a cycle.
 
-Bytecode cannot be read without MLIR; :mod:`pjrt.mlir_bytecode` checks its container instead.
+Bytecode cannot be read without MLIR; `pjrt.mlir_bytecode` checks its container instead.
 """
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ _SYMBOL_REFERENCE = re.compile(rb'@("(?:[^"\\]|\\.)*"|[\w.$-]+)')
 def check_program_structure(program: bytes, partitions: int, signature=None) -> None:
     """All the checks of this module, for a text program compiled over ``partitions``
     partitions (1: not partitioned); ``signature`` is ``main``'s
-    (:class:`pjrt.sharding_text.ProgramSignature`), when it could be read.
+    (`pjrt.sharding_text.ProgramSignature`), when it could be read.
 
     Raises:
       ValueError: naming the attribute or functions at fault and what to do.

@@ -53,7 +53,7 @@ class BackendRegistration:
     #: The plugin module whose ``initialize()`` (or library) made this registration, if any.
     module: str | None = None
     #: Makes a client of its own (not the shared backend) from keyword settings the plugin
-    #: package defines; :func:`make_cpu_client` calls the one registered for ``cpu``.
+    #: package defines; `make_cpu_client` calls the one registered for ``cpu``.
     new_client: Callable[..., Client] | None = None
     #: Why the backend cannot come up, for registrations of an unavailable plugin.
     failure: Exception | None = None
@@ -116,7 +116,7 @@ class BackendRegistrations:
                                  new_client: Callable[..., Client] | None = None) -> None:
         """Register ``factory`` as the maker of backend ``name`` (replacing any earlier one).
 
-        The keyword arguments are the fields of :class:`BackendRegistration`.
+        The keyword arguments are the fields of [`BackendRegistration`][pjrt.registrations.BackendRegistration].
 
         Raises:
           RuntimeError: backend ``name`` is already initialised.
@@ -160,14 +160,14 @@ class BackendRegistrations:
             discovery failure).
           c_api: a ``PJRT_Api*`` already in memory (PyCapsule, int address or cffi pointer).
           make_client: ``make_client(plugin, options) -> Client``, to run code around client
-            creation (check libraries, time it); :func:`pjrt.client.create_client` when None.
+            creation (check libraries, time it); [`pjrt.client.create_client`][pjrt.client.create_client] when None.
           make_topology: ``make_topology(plugin, topology_name, options)``, to describe
-            topologies; :func:`pjrt.topology.make_topology` when None.
+            topologies; [`pjrt.topology.make_topology`][pjrt.topology.make_topology] when None.
           new_client: ``new_client(plugin, **settings) -> Client``, a client of its own from
-            settings the plugin package defines (what :func:`make_cpu_client` calls).
+            settings the plugin package defines (what `make_cpu_client` calls).
 
         Returns:
-          The loaded :class:`Plugin`; None when platform selection excludes this platform
+          The loaded [`Plugin`][pjrt.plugin.Plugin]; None when platform selection excludes this platform
           (the registration is kept, and its library is loaded when a later selection asks
           for the platform, or when a topology or client of it is asked for).
 
@@ -306,7 +306,7 @@ class BackendRegistrations:
         """Choose the platforms to bring up (overrides PJRT_PLATFORMS); None restores it.
 
         Raises:
-          RuntimeError: backends are already initialised (call :meth:`clear_backends`).
+          RuntimeError: backends are already initialised (call `clear_backends`).
         """
         with self._lock:
             if self._backends is not None:

@@ -1,14 +1,14 @@
 """The backends this process can use: registered lazily, initialised once, chosen by priority.
 
-A backend is a :class:`~pjrt.client.Client` made by a factory registered under a platform name
+A backend is a [`Client`][pjrt.client.Client] made by a factory registered under a platform name
 (``cpu``, ``cuda``, ``rocm``, ``tpu``, or a vendor's own). Nothing happens at import: on the
-first question the installed plugins are discovered (see :mod:`pjrt.discovery`), then each
-selected factory is called once. The state lives in a :class:`BackendRegistry` behind one
-lock; the module-level functions use :data:`default_registry` and keep JAX's names.
+first question the installed plugins are discovered (see [`pjrt.discovery`][pjrt.discovery]), then each
+selected factory is called once. The state lives in a [`BackendRegistry`][pjrt.registry.BackendRegistry] behind one
+lock; the module-level functions use `default_registry` and keep JAX's names.
 
-``PJRT_PLATFORMS=cuda,cpu`` (or :func:`set_platforms`) lists the platforms to bring up, the
+``PJRT_PLATFORMS=cuda,cpu`` (or [`set_platforms`][pjrt.registry.set_platforms]) lists the platforms to bring up, the
 first the default; each must come up, and the others are never loaded. Unset, every backend
-is tried, failures are kept (:func:`backend_errors`), and the highest priority up is default.
+is tried, failures are kept ([`backend_errors`][pjrt.registry.backend_errors]), and the highest priority up is default.
 """
 from __future__ import annotations
 
@@ -222,7 +222,7 @@ class BackendRegistry(BackendRegistrations):
     def backend_errors(self) -> dict[str, str]:
         """Why each backend that failed to start failed (initialising them first if needed).
 
-        Unlike :meth:`backends`, this answers even when initialisation raised (a platform
+        Unlike [`backends`][pjrt.registry.backends], this answers even when initialisation raised (a platform
         asked for by name failed, or nothing came up): the reasons are what one wants then.
         """
         with self._lock:

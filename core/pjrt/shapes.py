@@ -1,6 +1,6 @@
-"""XLA's element types and shapes as jaxlib names them: :class:`PrimitiveType` and :class:`Shape`.
+"""XLA's element types and shapes as jaxlib names them: [`PrimitiveType`][pjrt.shapes.PrimitiveType] and [`Shape`][pjrt.shapes.Shape].
 
-``PrimitiveType`` is an IntEnum built from :mod:`pjrt.dtypes`' one table of element types
+``PrimitiveType`` is an IntEnum built from [`pjrt.dtypes`][pjrt.dtypes]' one table of element types
 (XLA's ``xla_data.proto`` numbering). ``Shape`` is an array shape (element type, dimensions,
 optional layout and dynamic dimensions) or a tuple of shapes; it reads XLA's text spelling
 (``f32[2,3]{1,0}``, ``(s32[], f32[4])``) and converts to and from ``xla.ShapeProto``, which is
@@ -89,8 +89,8 @@ _ARRAY_TEXT = re.compile(r"\s*([a-z][a-z0-9]*)\[([^\]]*)\](\{[^}]*\})?\s*")
 class Shape:
     """An XLA shape (jaxlib's ``Shape``): an array shape or a tuple of shapes.
 
-    ``Shape("f32[2,3]{1,0}")`` reads XLA's text spelling; :meth:`array_shape` and
-    :meth:`tuple_shape` build one from parts.
+    ``Shape("f32[2,3]{1,0}")`` reads XLA's text spelling; `array_shape` and
+    `tuple_shape` build one from parts.
 
     Raises:
       ValueError: the text is not a shape this class can read.
@@ -128,7 +128,7 @@ class Shape:
     @staticmethod
     def array_shape(type, dims_seq: Sequence[int] = (), layout_seq: Sequence[int] | None = None,
                     dynamic_dimensions: Sequence[bool] | None = None) -> "Shape":
-        """An array shape of element ``type`` (a numpy dtype or :class:`PrimitiveType`),
+        """An array shape of element ``type`` (a numpy dtype or [`PrimitiveType`][pjrt.shapes.PrimitiveType]),
         dimensions ``dims_seq`` and minor-to-major ``layout_seq`` (row-major when None).
 
         Raises:

@@ -2,27 +2,27 @@
 
 The names and behaviour follow jax's (``jax.sharding``):
 
-* :class:`Mesh`: an n-d array of devices with a name per axis;
-* :class:`PartitionSpec` (alias :data:`P`): for each array dimension, the mesh axes that
+* [`Mesh`][pjrt.mesh.Mesh]: an n-d array of devices with a name per axis;
+* [`PartitionSpec`][pjrt.mesh.PartitionSpec] (alias [`P`][pjrt.mesh.PartitionSpec]): for each array dimension, the mesh axes that
   split it (``P('x', None)``, ``P(('x', 'y'))``);
-* :class:`NamedSharding` (a mesh and a spec), :class:`SingleDeviceSharding`,
-  :class:`GSPMDSharding` (devices plus an :class:`~pjrt.hlo_sharding.HloSharding`) and
-  :class:`PmapSharding`, all :class:`Sharding`\\ s.
+* [`NamedSharding`][pjrt.sharding.NamedSharding] (a mesh and a spec), [`SingleDeviceSharding`][pjrt.sharding.SingleDeviceSharding],
+  [`GSPMDSharding`][pjrt.sharding.GSPMDSharding] (devices plus an [`HloSharding`][pjrt.hlo_sharding.HloSharding]) and
+  [`PmapSharding`][pjrt.sharding.PmapSharding], all [`Sharding`][pjrt.sharding.Sharding]\\ s.
 
-``Mesh`` and ``PartitionSpec`` are defined in :mod:`pjrt.mesh` and the conversions to and
-from program annotations in :mod:`pjrt.sharding_annotations`; this module re-exports them,
+``Mesh`` and ``PartitionSpec`` are defined in [`pjrt.mesh`][pjrt.mesh] and the conversions to and
+from program annotations in `pjrt.sharding_annotations`; this module re-exports them,
 so ``pjrt.sharding`` is the one place to import sharding names from.
 
 Every sharding answers the same questions (which devices, which slice of the array on
 each, what shape a shard has) from one representation: its ``HloSharding`` for the array's
-rank. A ``NamedSharding`` gets it from :func:`spec_to_hlo_sharding`, a pure cached function,
+rank. A ``NamedSharding`` gets it from `spec_to_hlo_sharding`, a pure cached function,
 so ``shard_shape`` and ``devices_indices_map`` cannot disagree with each other or with what
 a compiled program is told.
 
 The text forms a StableHLO program carries: Shardy's ``#sdy.sharding<...>`` and
-``sdy.mesh`` (:meth:`NamedSharding.to_sdy_text`, :meth:`NamedSharding.from_sdy_text`),
-GSPMD's ``mhlo.sharding`` strings (:meth:`Sharding.to_mhlo_text`,
-:func:`sharding_from_mhlo_text`); :mod:`pjrt.sharding_text` parses them out of a program.
+``sdy.mesh`` ([`NamedSharding.to_sdy_text`][pjrt.sharding.NamedSharding.to_sdy_text], [`NamedSharding.from_sdy_text`][pjrt.sharding.NamedSharding.from_sdy_text]),
+GSPMD's ``mhlo.sharding`` strings ([`Sharding.to_mhlo_text`][pjrt.sharding.Sharding.to_mhlo_text],
+[`sharding_from_mhlo_text`][pjrt.sharding.sharding_from_mhlo_text]); `pjrt.sharding_text` parses them out of a program.
 """
 from __future__ import annotations
 
@@ -180,8 +180,8 @@ def check_and_canonicalize_memory_kind(memory_kind: Optional[str],
 
     Args:
       memory_kind: a memory kind (``"device"``, ``"pinned_host"``...) or None.
-      device_list: the sharding's devices, a :class:`~pjrt.DeviceList` or a sequence of
-        :class:`~pjrt.Device`.
+      device_list: the sharding's devices, a `DeviceList` or a sequence of
+        `Device`.
 
     Returns:
       ``memory_kind``, or the default kind when it is None.
@@ -210,8 +210,8 @@ def check_and_canonicalize_memory_kind(memory_kind: Optional[str],
 class Sharding:
     """How a global array is laid out over devices (base class).
 
-    Subclasses provide :meth:`to_hlo_sharding`, :attr:`_device_assignment`,
-    :attr:`memory_kind`, :meth:`with_memory_kind`, :attr:`is_fully_replicated`; the rest is
+    Subclasses provide `to_hlo_sharding`, `_device_assignment`,
+    `memory_kind`, `with_memory_kind`, `is_fully_replicated`; the rest is
     derived here, so every answer comes from the same ``HloSharding``.
     """
 
@@ -221,7 +221,7 @@ class Sharding:
 
     def to_hlo_sharding(self, ndim: int) -> HloSharding:
         """The HloSharding of a rank-``ndim`` array with this sharding (device ids are
-        positions in :attr:`_device_assignment`)."""
+        positions in `_device_assignment`)."""
         raise NotImplementedError
 
     @property
@@ -246,7 +246,7 @@ class Sharding:
     # ----- derived ----------------------------------------------------------
 
     def _to_xla_hlo_sharding(self, num_dimensions: int) -> HloSharding:
-        """jax's private name for :meth:`to_hlo_sharding`."""
+        """jax's private name for `to_hlo_sharding`."""
         return self.to_hlo_sharding(num_dimensions)
 
     def to_mhlo_text(self, ndim: int) -> str:
@@ -270,7 +270,7 @@ class Sharding:
 
     @property
     def addressable_devices(self) -> set[Device]:
-        """The devices of :attr:`device_set` this process can address."""
+        """The devices of `device_set` this process can address."""
         return {d for d in self._device_assignment if d.is_addressable}
 
     @property
@@ -311,7 +311,7 @@ class Sharding:
         a tuple with one slice per dimension, ``slice(None)`` where a dimension is whole.
 
         Raises:
-          ValueError: for an unreduced sharding; and as :meth:`shard_shape` does (an uneven
+          ValueError: for an unreduced sharding; and as `shard_shape` does (an uneven
             split raises here too, as in jax).
         """
         shape = _check_shape(global_shape)
@@ -324,7 +324,7 @@ class Sharding:
         return dict(self._cached(("indices", shape), compute))
 
     def addressable_devices_indices_map(self, global_shape: Sequence[int]) -> dict[Device, Index]:
-        """:meth:`devices_indices_map` restricted to the devices this process addresses."""
+        """`devices_indices_map` restricted to the devices this process addresses."""
         return {d: index for d, index in self.devices_indices_map(global_shape).items()
                 if d.is_addressable}
 
@@ -341,16 +341,16 @@ class Sharding:
 
 
 class NamedSharding(Sharding):
-    """A :class:`Mesh` and a :class:`PartitionSpec` over its axes.
+    """A [`Mesh`][pjrt.mesh.Mesh] and a [`PartitionSpec`][pjrt.mesh.PartitionSpec] over its axes.
 
     Args:
-      mesh: a non-empty :class:`Mesh`.
-      spec: a :class:`PartitionSpec` naming axes of ``mesh``.
+      mesh: a non-empty [`Mesh`][pjrt.mesh.Mesh].
+      spec: a [`PartitionSpec`][pjrt.mesh.PartitionSpec] naming axes of ``mesh``.
       memory_kind: the memory the shards live in; None means the devices' default.
 
     Equal to another NamedSharding with an equal mesh, an equal spec (after
-    :class:`PartitionSpec`'s normalisation; trailing Nones count, as in jax) and the same
-    memory kind. The HloSharding comes from :func:`spec_to_hlo_sharding`.
+    [`PartitionSpec`][pjrt.mesh.PartitionSpec]'s normalisation; trailing Nones count, as in jax) and the same
+    memory kind. The HloSharding comes from `spec_to_hlo_sharding`.
 
     Raises:
       TypeError: ``mesh`` or ``spec`` has the wrong type.
@@ -409,7 +409,7 @@ class NamedSharding(Sharding):
         return math.prod(sizes[name] for name in self._spec.axis_names()) == 1
 
     def to_hlo_sharding(self, ndim: int) -> HloSharding:
-        """See :func:`spec_to_hlo_sharding`.
+        """See `spec_to_hlo_sharding`.
 
         Raises:
           ValueError: the spec has more entries than ``ndim``.
@@ -467,8 +467,8 @@ class SingleDeviceSharding(Sharding):
     """The whole array on one device.
 
     Args:
-      device: the :class:`~pjrt.Device`.
-      memory_kind: as for :class:`NamedSharding`.
+      device: the `Device`.
+      memory_kind: as for [`NamedSharding`][pjrt.sharding.NamedSharding].
 
     Raises:
       TypeError: ``device`` is not a Device.
@@ -530,15 +530,15 @@ def _coerce_hlo_sharding(value) -> HloSharding:
 
 
 class GSPMDSharding(Sharding):
-    """A list of devices and an :class:`~pjrt.hlo_sharding.HloSharding` whose device ids
+    """A list of devices and an [`HloSharding`][pjrt.hlo_sharding.HloSharding] whose device ids
     are positions in that list: what a compiled executable reports.
 
     Args:
-      devices: the devices (a sequence or :class:`~pjrt.DeviceList`); device id ``i`` of
+      devices: the devices (a sequence or `DeviceList`); device id ``i`` of
         the HloSharding is ``devices[i]``.
-      op_sharding: an :class:`~pjrt.hlo_sharding.HloSharding`, or a serialised
+      op_sharding: an [`HloSharding`][pjrt.hlo_sharding.HloSharding], or a serialised
         ``OpSharding`` (bytes; jaxlib's ``OpSharding``/``HloSharding`` are accepted too).
-      memory_kind: as for :class:`NamedSharding`.
+      memory_kind: as for [`NamedSharding`][pjrt.sharding.NamedSharding].
 
     Equal to another GSPMDSharding with the same devices in the same order, the same
     memory kind and an equal HloSharding, any two replicated ones counting as equal (jax's
@@ -693,7 +693,7 @@ class PmapSharding(Sharding):
 
 def sharding_from_mhlo_text(text: str, devices: Union[Sequence[Device], DeviceList], *,
                             memory_kind: Optional[str] = None) -> GSPMDSharding:
-    """A :class:`GSPMDSharding` from an ``mhlo.sharding`` string such as
+    """A [`GSPMDSharding`][pjrt.sharding.GSPMDSharding] from an ``mhlo.sharding`` string such as
     ``"{devices=[2,1,4]<=[8] last_tile_dim_replicate}"`` and the program's devices.
 
     Raises:

@@ -3,13 +3,13 @@
 A program tells the compiler how each value is split in one of two forms: GSPMD's
 ``HloSharding`` (``mhlo.sharding = "{devices=[2,4]<=[8]}"``) or Shardy's
 ``#sdy.sharding<@mesh, [{"x"}, {"y"}]>`` over an ``sdy.mesh``. This module converts a
-:class:`~pjrt.mesh.PartitionSpec` over a mesh's axes to both forms
-(:func:`spec_to_hlo_sharding`, :func:`sdy_sharding_from_spec`) and a parsed Shardy sharding
-back to a spec (:func:`partition_spec_from_sdy`, :func:`partition_spec_from_sdy_text`) or to
-GSPMD's form (:func:`hlo_sharding_from_sdy`).
+[`PartitionSpec`][pjrt.mesh.PartitionSpec] over a mesh's axes to both forms
+(`spec_to_hlo_sharding`, `sdy_sharding_from_spec`) and a parsed Shardy sharding
+back to a spec (`partition_spec_from_sdy`, `partition_spec_from_sdy_text`) or to
+GSPMD's form (`hlo_sharding_from_sdy`).
 
-It sits between the text layer (:mod:`pjrt.sharding_text`, plain data) and the Sharding
-classes (:mod:`pjrt.sharding`, which re-exports these names).
+It sits between the text layer (`pjrt.sharding_text`, plain data) and the Sharding
+classes ([`pjrt.sharding`][pjrt.sharding], which re-exports these names).
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def spec_to_hlo_sharding(axis_names: Sequence[str], axis_sizes: Sequence[int],
 
     Args:
       axis_names, axis_sizes: the mesh's axes.
-      spec: a :class:`PartitionSpec` over those axes.
+      spec: a [`PartitionSpec`][pjrt.mesh.PartitionSpec] over those axes.
       ndim: the array's rank.
       unreduced_axes, manual_axes: mesh axes in an unreduced or manual subgroup.
       device_ids: a mesh whose positions are not ``0..n-1`` in order (Shardy's
@@ -144,8 +144,8 @@ def sdy_sharding_from_spec(mesh: Mesh, spec: PartitionSpec, ndim: Optional[int] 
     ``mesh.to_sdy_text(mesh_name)``.
 
     Args:
-      mesh: the :class:`~pjrt.mesh.Mesh` the spec is over.
-      spec: a :class:`~pjrt.mesh.PartitionSpec` naming axes of ``mesh``.
+      mesh: the [`Mesh`][pjrt.mesh.Mesh] the spec is over.
+      spec: a [`PartitionSpec`][pjrt.mesh.PartitionSpec] naming axes of ``mesh``.
       ndim: the array's rank (default: the spec's length).
       mesh_name: the name of the ``sdy.mesh`` the sharding refers to.
 
@@ -175,7 +175,7 @@ def partition_spec_from_sdy(sharding: SdySharding) -> PartitionSpec:
     is dropped). Explicitly replicated and unreduced axes are not part of a spec.
 
     Raises:
-      TypeError: ``sharding`` is not an :class:`~pjrt.sharding_text.SdySharding`.
+      TypeError: ``sharding`` is not an `SdySharding`.
     """
     if not isinstance(sharding, SdySharding):
         raise TypeError(f"expected an SdySharding, got {type(sharding).__name__}")
@@ -190,11 +190,11 @@ def partition_spec_from_sdy(sharding: SdySharding) -> PartitionSpec:
 
 def hlo_sharding_from_sdy(sharding: SdySharding) -> HloSharding:
     """The GSPMD form of a Shardy sharding, as XLA converts it (see
-    :func:`spec_to_hlo_sharding`): unreduced axes become an unreduced subgroup, and a mesh
+    `spec_to_hlo_sharding`): unreduced axes become an unreduced subgroup, and a mesh
     with ``device_ids`` names its devices by those ids.
 
     Raises:
-      TypeError: ``sharding`` is not an :class:`~pjrt.sharding_text.SdySharding`.
+      TypeError: ``sharding`` is not an `SdySharding`.
       ValueError: an axis is not in the mesh or is used twice.
     """
     spec = partition_spec_from_sdy(sharding)

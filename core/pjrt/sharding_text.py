@@ -2,10 +2,10 @@
 of a StableHLO module's ``main`` signature (Shardy's or GSPMD's ``mhlo.sharding`` strings).
 
 Text in, plain data out: this module prints and parses the two forms into
-:class:`SdyMesh`, :class:`SdySharding` and :class:`~pjrt.hlo_sharding.HloSharding` values,
+`SdyMesh`, `SdySharding` and [`HloSharding`][pjrt.hlo_sharding.HloSharding] values,
 which know nothing of devices. The sharding types built on them (``Mesh``,
-``PartitionSpec``, ``NamedSharding``) live above, in :mod:`pjrt.mesh` and
-:mod:`pjrt.sharding`; :mod:`pjrt.sharding_annotations` converts between the two.
+``PartitionSpec``, ``NamedSharding``) live above, in [`pjrt.mesh`][pjrt.mesh] and
+[`pjrt.sharding`][pjrt.sharding]; `pjrt.sharding_annotations` converts between the two.
 """
 from __future__ import annotations
 
@@ -85,10 +85,10 @@ class SdyDim:
 @dataclasses.dataclass(frozen=True)
 class SdySharding:
     """A parsed ``#sdy.sharding<...>``: the mesh it refers to (by name, or inline), one
-    :class:`SdyDim` per array dimension, and the explicitly replicated and unreduced axes.
+    `SdyDim` per array dimension, and the explicitly replicated and unreduced axes.
 
     ``mesh`` is the resolved mesh definition; ``mesh_name`` is None for an inline mesh.
-    ``str()`` prints the attribute back. :mod:`pjrt.sharding_annotations` turns it into a
+    ``str()`` prints the attribute back. `pjrt.sharding_annotations` turns it into a
     ``PartitionSpec`` or an ``HloSharding``.
     """
 
@@ -317,7 +317,7 @@ def parse_sdy_mesh(text: str) -> SdyMesh:
     """Parse a Shardy mesh: the attribute ``<["x"=2, "y"=4]>`` (optionally with
     ``device_ids=[...]``, optionally prefixed ``mesh`` or ``#sdy.mesh``), or a whole
     ``sdy.mesh @name = <...>`` line (the name is dropped; see
-    :func:`parse_program_shardings` for a module's meshes by name).
+    `parse_program_shardings` for a module's meshes by name).
 
     Raises:
       ValueError: the text is not a mesh.
@@ -344,8 +344,8 @@ def parse_sdy_sharding(text: str, meshes: Mapping[str, Any]) -> SdySharding:
     Args:
       text: the attribute text.
       meshes: mesh name (without ``@``) to ``(axis_names, axis_sizes)``, an
-        :class:`SdyMesh`, or anything with ``axis_names`` and ``axis_sizes`` (a
-        :class:`~pjrt.mesh.Mesh`).
+        `SdyMesh`, or anything with ``axis_names`` and ``axis_sizes`` (a
+        [`Mesh`][pjrt.mesh.Mesh]).
 
     Raises:
       ValueError: the text is malformed, refers to an unknown mesh, or names an axis the
@@ -361,13 +361,13 @@ def parse_sdy_sharding_for_mesh(text: str, mesh: SdyMesh) -> SdySharding:
     axes of ``mesh`` and no ``device_ids``.
 
     Args:
-      text: the attribute text, as for :func:`parse_sdy_sharding`.
+      text: the attribute text, as for `parse_sdy_sharding`.
       mesh: the mesh the sharding is read against.
 
     Raises:
       ValueError: the text is malformed, names an axis ``mesh`` lacks, or carries an
         inline mesh other than ``mesh``.
-      TypeError: ``text`` is not a str or ``mesh`` is not an :class:`SdyMesh`.
+      TypeError: ``text`` is not a str or ``mesh`` is not an `SdyMesh`.
     """
     if not isinstance(mesh, SdyMesh):
         raise TypeError(f"mesh must be an SdyMesh, got {type(mesh).__name__}")
@@ -501,10 +501,10 @@ def parse_program_shardings(program_text: str) -> tuple[tuple, tuple]:
     """The shardings a StableHLO text module puts on its ``main`` function's arguments
     and results.
 
-    Each entry is an :class:`~pjrt.hlo_sharding.HloSharding` (from
-    ``mhlo.sharding = "..."``), an :class:`SdySharding` (from ``sdy.sharding =
+    Each entry is an [`HloSharding`][pjrt.hlo_sharding.HloSharding] (from
+    ``mhlo.sharding = "..."``), an `SdySharding` (from ``sdy.sharding =
     #sdy.sharding<...>``, resolved against the module's ``sdy.mesh`` definitions; its
-    ``mesh_name`` names the mesh, and :mod:`pjrt.sharding_annotations` gives its
+    ``mesh_name`` names the mesh, and `pjrt.sharding_annotations` gives its
     ``PartitionSpec`` and GSPMD form), or None where the value has no sharding.
 
     Args:
@@ -615,8 +615,8 @@ def parse_program_result_shapes(program_text: str) -> tuple:
 
 class ProgramSignature(NamedTuple):
     """What a StableHLO text module's ``main`` declares, read in one pass: the sharding of
-    each argument and result (as :func:`parse_program_shardings` gives them) and the shape of
-    each result (as :func:`parse_program_result_shapes` gives them)."""
+    each argument and result (as `parse_program_shardings` gives them) and the shape of
+    each result (as `parse_program_result_shapes` gives them)."""
 
     input_shardings: tuple
     output_shardings: tuple
@@ -627,7 +627,7 @@ def parse_program_signature(program_text: str) -> ProgramSignature:
     """Shardings and result shapes of the module's ``main``, parsing its signature once.
 
     Raises:
-      ValueError, TypeError: as :func:`parse_program_shardings`.
+      ValueError, TypeError: as `parse_program_shardings`.
     """
     meshes, arguments, results = _main_signature(program_text)
     return ProgramSignature(

@@ -38,7 +38,7 @@ class StagingBlock(np.ndarray):
     """Host memory pjrt allocated for a plugin to adopt as a device buffer.
 
     The type marks it, so that when the plugin is done with it the block goes back to
-    :data:`staging_pool` instead of to the allocator: a later transfer of the same size then
+    `staging_pool` instead of to the allocator: a later transfer of the same size then
     writes into pages that are already faulted in, at memcpy speed.
     """
 
@@ -92,7 +92,7 @@ staging_pool = StagingPool(per_size=8, max_bytes=512 << 20)
 
 def should_stage(platform: str, host: np.ndarray, threshold: int | None = None) -> bool:
     """Whether a copy of ``host`` to a ``platform`` device goes through staging memory
-    (``threshold``: the smallest size that does, :data:`STAGING_THRESHOLD_BYTES` if None)."""
+    (``threshold``: the smallest size that does, `STAGING_THRESHOLD_BYTES` if None)."""
     return (host.nbytes >= (STAGING_THRESHOLD_BYTES if threshold is None else threshold)
             and platform == "cpu" and host.dtype.name not in PACKED_DTYPE_NAMES)
 

@@ -2,19 +2,19 @@
 
 A plugin may take minutes to make its first client (libtpu off Google Cloud asks a metadata
 server that is not there, over and over) or may never answer. The registry therefore runs each
-backend's factory on a worker thread (see :func:`pjrt.waits.call_off_thread`) and waits for it
+backend's factory on a worker thread (see `pjrt.waits.call_off_thread`) and waits for it
 in slices:
 
-* after :data:`SLOW_NOTICE_SECONDS` a line on stderr names the backend, what it is doing and
+* after `SLOW_NOTICE_SECONDS` a line on stderr names the backend, what it is doing and
   how to skip it;
-* after the time limit (``PJRT_BACKEND_INIT_TIMEOUT``, default :data:`DEFAULT_INIT_TIMEOUT`
-  seconds) the wait gives up with :class:`BackendStartupTimeout`, which the registry records
+* after the time limit (``PJRT_BACKEND_INIT_TIMEOUT``, default `DEFAULT_INIT_TIMEOUT`
+  seconds) the wait gives up with `BackendStartupTimeout`, which the registry records
   as the backend's reason, and the other backends come up;
 * Ctrl-C ends the wait at once with ``KeyboardInterrupt``.
 
 The native call cannot be stopped: it goes on in the background. A client that arrives after
 its caller gave up is closed on the worker thread as soon as it arrives; nothing else ever sees
-it. Code on the bring-up path reports what it is doing through :func:`stage_reporter`, so the message
+it. Code on the bring-up path reports what it is doing through `stage_reporter`, so the message
 says where the time went.
 """
 from __future__ import annotations

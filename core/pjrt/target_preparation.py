@@ -2,8 +2,8 @@
 
 Some handlers are cheap to register but costly to make ready: pjrt-cpu's LAPACK kernels take
 their routines from SciPy, whose import costs more than the rest of pjrt's start-up, and most
-programs call no LAPACK. :func:`register_target_preparation` defers such set-up; the compile
-path calls :func:`prepare_targets` with each program, which runs what that program needs.
+programs call no LAPACK. `register_target_preparation` defers such set-up; the compile
+path calls `prepare_targets` with each program, which runs what that program needs.
 """
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ def register_target_preparation(targets: Iterable[str], prepare: Callable[[], ob
 
 
 def prepare_targets(platform: str, program: bytes | None) -> None:
-    """Run the preparations :func:`register_target_preparation` keeps for ``platform`` whose
+    """Run the preparations `register_target_preparation` keeps for ``platform`` whose
     targets ``program`` (StableHLO text or bytecode, whose strings are stored whole) names;
     all of them when ``program`` is None.
 

@@ -32,7 +32,7 @@ class DeviceDescription:
 
 class DeviceTopology:
     """Owns a ``PJRT_TopologyDescription``: ``platform``, ``platform_version``,
-    :meth:`device_descriptions`, :meth:`serialize`, :meth:`attributes`."""
+    `device_descriptions`, `serialize`, `attributes`."""
 
     def __init__(self, plugin: Plugin, pointer):
         self._plugin = plugin
@@ -44,7 +44,7 @@ class DeviceTopology:
         self.platform_version = to_str(version.platform_version, version.platform_version_size)
 
     def _live(self):
-        """The topology's pointer, inside a native call (see :mod:`pjrt.handles`)."""
+        """The topology's pointer, inside a native call (see `pjrt.handles`)."""
         return self._handle.pointer
 
     @native_method
@@ -83,7 +83,7 @@ class DeviceTopology:
 
         Args:
           program: StableHLO text or bytecode.
-          compile_options: a :class:`~pjrt.compile_options.CompileOptions` (one replica and
+          compile_options: a [`CompileOptions`][pjrt.compile_options.CompileOptions] (one replica and
             one partition when None).
 
         Returns:
@@ -131,7 +131,7 @@ class DeviceTopology:
 
     def compile(self, program: str | bytes,
                 compile_options: CompileOptions | None = None) -> bytes:
-        """Deprecated name of :meth:`compile_to_bytes` (it returns bytes, not an executable)."""
+        """Deprecated name of `compile_to_bytes` (it returns bytes, not an executable)."""
         warnings.warn("DeviceTopology.compile is deprecated: use DeviceTopology.compile_to_bytes "
                       "(it returns the serialised executable)", DeprecationWarning, stacklevel=2)
         return self.compile_to_bytes(program, compile_options)

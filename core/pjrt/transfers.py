@@ -212,7 +212,7 @@ def batched_copy_array_to_devices_with_sharding(
 
     Args:
       arrays, shardings: one target sharding per array.
-      array_copy_semantics: one :class:`ArrayCopySemantics` per array (REUSE_INPUT when
+      array_copy_semantics: one [`ArrayCopySemantics`][pjrt.transfers.ArrayCopySemantics] per array (REUSE_INPUT when
         None).
 
     Raises:

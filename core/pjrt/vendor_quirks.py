@@ -5,7 +5,7 @@ cost minutes on machines they were not built for. Such a switch belongs to the l
 the package that usually loads it: the same ``libtpu.so`` may come through pjrt-tpu, a JAX
 wheel, or a ``PJRT_NAMES_AND_LIBRARY_PATHS`` entry under any name. So each quirk here is
 matched against the library file itself (its resolved file name) and applied by
-:func:`prepare`, which :func:`pjrt.client.create_client` calls before the plugin is initialised,
+`prepare`, which [`pjrt.client.create_client`][pjrt.client.create_client] calls before the plugin is initialised,
 whichever path loaded it. A value already in the environment is never changed.
 """
 from __future__ import annotations
@@ -81,7 +81,7 @@ def quirks_of(library_path: str | None) -> list[Quirk]:
 
 
 def prepare(plugin) -> None:
-    """Apply the quirks of ``plugin``'s library (a :class:`~pjrt.plugin.Plugin`) before it
+    """Apply the quirks of ``plugin``'s library (a [`Plugin`][pjrt.plugin.Plugin]) before it
     starts; harmless to repeat."""
     for quirk in quirks_of(plugin.library_path):
         quirk.apply()

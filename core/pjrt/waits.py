@@ -8,10 +8,10 @@ pending signal is raised. The plugin's work itself goes on after an interrupted 
 side frees what the abandoned wait leaves behind.
 
 A native call that has no event to wait on (creating a client, compiling, a launch the plugin
-runs inline) runs on a worker thread instead (:func:`call_off_thread`), whose stack is large
+runs inline) runs on a worker thread instead (`call_off_thread`), whose stack is large
 enough for the plugin's recursive compiler on deeply nested programs, while the caller waits on
 it in slices. At interpreter exit, such calls still running are given a moment to end, and the
-process then ends without the teardown they could meet (:func:`_guard_exit`).
+process then ends without the teardown they could meet (`_guard_exit`).
 """
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def wait_buffer_ready(api: Api, buffer) -> None:
     wait_for_waiter(api, waiter)
 
 
-#: Each thread's out-parameters for :func:`wait_buffer_ready` (allocating them per call
+#: Each thread's out-parameters for `wait_buffer_ready` (allocating them per call
 #: would cost more than a wait on a ready value).
 _outs = threading.local()
 
@@ -158,7 +158,7 @@ def run_on_compile_thread(handle, ticket: int, work: Callable[[], T],
     Ctrl-C interrupts the caller, not the work.
 
     ``ticket`` is the caller's running call on ``handle`` (a
-    :class:`~pjrt.handles.ClientHandle`), which keeps the client alive for the work. When this
+    `ClientHandle`), which keeps the client alive for the work. When this
     returns, the caller still holds the ticket (to wrap the result before ending it); when it
     raises, the ticket has been taken care of: ended, or, if the caller was interrupted while
     the work goes on, ended by the worker after ``abandon(result)`` has freed whatever
@@ -186,12 +186,12 @@ _idle = threading.Condition(_in_flight_lock)
 
 
 def calls_in_flight() -> int:
-    """How many native calls started through :func:`call_off_thread` are still running."""
+    """How many native calls started through `call_off_thread` are still running."""
     return _in_flight
 
 
 def wait_until_idle(seconds: float) -> bool:
-    """Wait up to ``seconds`` for every call of :func:`call_off_thread` to end; whether they did."""
+    """Wait up to ``seconds`` for every call of `call_off_thread` to end; whether they did."""
     with _idle:
         return _idle.wait_for(lambda: _in_flight == 0, timeout=seconds)
 
@@ -202,7 +202,7 @@ def call_off_thread(work: Callable[[], T], abandon: Callable[[T | None], None] |
     (or raise what it raises); the caller waits in slices, so Ctrl-C reaches it.
 
     If the wait is left by an exception (a ``KeyboardInterrupt``, or one ``wait`` raises),
-    that exception goes on up at once (:func:`was_abandoned` says so of it) and
+    that exception goes on up at once (`was_abandoned` says so of it) and
     ``abandon(result)`` (``result`` is None when the work raised) frees what the work produced:
     at once if it has just ended, else on the worker as soon as it ends, never under the
     running call. ``wait(done)``, when given, replaces the plain sliced wait for the event
@@ -263,7 +263,7 @@ def _tag_abandoned(error: BaseException) -> None:
 
 
 def was_abandoned(error: BaseException) -> bool:
-    """Whether ``error`` left :func:`call_off_thread`'s wait, so that its ``abandon``
+    """Whether ``error`` left `call_off_thread`'s wait, so that its ``abandon``
     callback, not the caller, disposes of the call's result."""
     return getattr(error, "__pjrt_abandoned__", False)
 

@@ -9,10 +9,10 @@ Code written against ``jaxlib.xla_client`` finds the same names here::
     executable = client.compile_and_load(program, client.devices())
 
 Each name is the object defined elsewhere in pjrt (``xla_client.Client is pjrt.Client``);
-this module only gathers them. Programs that do not mirror jaxlib use :mod:`pjrt` itself.
+this module only gathers them. Programs that do not mirror jaxlib use `pjrt` itself.
 Differences from jaxlib that matter when porting: ``Client.compile`` is an alias of
 ``Client.compile_and_load`` (pjrt has no unloaded executable type), and the arrays are
-:class:`pjrt.Array`, not jaxlib's ``ArrayImpl``.
+`pjrt.Array`, not jaxlib's ``ArrayImpl``.
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ class Context:
 
     @property
     def plugin(self):
-        """The loaded :class:`~pjrt.Plugin` (loads the library on first use)."""
+        """The loaded `Plugin` (loads the library on first use)."""
         if self._plugin is None:
             self._plugin = load_pjrt_plugin_dynamically(self.name, self.library)
         return self._plugin

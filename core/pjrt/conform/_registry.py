@@ -1,7 +1,7 @@
 """The conformance checks: their stable names, what each needs, and the order they run in.
 
-A check is a function of a :class:`~pjrt.conform._context.Context` that returns a detail
-line (or None) when it passes, raises :class:`Skip` when it does not apply to the plugin, and
+A check is a function of a `Context` that returns a detail
+line (or None) when it passes, raises `Skip` when it does not apply to the plugin, and
 raises anything else when it fails. Its name is dotted (``transfer.roundtrip.int4``) and
 stable: CI configurations select checks by it.
 

@@ -1,6 +1,6 @@
 """The worker process: runs checks in order and reports each over a pipe before the next.
 
-Started by :mod:`pjrt.conform.runner` as ``python -m pjrt.conform._worker --report-fd N``
+Started by `pjrt.conform.runner` as ``python -m pjrt.conform._worker --report-fd N``
 with the job as JSON on stdin. Each check is announced (``{"start": name}``) before it runs and
 its result sent after, so that when the plugin kills this process the runner knows which
 check did it. The plugin's own output goes wherever the runner sent stdout and stderr.

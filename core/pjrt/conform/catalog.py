@@ -1,5 +1,5 @@
 """Every conformance check, in the order they run: the check modules, imported in that order
-(each registers its checks with :mod:`._registry` as it is imported)."""
+(each registers its checks with `._registry` as it is imported)."""
 from __future__ import annotations
 
 import fnmatch

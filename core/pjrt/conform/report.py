@@ -42,7 +42,7 @@ class Report:
     Attributes:
       plugin: what was asked for (a library path or a platform name).
       library: the shared library that was driven.
-      results: one :class:`CheckResult` per check that was selected, in run order.
+      results: one [`CheckResult`][pjrt.conform.report.CheckResult] per check that was selected, in run order.
       seconds: the wall time of the whole run.
       info: what the run learned about the plugin (API version, platform...).
     """
@@ -83,7 +83,7 @@ class Report:
                 "checks": [result.to_json() for result in self.results]}
 
     def write_json(self, path: str) -> None:
-        """Write :meth:`to_json` to ``path``."""
+        """Write `to_json` to ``path``."""
         with open(path, "w", encoding="utf-8") as out:
             json.dump(self.to_json(), out, indent=2)
             out.write("\n")

@@ -100,7 +100,7 @@ def _plugin_in_directory(argument: str, directory: str) -> str:
 
 
 def resolve_plugin(plugin: str) -> Target:
-    """The :class:`Target` that ``plugin`` (a library path, a directory holding one plugin
+    """The `Target` that ``plugin`` (a library path, a directory holding one plugin
     library, or a platform name) names.
 
     Raises:

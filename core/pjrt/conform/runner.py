@@ -158,7 +158,7 @@ def run(plugin: str, *, checks: list[str] | None = None, patterns: list[str] | N
       python: the interpreter that runs the workers (this one by default).
 
     Returns:
-      A :class:`~pjrt.conform.report.Report`; ``report.passed`` is False when any check failed.
+      A [`Report`][pjrt.conform.report.Report]; ``report.passed`` is False when any check failed.
 
     Raises:
       ValueError: an unknown check name, a pattern matching nothing, or a plugin that is

@@ -2,7 +2,7 @@
 
 The plugin library itself comes from the ``xla-cpu-pjrt`` distribution; this package finds it
 and registers it with pjrt's backend registry when pjrt discovers installed plugins (through
-the ``jax_plugins`` entry point, which calls :func:`initialize`).
+the ``jax_plugins`` entry point, which calls [`initialize`][pjrt_cpu.initialize]).
 """
 from __future__ import annotations
 
@@ -115,7 +115,7 @@ def initialize() -> None:
 
     Both pjrt and JAX call it through the ``jax_plugins`` entry point. Under JAX it does
     nothing: JAX has its own CPU backend and kernels. Otherwise the LAPACK custom-call kernels
-    are registered with pjrt for the ``cpu`` platform (see :mod:`pjrt_cpu.lapack`), and, while
+    are registered with pjrt for the ``cpu`` platform (see [`pjrt_cpu.lapack`][pjrt_cpu.lapack]), and, while
     pjrt discovers, the plugin. The device count (PJRT_CPU_DEVICE_COUNT) is read when the
     client is made, so a bad value is the ``cpu`` backend's reason, not a missing backend.
     """

@@ -6,12 +6,12 @@ registers handlers for them inside its own XLA; XLA's standalone CPU plugin has 
 a program fails with ``NOT_FOUND: No FFI handler registered for lapack_spotrf_ffi``.
 
 This package ships the handlers in a small C library (``_lapack_kernels``, built from
-``_lapack/lapack_kernels.c``). It links no LAPACK: :func:`provide_lapack` hands it the
+``_lapack/lapack_kernels.c``). It links no LAPACK: [`provide_lapack`][pjrt_cpu.lapack.provide_lapack] hands it the
 routines SciPy exports (``scipy.linalg.cython_lapack`` and ``cython_blas``, as PyCapsules),
-the same ones jaxlib uses. :func:`register_lapack_kernels` registers every handler through
-:mod:`pjrt.ffi`, which passes them to each CPU plugin as it comes up, and leaves the hand-over
+the same ones jaxlib uses. [`register_lapack_kernels`][pjrt_cpu.lapack.register_lapack_kernels] registers every handler through
+[`pjrt.ffi`][pjrt.ffi], which passes them to each CPU plugin as it comes up, and leaves the hand-over
 for later: importing SciPy costs more than the rest of pjrt's start-up, so
-:func:`provide_lapack` runs when the first program calling a LAPACK target is compiled.
+[`provide_lapack`][pjrt_cpu.lapack.provide_lapack] runs when the first program calling a LAPACK target is compiled.
 
 One more target is not LAPACK: ``tridiagonal_solve_perturbed_ffi``, jax's lowering of
 ``lax.linalg.tridiagonal_solve(..., perturb_singular=True)``, which
@@ -140,12 +140,12 @@ def targets() -> dict[str, int]:
 
 
 def register_lapack_kernels(platform: str = "cpu") -> list[str]:
-    """Register every LAPACK custom-call handler for ``platform`` through :mod:`pjrt.ffi`.
+    """Register every LAPACK custom-call handler for ``platform`` through [`pjrt.ffi`][pjrt.ffi].
 
     Safe to call repeatedly and before or after a CPU client exists: pjrt.ffi keeps the
     registrations and passes them to each plugin serving ``platform`` (see its docstring for
     when a plugin counts as serving it). SciPy is not imported here but before the first
-    compile of a program that calls a LAPACK target (:func:`pjrt.ffi.register_target_preparation`).
+    compile of a program that calls a LAPACK target ([`pjrt.ffi.register_target_preparation`][pjrt.ffi.register_target_preparation]).
 
     Returns:
       The registered target names.

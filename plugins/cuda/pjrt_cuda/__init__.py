@@ -3,15 +3,15 @@
 The plugin library comes from one of the JAX authors' wheels: ``jax-cuda13-pjrt`` (installed
 by ``pip install 'pjrt-cuda[cuda13]'``) or ``jax-cuda12-pjrt`` (``pjrt-cuda[cuda12]``), the
 same choice ``jax[cuda13]`` / ``jax[cuda12]`` offers. When both are installed CUDA 13 is used;
-:func:`vendor_plugin` says which was found. Each wheel also installs a ``jax_plugins.xla_cudaNN``
+[`vendor_plugin`][pjrt_cuda.vendor_plugin] says which was found. Each wheel also installs a ``jax_plugins.xla_cudaNN``
 module written for JAX: it imports jax, so this package finds the library beside it without
 importing it, and pjrt's discovery skips that module once this package serves ``cuda``.
 
-Registration is cheap and needs no GPU: :func:`initialize` only loads the plugin library (a
+Registration is cheap and needs no GPU: [`initialize`][pjrt_cuda.initialize] only loads the plugin library (a
 CPU-only machine can do that) and registers a factory. The work that needs the CUDA libraries
 happens in the factory, when the backend is first brought up: it reads the client options from
-the environment (:func:`generate_pjrt_gpu_plugin_options`), preloads the NVIDIA pip libraries
-and checks their versions (:mod:`pjrt_cuda.libraries`), then creates the client. Whatever fails
+the environment (`generate_pjrt_gpu_plugin_options`), preloads the NVIDIA pip libraries
+and checks their versions (`pjrt_cuda.libraries`), then creates the client. Whatever fails
 there is recorded as the cuda backend's reason in ``pjrt.backend_errors()``, and the other
 backends still come up.
 """
@@ -102,7 +102,7 @@ def vendor_plugin() -> VendorPlugin:
 
 def library_path() -> str:
     """Absolute path of the CUDA plugin library inside the vendor wheel found by
-    :func:`vendor_plugin` (jax-cuda13-pjrt, else jax-cuda12-pjrt).
+    [`vendor_plugin`][pjrt_cuda.vendor_plugin] (jax-cuda13-pjrt, else jax-cuda12-pjrt).
 
     Raises:
       FileNotFoundError: neither wheel is installed, or its library is missing.
@@ -113,7 +113,7 @@ def library_path() -> str:
 def client_options() -> dict:
     """Create options for a CUDA client, from the environment.
 
-    Same as :func:`generate_pjrt_gpu_plugin_options`; named like ``pjrt_cpu.client_options``.
+    Same as `generate_pjrt_gpu_plugin_options`; named like ``pjrt_cpu.client_options``.
     """
     return generate_pjrt_gpu_plugin_options()
 
@@ -122,7 +122,7 @@ def prepare_cuda_libraries() -> list:
     """Preload the NVIDIA pip libraries and check their versions (unless skipped).
 
     Returns:
-      The :class:`~pjrt_cuda.libraries.FoundLibrary` entries found (empty without any).
+      The `FoundLibrary` entries found (empty without any).
 
     Raises:
       CudaLibraryVersionError: one is older than the plugin needs.
@@ -145,7 +145,7 @@ def make_client(plugin, options: dict | None = None):
     """Create a CUDA client of the loaded ``plugin``: options, libraries, then the client.
 
     Args:
-      plugin: the loaded CUDA :class:`pjrt.Plugin`.
+      plugin: the loaded CUDA `pjrt.Plugin`.
       options: create options; from the environment when None.
 
     Raises:

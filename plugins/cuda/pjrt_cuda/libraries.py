@@ -8,11 +8,11 @@ search path. Two things can go wrong that its own messages explain poorly:
   plugin (a user site, a layered virtual environment), so its RPATH misses them; and
 * an old wheel is found, and the plugin fails deep inside a kernel or aborts the process.
 
-So, before the client is created, :func:`find_cuda_libraries` looks for each wheel's library
+So, before the client is created, `find_cuda_libraries` looks for each wheel's library
 directory on ``sys.path``, loads the libraries (with ``RTLD_GLOBAL`` when preloading, so the
 plugin's later ``dlopen`` of the same soname reuses these copies, the way JAX does it) and reads
 each one's version from the library itself where it exports a version call that needs no GPU,
-else from the wheel's metadata. :func:`check_versions` then compares them with the oldest
+else from the wheel's metadata. `check_versions` then compares them with the oldest
 versions the plugin works with and says which wheel to upgrade, and how.
 
 Libraries that are not installed from pip (a system CUDA under /usr/local/cuda) are left to
@@ -189,7 +189,7 @@ class FoundLibrary:
 class CudaLibraryVersionError(RuntimeError):
     """An installed NVIDIA library is older than the CUDA plugin needs.
 
-    ``too_old`` lists the :class:`FoundLibrary` entries that failed the check.
+    ``too_old`` lists the `FoundLibrary` entries that failed the check.
     """
 
     def __init__(self, message: str, too_old: Sequence[FoundLibrary]):

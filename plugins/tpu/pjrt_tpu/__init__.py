@@ -8,16 +8,16 @@ Three things here go beyond loading the library:
 
 * **Slow start-up warning.** On a multi-host TPU slice, client creation waits until every host
   has started; a program launched on one host only hangs there. The factory logs a warning
-  when creating the client takes longer than :data:`SLOW_INIT_WARNING_SECONDS`.
+  when creating the client takes longer than `SLOW_INIT_WARNING_SECONDS`.
 * **The metadata server.** libtpu asks the Google Cloud metadata server about the TPU it runs
   on, and off Google Cloud it retries each question for about 30 s, several questions in a row:
-  minutes before failing. :func:`configure_environment` sets TPU_SKIP_MDS_QUERY=1 when this is
+  minutes before failing. [`configure_environment`][pjrt_tpu.configure_environment] sets TPU_SKIP_MDS_QUERY=1 when this is
   plainly not a Google Cloud machine and no TPU is attached (see its docstring); a value the
   user set is never changed.
 * **The lockfile.** libtpu takes /tmp/libtpu_lockfile when it initialises, so that two
   processes never drive the same chips; without chips it only makes every process after the
   first fail with ABORTED "...libtpu multi-process lockfile" instead of the real reason.
-  :func:`configure_environment` sets ALLOW_MULTIPLE_LIBTPU_LOAD=1 when no TPU is attached.
+  [`configure_environment`][pjrt_tpu.configure_environment] sets ALLOW_MULTIPLE_LIBTPU_LOAD=1 when no TPU is attached.
 * **Topologies without a TPU.** libtpu describes TPU slices it is not attached to (e.g.
   ``"v5e:2x2"``) once the plugin has been initialised (``PJRT_Plugin_Initialize``); asked
   before, it answers FAILED_PRECONDITION "No TPU platforms registered". pjrt's
@@ -149,7 +149,7 @@ def make_client(plugin, options: dict | None = None):
     """Create a client of the loaded libtpu ``plugin``, warning if that is slow.
 
     A timer started around the plugin's initialisation and client creation logs a warning
-    after :data:`SLOW_INIT_WARNING_SECONDS` (read at each call); it is cancelled as soon as
+    after `SLOW_INIT_WARNING_SECONDS` (read at each call); it is cancelled as soon as
     the plugin answers, either way.
 
     Raises:
