@@ -38,7 +38,7 @@ from . import plugin
 from ._library_search import format_missing
 from .errors import PluginLoadError
 from .plugin import Plugin
-from .plugin_support import check_plugin_version, find_module_library
+from .plugin_support import check_plugin_version, find_installed_wheel, find_module_library
 
 if TYPE_CHECKING:
     from .client import Client
@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["PluginDeclaration", "Plugin", "PluginLoadError", "Client", "DeviceTopology",
            "discovering", "register_plugin", "register_backend_factory", "register_unavailable",
-           "check_plugin_version", "find_module_library", "load_plugin",
+           "check_plugin_version", "find_installed_wheel", "find_module_library", "load_plugin",
            "load_pjrt_plugin_with_c_api", "create_client", "make_topology", "jax_is_calling"]
 
 #: Where JAX keeps its backend registry; JAX's own discovery runs from there.

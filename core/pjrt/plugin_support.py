@@ -60,6 +60,34 @@ def import_from_plugin(plugin_name: str, submodule_name: str, *,
     return module
 
 
+def find_installed_wheel(module: str, filename: str,
+                         distribution: str) -> tuple[str, str | None] | None:
+    """``(library path, version)`` of a vendor wheel whose package ``module`` is installed,
+    None when it is not; the version is None when the distribution's metadata is missing.
+
+    A plugin package offering several vendor wheels (CUDA 12 and 13, ROCm 7 and 10) asks this
+    of each, in its order of preference.
+
+    Raises:
+      FileNotFoundError: the package is installed but ``filename`` is missing from it.
+    """
+    import importlib.util
+    from importlib import metadata
+
+    try:
+        installed = importlib.util.find_spec(module) is not None
+    except ImportError:  # no parent package (jax_plugins) at all
+        installed = False
+    if not installed:
+        return None
+    library = find_module_library(module, filename, distribution)
+    try:
+        version = metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        version = None
+    return library, version
+
+
 def find_module_library(module: str, filename: str, distribution: str) -> str:
     """Absolute path of ``filename`` inside the package ``module``, found without importing it
     (plugin wheels written for JAX import jax in their ``__init__``).

@@ -78,22 +78,11 @@ def vendor_plugin() -> VendorPlugin:
       FileNotFoundError: neither jax-cuda13-pjrt nor jax-cuda12-pjrt is installed (the message
         says how to install one), or the installed one lacks its library.
     """
-    import importlib.util
-    from importlib import metadata
-
     for cuda, distribution, module in VENDOR_WHEELS:
-        try:
-            installed = importlib.util.find_spec(module) is not None
-        except ImportError:  # no jax_plugins package at all
-            installed = False
-        if not installed:
-            continue
-        library = plugin_api.find_module_library(module, _LIBRARY_FILE, distribution)
-        try:
-            version = metadata.version(distribution)
-        except metadata.PackageNotFoundError:
-            version = None
-        return VendorPlugin(cuda, distribution, version, library)
+        found = plugin_api.find_installed_wheel(module, _LIBRARY_FILE, distribution)
+        if found is not None:
+            library, version = found
+            return VendorPlugin(cuda, distribution, version, library)
     raise FileNotFoundError(
         "no CUDA plugin wheel is installed (pjrt-cuda drives jax-cuda13-pjrt or "
         "jax-cuda12-pjrt); install one with pip install 'pjrt-cuda[cuda13]' (CUDA 13, "

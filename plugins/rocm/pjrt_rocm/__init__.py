@@ -72,22 +72,11 @@ def _installed_wheels():
     Found with ``importlib.util.find_spec``, which locates ``jax_plugins.xla_rocmNN`` without
     running it (running it would import jax).
     """
-    import importlib.util
-    from importlib import metadata
-
     for rocm, distribution, module, extra in VENDOR_WHEELS:
-        try:
-            installed = importlib.util.find_spec(module) is not None
-        except ImportError:  # no jax_plugins package at all
-            installed = False
-        if not installed:
-            continue
-        library = plugin_api.find_module_library(module, _LIBRARY_FILE, distribution)
-        try:
-            version = metadata.version(distribution)
-        except metadata.PackageNotFoundError:
-            version = None
-        yield VendorPlugin(rocm, distribution, version, library, extra)
+        found = plugin_api.find_installed_wheel(module, _LIBRARY_FILE, distribution)
+        if found is not None:
+            library, version = found
+            yield VendorPlugin(rocm, distribution, version, library, extra)
 
 
 def vendor_plugin() -> VendorPlugin:
