@@ -11,12 +11,17 @@ from __future__ import annotations
 
 import threading
 import weakref
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ._pjrt_cffi import ffi, lib
 from .errors import check
 from .waits import wait_buffer_ready
+
+if TYPE_CHECKING:
+    from .client import Client
+    from .handles import ClientHandle
 
 #: Arrays at least this large are read through a view of host-resident buffers; a copy is
 #: cheaper than setting up the view below it.
@@ -71,6 +76,25 @@ class HostReads:
     """
 
     __slots__ = ()
+
+    if TYPE_CHECKING:  # what the Array provides: this class keeps no state of its own
+        _handle: ClientHandle
+        _client: Client
+        _sharding: Any
+        _host_copy: np.ndarray | None
+        _host_view: Any
+        shape: tuple[int, ...]
+        dtype: np.dtype
+
+        def live_buffers(self) -> list: ...
+        def is_deleted(self) -> bool: ...
+        def keep_memory_for(self, keeper) -> None: ...
+        @property
+        def nbytes(self) -> int: ...
+        @property
+        def shared(self) -> bool: ...
+        @property
+        def addressable_shards(self) -> list: ...
 
     def _value(self) -> np.ndarray:
         handle = self._handle

@@ -51,10 +51,11 @@ def serve(read_fd: int, write_fd: int) -> None:
         if request is None:
             return
         outcome: dict = {}
+        job: dict = request  # bound here: the closure below sees it as a dict
 
         def work():
             try:
-                compile_or_load_with_targets(api, client, request, registered)
+                compile_or_load_with_targets(api, client, job, registered)
                 outcome["error"] = None
             except XlaRuntimeError as error:
                 outcome["error"] = (int(error.code), error.plugin_message)

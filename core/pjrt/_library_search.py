@@ -33,6 +33,7 @@ import os
 import struct
 import subprocess
 import sys
+from typing import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -70,7 +71,7 @@ class MissingLibrary:
     is_driver: bool = False
 
 
-def missing_libraries(path: str, *, environ: dict[str, str] | None = None,
+def missing_libraries(path: str, *, environ: Mapping[str, str] | None = None,
                       loaded: frozenset[str] | None = None) -> list[MissingLibrary]:
     """Every library in ``path``'s dependency tree that the dynamic loader would not find.
 
@@ -128,7 +129,7 @@ class _Search:
         if links is None:
             return []
         # (object path, its links, the chain of loaders' RPATH lists, nearest first)
-        queue = [(root, links, ())]
+        queue: list[tuple[str, _elf.DynamicLinks, tuple[str, ...]]] = [(root, links, ())]
         read = 0
         while queue and read < _MAX_OBJECTS:
             owner, owner_links, chain = queue.pop(0)

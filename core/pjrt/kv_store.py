@@ -21,7 +21,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Protocol, runtime_checkable
+from typing import Callable, Protocol, runtime_checkable
 
 __all__ = ["KeyValueStore", "SQLiteStore", "RedisStore", "JaxDistributedStore", "PrefixedStore",
            "as_store", "wait_for", "claim"]
@@ -62,7 +62,7 @@ def claim(store, key: str, value: bytes) -> bytes:
     is atomic with the stores of this module; a store without a ``claim`` method gets a
     read-then-write that two processes racing within milliseconds can both win.
     """
-    method = getattr(store, "claim", None)
+    method: Callable[[str, bytes], bytes] | None = getattr(store, "claim", None)
     if callable(method):
         return method(key, bytes(value))
     held = store.try_get(key)

@@ -101,10 +101,10 @@ def check_option_values(options: Mapping[str, OptionValue],
         value = options.get(key)
         if value is None or _is_bool(value) or not isinstance(value, numbers.Real):
             continue
-        if not low <= value <= high:
+        if not low <= float(value) <= high:
             raise ValueError(f"option {key!r} must be between {low} and {high}, got {value!r}"
                              + ("; a client needs at least one device" if
-                                key == "cpu_device_count" and value < 1 else ""))
+                                key == "cpu_device_count" and float(value) < 1 else ""))
 
 
 class NamedValues:

@@ -169,8 +169,11 @@ def make_topology(plugin: Plugin, topology_name: str = "",
 
     # On a worker, so that Ctrl-C reaches the caller; a description that arrives after the
     # caller gave up is freed there.
-    return DeviceTopology(plugin, call_off_thread(
-        create, lambda late: late is not None and TopologyHandle(api, late).close()))
+    def close_late(late) -> None:
+        if late is not None:
+            TopologyHandle(api, late).close()
+
+    return DeviceTopology(plugin, call_off_thread(create, close_late))
 
 
 def _destroy_executable(api, executable) -> None:
