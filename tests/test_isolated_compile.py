@@ -106,7 +106,7 @@ def test_ctrl_c_while_waiting_for_the_worker_interrupts_and_replaces_it(cpu_plug
         client.compile_and_load(TANH, isolate=True)
         (pid,) = worker_pids(os.getpid())
         os.kill(pid, signal.SIGSTOP)
-        print("WAITING", flush=True)
+        print("WAITING", pid, flush=True)
         try:
             client.compile_and_load(TANH.replace("tanh", "exponential"), isolate=True)
             print("COMPILED?!", flush=True)
@@ -124,8 +124,11 @@ def test_ctrl_c_while_waiting_for_the_worker_interrupts_and_replaces_it(cpu_plug
                              env=child_env(PJRT_ISOLATED_COMPILE_TIMEOUT="600"))
     watchdog = threading.Timer(120, child.kill)  # the reads below end when the child does
     watchdog.start()
+    worker = None
     try:
-        assert child.stdout.readline().strip() == "WAITING"
+        waiting = child.stdout.readline().split()
+        assert waiting[:1] == ["WAITING"], waiting
+        worker = int(waiting[1])
         # Signal once the child waits on the worker (its main thread sleeps in poll()), not
         # while it is still on its way there.
         deadline = time.monotonic() + 60
@@ -147,6 +150,9 @@ def test_ctrl_c_while_waiting_for_the_worker_interrupts_and_replaces_it(cpu_plug
         if child.poll() is None:
             child.kill()
             child.wait()
+        # A stopped worker whose parent was killed would stay stopped for ever.
+        if worker is not None and not gone(worker):
+            os.kill(worker, signal.SIGKILL)
     errors.seek(0)
     assert child.returncode == 0, errors.read()[-3000:]
     assert "WORKER GONE True" in rest
