@@ -328,3 +328,20 @@ def jax_partitioner(jax, name: str):
         yield
     finally:
         jax.config.update("jax_use_shardy_partitioner", old)
+
+
+def pjrt_cuda_libraries():
+    """pjrt-cuda's `libraries` module, loaded by path: it needs only the standard library,
+    and pjrt-cuda is not installed in every test environment."""
+    import importlib.util
+
+    path = TESTS_DIR.parent / "plugins" / "cuda" / "pjrt_cuda" / "libraries.py"
+    name = "pjrt_cuda_libraries_by_path"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module

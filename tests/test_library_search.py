@@ -16,6 +16,8 @@ import pytest
 import pjrt
 from pjrt import _library_providers, _library_search
 
+from conftest import pjrt_cuda_libraries
+
 HAS_GCC = shutil.which("gcc") is not None
 HAS_LDD = shutil.which("ldd") is not None
 
@@ -168,29 +170,12 @@ def test_a_cuda_13_tree_is_told_by_its_cufft_and_cusolver_names():
     assert _library_providers.cuda_major(["libcusparse.so.12", "libcusolver.so.11"]) is None
 
 
-def _pjrt_cuda_libraries():
-    # Loaded by path: it needs only the standard library, and pjrt-cuda is not installed in
-    # every test environment.
-    import importlib.util
-    import pathlib
-    import sys
-
-    path = (pathlib.Path(__file__).resolve().parent.parent / "plugins" / "cuda" / "pjrt_cuda"
-            / "libraries.py")
-    spec = importlib.util.spec_from_file_location("pjrt_cuda_libraries_for_providers", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("cuda", [12, 13])
 def test_each_library_the_cuda_plugin_opens_is_named_with_the_wheel_pjrt_cuda_installs(cuda):
     """jax-cudaNN-pjrt links no CUDA library (its load needs none); it opens these when a client
     is made. Each is named with the wheel that pjrt-cuda[cudaNN] installs for it, in a tree of
     that release, and alone wherever its name tells the release."""
-    components = _pjrt_cuda_libraries().COMPONENTS_BY_CUDA[cuda]
+    components = pjrt_cuda_libraries().COMPONENTS_BY_CUDA[cuda]
     names = [name for component in components for name in component.libraries]
     assert _library_providers.cuda_major(names) == cuda
     for component in components:

@@ -5,6 +5,8 @@ import re
 
 import pytest
 
+from conftest import pjrt_cuda_libraries
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -74,25 +76,9 @@ def test_each_rocm_extra_installs_the_wheel_pjrt_rocm_looks_for():
     assert "jax-rocm" not in dependencies
 
 
-def _cuda_libraries_module():
-    # Loaded by path: it needs only the standard library, and pjrt-cuda is not installed in
-    # every test environment.
-    import importlib.util
-
-    path = ROOT / "plugins" / "cuda" / "pjrt_cuda" / "libraries.py"
-    spec = importlib.util.spec_from_file_location("pjrt_cuda_libraries_by_path", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    import sys
-
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("cuda", [12, 13])
 def test_each_cuda_extra_installs_the_libraries_pjrt_cuda_checks_at_its_floors(cuda):
-    libraries = _cuda_libraries_module()
+    libraries = pjrt_cuda_libraries()
     text = (ROOT / "plugins" / "cuda" / "pyproject.toml").read_text()
     extra = text.split(f"\ncuda{cuda} = [", 1)[1].split("]", 1)[0]
     floors = dict(re.findall(r'"([A-Za-z0-9_.-]+)>=([0-9.]+)', extra))
