@@ -1,4 +1,4 @@
-"""Tests for pjrt.compile_options and pjrt._protowire.
+"""Tests for pjrt.compile_options and pjrt._wire.protowire.
 
 Two kinds of test:
 
@@ -19,7 +19,7 @@ import struct
 import numpy as np
 import pytest
 
-from pjrt import _protowire as pw
+from pjrt._wire import protowire as pw
 from pjrt.compile_options import (
     CompileOptions,
     DebugOptions,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import pjrt
-from pjrt import compiler
+from pjrt._compile import pipeline as compiler
 from conftest import cpu_plugin_path, run_python
 from fixtures import programs
 
@@ -29,8 +29,8 @@ def test_program_of_wrong_type_is_type_error(client):
 def test_shardy_program_gets_shardy_partitioner_by_default(client):
     """A Shardy program compiles without the caller naming the partitioner."""
     text = programs.get("spmd_elementwise_2d").read_text("shardy")
-    assert pjrt.compiler.uses_shardy(text.encode())
-    assert not pjrt.compiler.uses_shardy(programs.get("spmd_elementwise_2d").read_text("gspmd").encode())
+    assert pjrt._compile.pipeline.uses_shardy(text.encode())
+    assert not pjrt._compile.pipeline.uses_shardy(programs.get("spmd_elementwise_2d").read_text("gspmd").encode())
     executable = client.compile_and_load(text, client.local_devices())
     assert executable.num_partitions() == 8
 

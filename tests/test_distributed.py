@@ -29,7 +29,7 @@ import pjrt
 from pjrt import distributed
 from pjrt._pjrt_cffi import ffi, lib
 from pjrt.errors import ErrorCode
-from pjrt.kv_callbacks import KeyValueCallbacks
+from pjrt._distributed.kv_callbacks import KeyValueCallbacks
 from pjrt.kv_store import JaxDistributedStore, RedisStore, SQLiteStore, as_store, claim
 
 from conftest import child_env

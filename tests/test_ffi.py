@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 import pjrt
-from pjrt import _c, ffi as pjrt_ffi
+from pjrt import ffi as pjrt_ffi
+from pjrt._capi import api as _c
 from pjrt._pjrt_cffi import ffi, lib
 from conftest import run_python
 
@@ -448,7 +449,7 @@ def test_a_target_preparation_runs_once_before_the_first_program_naming_it():
 def test_registering_a_preparation_again_keeps_one():
     """A plugin package registers its preparation for each client it makes: the targets of
     one ``prepare`` are one preparation, run once for any of them."""
-    from pjrt import target_preparation
+    from pjrt._compile import target_preparation
 
     calls = []
 

@@ -298,7 +298,7 @@ def test_from_proto_normalises_like_xla():
     assert HloSharding.from_proto(one.SerializeToString()) == HloSharding.replicate()
     assert str(xc.HloSharding.from_proto(one)) == "{replicated}"
     # Unpacked repeated fields (as old writers produce) read the same as packed ones.
-    from pjrt import _protowire as wire
+    from pjrt._wire import protowire as wire
     unpacked = (wire.int_field(1, 3) + wire.int_field(3, 2) + wire.int_field(3, 2)
                 + b"".join(wire.int_field(4, d) for d in (0, 2, 1, 3)))
     assert str(HloSharding.from_proto(unpacked)) == "{devices=[2,2]0,2,1,3}"

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pjrt
-from pjrt import staging
+from pjrt._capi import staging
 
 #: 64 Ki float32 (256 KiB): above the staging threshold, so copied through staging memory.
 N = 1 << 16

@@ -29,7 +29,7 @@ import time
 import pytest
 
 import pjrt
-from pjrt import _elf
+from pjrt._loading import elf as _elf
 from conftest import CPU_PLUGINS, cpu_plugin_path, run_python
 
 HEADER_MAJOR, HEADER_MINOR = pjrt.PJRT_C_API_VERSION

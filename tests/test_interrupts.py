@@ -1,5 +1,5 @@
 """Ctrl-C reaches the caller of every blocking native call, start-up is bounded, and exit never
-meets native work in flight (pjrt.waits, pjrt.startup, pjrt.long_runs, pjrt.vendor_quirks).
+meets native work in flight (pjrt._capi.waits, pjrt._loading.startup, pjrt._capi.long_runs, pjrt._loading.vendor_quirks).
 
 Each case runs in a child process that sends itself SIGINT while a plugin is busy, and reports
 how long the ``KeyboardInterrupt`` took to arrive; the parent also bounds the child's whole
@@ -178,7 +178,7 @@ def test_ctrl_c_interrupts_a_client_of_very_many_cpu_devices():
 
 def test_a_backend_slow_to_come_up_is_given_up_and_the_others_come_up(built):
     result, elapsed, reports = run_child("""
-        pjrt.startup.SLOW_NOTICE_SECONDS = 0.5
+        pjrt._loading.startup.SLOW_NOTICE_SECONDS = 0.5
         start = time.monotonic()
         devices = pjrt.devices("cpu")
         report(case="up", seconds=time.monotonic() - start, cpu=len(devices),
@@ -211,12 +211,12 @@ def test_ctrl_c_interrupts_a_backend_coming_up(built):
 
 
 def test_backend_init_timeout_is_read_and_checked():
-    assert pjrt.startup.init_timeout({}) == pjrt.startup.DEFAULT_INIT_TIMEOUT
-    assert pjrt.startup.init_timeout({"PJRT_BACKEND_INIT_TIMEOUT": "120"}) == 120
-    assert pjrt.startup.init_timeout({"PJRT_BACKEND_INIT_TIMEOUT": "0"}) is None
+    assert pjrt._loading.startup.init_timeout({}) == pjrt._loading.startup.DEFAULT_INIT_TIMEOUT
+    assert pjrt._loading.startup.init_timeout({"PJRT_BACKEND_INIT_TIMEOUT": "120"}) == 120
+    assert pjrt._loading.startup.init_timeout({"PJRT_BACKEND_INIT_TIMEOUT": "0"}) is None
     for bad in ("soon", "-1", "nan"):
         with pytest.raises(ValueError, match="PJRT_BACKEND_INIT_TIMEOUT"):
-            pjrt.startup.init_timeout({"PJRT_BACKEND_INIT_TIMEOUT": bad})
+            pjrt._loading.startup.init_timeout({"PJRT_BACKEND_INIT_TIMEOUT": bad})
 
 
 # -- libtpu, a plugin that stalls at start-up off a TPU host ----------------------------------

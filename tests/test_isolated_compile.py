@@ -39,7 +39,7 @@ def worker_pids(parent: int) -> set[int]:
             for pid in children.read().split():
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-                        if b"pjrt._isolated_worker" in cmdline.read():
+                        if b"pjrt._compile.isolated_worker" in cmdline.read():
                             pids.add(int(pid))
                 except FileNotFoundError:
                     pass

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import pjrt
-from pjrt import _c
+from pjrt._capi import api as _c
 from pjrt._pjrt_cffi import lib
 from pjrt.compile_options import CompileOptions
 from pjrt.errors import UnsupportedFeatureError

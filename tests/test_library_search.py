@@ -1,5 +1,5 @@
 """The missing-library report: a plugin's whole dependency tree resolved as the dynamic loader
-resolves it, read from ELF headers without loading anything (pjrt._library_search), and the
+resolves it, read from ELF headers without loading anything (pjrt._loading.library_search), and the
 PluginLoadError of a failed dlopen carrying every missing library.
 
 ``ldd`` is the oracle where it is installed: it runs the real loader over the same tree.
@@ -14,7 +14,8 @@ import textwrap
 import pytest
 
 import pjrt
-from pjrt import _library_providers, _library_search
+from pjrt._loading import library_providers as _library_providers
+from pjrt._loading import library_search as _library_search
 
 from conftest import pjrt_cuda_libraries
 

@@ -89,7 +89,7 @@ def test_each_cuda_extra_installs_the_libraries_pjrt_cuda_checks_at_its_floors(c
 
 
 def test_the_supported_pjrt_api_range_is_stated_once_and_matches_the_code():
-    from pjrt import _c
+    from pjrt._capi import api as _c
 
     row = [line for line in (ROOT / "docs" / "index.md").read_text().splitlines()
            if line.startswith("| PJRT C API |")]

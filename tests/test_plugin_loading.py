@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 
 import pjrt
-from pjrt import _c
+from pjrt._capi import api as _c
 from conftest import fault_build_module, run_python
 
 HERE = Path(__file__).resolve().parent
@@ -624,7 +624,7 @@ def test_a_failed_copy_among_a_calls_host_values_frees_those_made_before(fault_c
     import ml_dtypes
 
     from pjrt._pjrt_cffi import ffi
-    from pjrt.host_values import HostCopies
+    from pjrt._host_values import HostCopies
 
     fault, client = fault_client
     device = client.devices()[0]

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import pjrt
-from pjrt import mlir_bytecode, program_checks
+from pjrt._wire import mlir_bytecode
+from pjrt._compile import program_checks
 from pjrt.exported import deserialize_exported
 
 from conftest import TESTS_DIR, run_python

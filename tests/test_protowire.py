@@ -1,10 +1,10 @@
-"""The one protobuf field reader (pjrt._protowire), judged against the real protobuf runtime
+"""The one protobuf field reader (pjrt._wire.protowire), judged against the real protobuf runtime
 where jax brings it along, and by hand-computed bytes."""
 from __future__ import annotations
 
 import pytest
 
-from pjrt import _protowire as pw
+from pjrt._wire import protowire as pw
 
 
 def test_iter_fields_walks_lazily_in_wire_order():

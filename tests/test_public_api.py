@@ -87,8 +87,8 @@ MOVED = {
 
 #: Internals once exported; they live only in their modules now.
 INTERNALS = {"spec_to_hlo_sharding": "pjrt.sharding", "sharding_from_mhlo_text": "pjrt.sharding",
-             "parse_program_shardings": "pjrt.sharding_text",
-             "parse_sdy_sharding": "pjrt.sharding_text"}
+             "parse_program_shardings": "pjrt._sharding.program_text",
+             "parse_sdy_sharding": "pjrt._sharding.program_text"}
 
 
 # -- pjrt.__all__ ---------------------------------------------------------------------------
@@ -107,7 +107,7 @@ def test_every_public_name_resolves_to_its_object_not_a_module():
         assert not isinstance(value, types.ModuleType), name
     assert pjrt.compile.__module__ == "pjrt.program"
     assert pjrt.devices.__module__ == "pjrt.registry"
-    assert pjrt.HostBufferSemantics.__module__ == "pjrt.handles"
+    assert pjrt.HostBufferSemantics.__module__ == "pjrt._capi.handles"
 
 
 def test_type_checkers_see_every_public_name_where_it_is_defined():
@@ -244,7 +244,7 @@ def test_large_transfers_take_the_staged_path_with_the_enum_or_int(client):
     adopts; a bare 0 takes the same path (the block comes back to the pool afterwards)."""
     import gc
 
-    from pjrt import staging
+    from pjrt._capi import staging
 
     host = np.random.default_rng(0).standard_normal(1 << 20).astype(np.float32)
     size = staging.staging_size(host.nbytes)

@@ -1,5 +1,5 @@
 """Mesh, PartitionSpec, the Sharding classes and their program annotations (pjrt.mesh,
-pjrt.sharding, pjrt.sharding_annotations), judged against jax 0.10.2 on 8 CPU devices.
+pjrt.sharding, pjrt._sharding.annotations), judged against jax 0.10.2 on 8 CPU devices.
 
 The text parsing beneath them has its own tests, in test_sharding_text.py."""
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pjrt.sharding import (GSPMDSharding, IndivisibleError, Mesh, NamedSharding,
                            hlo_sharding_from_sdy, partition_spec_from_sdy,
                            sdy_sharding_from_spec, sharding_from_mhlo_text,
                            spec_to_hlo_sharding)
-from pjrt.sharding_text import SdyMesh, parse_program_shardings, parse_sdy_sharding
+from pjrt._sharding.program_text import SdyMesh, parse_program_shardings, parse_sdy_sharding
 
 jax = pytest.importorskip("jax")
 js = pytest.importorskip("jax.sharding")
@@ -554,7 +554,8 @@ def test_program_shardings_match_the_manifest(info):
 def test_sharding_names_are_importable_from_pjrt_sharding():
     import pickle
 
-    from pjrt import mesh, sharding, sharding_annotations
+    from pjrt import mesh, sharding
+    from pjrt._sharding import annotations as sharding_annotations
     for name in pjrt._LAZY["sharding"]:
         assert getattr(pjrt, name) is getattr(sharding, name)
     for module in (mesh, sharding_annotations):

@@ -1,4 +1,4 @@
-"""Shardy and GSPMD sharding text, and the signatures of programs (pjrt.sharding_text).
+"""Shardy and GSPMD sharding text, and the signatures of programs (pjrt._sharding.program_text).
 
 Plain text in, plain data out: no devices and no jax are needed. The programs under
 fixtures/ were lowered by jax 0.10.2 (see fixtures/manifest.json), so parsing them is
@@ -14,7 +14,7 @@ import pytest
 
 from conftest import run_python
 from pjrt.hlo_sharding import HloSharding
-from pjrt.sharding_text import (SdyDim, SdyMesh, SdySharding, parse_program_result_shapes,
+from pjrt._sharding.program_text import (SdyDim, SdyMesh, SdySharding, parse_program_result_shapes,
                                 parse_program_shardings, parse_sdy_mesh, parse_sdy_sharding,
                                 parse_sdy_sharding_for_mesh)
 
@@ -23,9 +23,9 @@ MANIFEST = json.loads((FIXTURES / "manifest.json").read_text())
 
 
 def test_the_text_layer_does_not_import_the_sharding_types():
-    code = ("import sys, pjrt.sharding_text; "
+    code = ("import sys, pjrt._sharding.program_text; "
             "print(sorted(m for m in sys.modules if m in "
-            "('pjrt.sharding', 'pjrt.mesh', 'pjrt.sharding_annotations')))")
+            "('pjrt.sharding', 'pjrt.mesh', 'pjrt._sharding.annotations')))")
     out = run_python(code)
     assert out.stdout.strip() == "[]"
 

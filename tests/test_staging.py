@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pjrt
-from pjrt import staging
+from pjrt._capi import staging
 
 LARGE = 1 << 17  # float32 elements: 512 KiB, above the size read through a view
 
@@ -31,7 +31,7 @@ def test_large_host_array_is_copied_once_and_not_aliased(client):
 def test_staging_memory_is_recycled_and_never_the_callers(client):
     """Large transfers reuse staging blocks the plugin let go of; a caller's own memory handed
     over with ZERO_COPY is never reused for anything else."""
-    from pjrt import staging
+    from pjrt._capi import staging
 
     staging.release_staging_memory()
     size = staging.staging_size(LARGE * 4 * 8)

@@ -19,7 +19,7 @@ import pytest
 
 import pjrt
 from conftest import vendor_library
-from pjrt import _library_search
+from pjrt._loading import library_search as _library_search
 
 HAS_LDD = shutil.which("ldd") is not None
 
@@ -115,7 +115,7 @@ def test_tpu_topology_compiles_ahead_of_time_without_a_tpu(libtpu_v5e):
         topology.device_descriptions()
 
 
-# -- the missing-library report over real wheels (pjrt._library_search; ldd is the oracle) ----
+# -- the missing-library report over real wheels (pjrt._loading.library_search; ldd is the oracle) ----
 
 def _ldd_missing(path) -> set[str]:
     output = subprocess.run(["ldd", str(path)], capture_output=True, text=True,

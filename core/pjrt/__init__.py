@@ -17,17 +17,20 @@ import importlib
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from ._c import HEADER_VERSION as PJRT_C_API_VERSION
+from . import _moved
+from ._capi.api import HEADER_VERSION as PJRT_C_API_VERSION
+from ._capi.handles import HostBufferSemantics
 from .client import Client, make_c_api_client
 from .device import Device, Memory
 from .device_list import DeviceList
 from .errors import (ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError,
                      ErrorCode, IncompatibleExecutableError, PluginLoadError,
                      UnsupportedFeatureError, XlaRuntimeError)
-from .handles import HostBufferSemantics
 from .plugin import Plugin, get_plugin, load_pjrt_plugin_dynamically
 
 __version__ = "0.1.0"
+
+_moved.install()  # old paths of internal modules (pjrt.handles, ...) still import, with a warning
 
 #: Public names imported on first use, by the module that defines them.
 _LAZY = {

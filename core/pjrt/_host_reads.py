@@ -17,11 +17,11 @@ import numpy as np
 
 from ._pjrt_cffi import ffi, lib
 from .errors import check
-from .waits import wait_buffer_ready
+from ._capi.waits import wait_buffer_ready
 
 if TYPE_CHECKING:
     from .client import Client
-    from .handles import ClientHandle
+    from ._capi.handles import ClientHandle
 
 #: Arrays at least this large are read through a view of host-resident buffers; a copy is
 #: cheaper than setting up the view below it.

@@ -17,14 +17,16 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import _dlpack, dtypes, handles, layouts
+from . import dtypes, layouts
+from ._capi import dlpack_structs as _dlpack
+from ._capi import handles
 from ._host_reads import HostReads, buffer_to_host
 from ._pjrt_cffi import ffi, lib
 from .device import Device, Memory
 from .errors import ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError, check
-from .handles import HostBufferSemantics
-from .staging import adoptable_copy, should_stage
-from .waits import wait_buffer_ready
+from ._capi.handles import HostBufferSemantics
+from ._capi.staging import adoptable_copy, should_stage
+from ._capi.waits import wait_buffer_ready
 
 if TYPE_CHECKING:
     from .client import Client

@@ -18,7 +18,7 @@
     The tour of [`pjrt.demo`][pjrt.demo].
 
 ``pjrt launch -n N SCRIPT.py [ARGS...]``
-    Runs a script as N processes of one job on this machine (see `pjrt.launch`); each
+    Runs a script as N processes of one job on this machine (see `pjrt._distributed.launch`); each
     calls ``pjrt.distributed.initialize()`` with no arguments.
 
 Exit status: 0 on success; 1 when pjrt or a plugin failed (a program that does not compile,
@@ -46,7 +46,7 @@ import numpy as np
 
 from . import __version__, discovery
 from . import registry as registry_module
-from ._c import HEADER_VERSION
+from ._capi.api import HEADER_VERSION
 
 #: Exit statuses.
 OK, FAILED, USAGE = 0, 1, 2
@@ -578,7 +578,7 @@ def _cmd_conform(args, reg) -> int:
 
 
 def _cmd_launch(args, reg) -> int:
-    from .launch import launch
+    from ._distributed.launch import launch
 
     try:
         return launch(args.script, args.arguments, num_processes=args.num_processes,

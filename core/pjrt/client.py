@@ -4,7 +4,7 @@ A [`Client`][pjrt.client.Client] wraps ``PJRT_Client``. The C handle itself live
 `ClientHandle` that arrays and executables keep alive; the handle refers
 to nothing that refers back to it, so it is freed only after every buffer and executable made
 through it, whatever order the garbage collector finds them in, and never while a call on it
-is running (see `pjrt.handles` for the rules).
+is running (see `pjrt._capi.handles` for the rules).
 """
 from __future__ import annotations
 
@@ -14,16 +14,18 @@ import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 
-from . import distributed, plugin_logging, startup, vendor_quirks
+from . import distributed, plugin_logging
+from ._loading import startup
+from ._loading import vendor_quirks
 from . import plugin as plugin_module
-from ._c import to_str
+from ._capi.api import to_str
 from ._pjrt_cffi import ffi
 from .device import Device, Memory, handle_key
 from .errors import ClosedClientError
-from .handles import ClientHandle, HostBufferSemantics, fork_generation
+from ._capi.handles import ClientHandle, HostBufferSemantics, fork_generation
 from .options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types,
                       check_option_values)
-from .waits import call_off_thread
+from ._capi.waits import call_off_thread
 
 if TYPE_CHECKING:
     import numpy
@@ -274,7 +276,7 @@ class Client:
         Returns:
           A [`LoadedExecutable`][pjrt.executable.LoadedExecutable].
         """
-        from .compiler import compile_program
+        from ._compile.pipeline import compile_program
 
         return compile_program(self, computation, executable_devices, compile_options,
                                replicated=replicated, isolate=isolate)
@@ -300,7 +302,7 @@ class Client:
             bytes do not say which did.
           ValueError: the serialized executable is truncated or damaged.
         """
-        from .compiler import deserialize_executable
+        from ._compile.pipeline import deserialize_executable
 
         return deserialize_executable(self, serialized, compile_options,
                                       trust_unverified=trust_unverified, isolate=isolate)
@@ -384,11 +386,11 @@ def create_client(plugin: plugin_module.Plugin,
 
     With a ``distributed_client``, or after [`pjrt.distributed.initialize`][pjrt.distributed.initialize], the plugin
     gets the key-value callbacks and, when it declares them, the options ``node_id``,
-    ``num_nodes`` and ``visible_devices`` (see `pjrt.multiprocess.multiprocess_options`).
+    ``num_nodes`` and ``visible_devices`` (see `pjrt._distributed.multiprocess.multiprocess_options`).
     """
     callbacks = None
     if distributed_client is not None or distributed.is_initialized():
-        from . import multiprocess  # jobs of several processes only: keep it off start-up
+        from ._distributed import multiprocess
 
         options, callbacks = multiprocess.prepare(plugin, options, distributed_client)
     checked = check_option_types(options, {**XLA_OPTION_TYPES, **plugin.option_types})

@@ -3,14 +3,14 @@
 ``PJRT_Client_Compile`` takes its options as a serialised
 ``CompileOptionsProto`` (``xla/pjrt/proto/compile_options.proto``). This
 module builds that message in pure Python with the tiny wire-format writer in
-`pjrt._protowire`, so the core package needs no ``protobuf`` runtime and
+`pjrt._wire.protowire`, so the core package needs no ``protobuf`` runtime and
 no generated code: the part of the schema we speak is small, and protobuf
 field numbers never change once assigned, so hand-written numbers stay valid
 across XLA versions (fields a newer XLA adds are simply not written, and an
 older XLA skips fields it does not know).
 
 Each message is one table of fields (name, proto number, type, default,
-docstring; see `pjrt._proto_message`), which gives the validated
+docstring; see `pjrt._wire.proto_message`), which gives the validated
 attributes, the serialisation and the parser alike.
 
 Class and attribute names follow jaxlib's ``xla_client`` (``CompileOptions``,
@@ -63,9 +63,9 @@ import math
 import numbers
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from . import _protowire as pw
-from ._device_assignment import DeviceAssignment
-from ._proto_message import (BOOL, BYTES, FLOAT, INT32, INT32_MAX, INT32_MIN, INT64,
+from ._wire import protowire as pw
+from ._wire.device_assignment import DeviceAssignment
+from ._wire.proto_message import (BOOL, BYTES, FLOAT, INT32, INT32_MAX, INT32_MIN, INT64,
                              PACKED_BOOL, PACKED_INT64, REPEATED_STRING, STRING,
                              UNMODELLED, Field, Kind, Message, check_int, check_list,
                              check_str, float32, is_bool, is_int, message_kind, slots)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._c import to_str
+from ._capi.api import to_str
 from ._pjrt_cffi import ffi
 from .errors import ErrorCode, XlaRuntimeError
-from .handles import native_call
+from ._capi.handles import native_call
 from .options import named_values_to_dict
 
 if TYPE_CHECKING:

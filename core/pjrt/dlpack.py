@@ -6,9 +6,9 @@ can). Importing is [`from_dlpack`][pjrt.dlpack.from_dlpack]: it wraps the produc
 plugin can view foreign memory on the target device (``PJRT_Client_CreateViewOfDeviceBuffer``;
 on CPU plugins host memory is device memory), and copies it otherwise.
 
-Lifetimes, both ways: an exported capsule keeps the Array's buffer (see `pjrt._dlpack`);
+Lifetimes, both ways: an exported capsule keeps the Array's buffer (see `pjrt._capi.dlpack_structs`);
 an imported view keeps the producer's tensor until the plugin frees the buffer, which happens
-only through the client's ownership rules (`pjrt.handles`), at which point the plugin
+only through the client's ownership rules (`pjrt._capi.handles`), at which point the plugin
 calls back and the producer's deleter runs.
 
 An Array made by [`from_dlpack`][pjrt.dlpack.from_dlpack] without a copy shares memory with the producer: writes the
@@ -18,7 +18,8 @@ zero-copy export, writes a consumer makes (PyTorch ignores DLPack's read-only fl
 """
 from __future__ import annotations
 
-from . import _dlpack, dtypes
+from . import dtypes
+from ._capi import dlpack_structs as _dlpack
 from ._pjrt_cffi import ffi, lib
 from .array import Array
 from .client import HostBufferSemantics

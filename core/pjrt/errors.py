@@ -109,7 +109,7 @@ class ClosedClientError(RuntimeError):
 def check(api, error) -> None:
     """Raise [`XlaRuntimeError`][pjrt.errors.XlaRuntimeError] if ``error`` (a ``PJRT_Error*``) is set; free it.
 
-    ``api`` is the `pjrt._c.Api` of the plugin that returned the error. The error is
+    ``api`` is the `pjrt._capi.api.Api` of the plugin that returned the error. The error is
     destroyed in every case, exactly once.
     """
     if error == ffi.NULL:

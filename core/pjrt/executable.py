@@ -1,6 +1,6 @@
 """Running compiled programs: ``PJRT_LoadedExecutable`` and its metadata.
 
-Programs are compiled by `pjrt.compiler`, which makes the executables this module runs.
+Programs are compiled by `pjrt._compile.pipeline`, which makes the executables this module runs.
 
 [`LoadedExecutable`][pjrt.executable.LoadedExecutable] owns the loaded executable and the ``PJRT_Executable`` view of it,
 and reads once, at load time, everything a call needs: the devices, the outputs' shapes and
@@ -15,14 +15,16 @@ import weakref
 from time import monotonic as _clock
 from typing import TYPE_CHECKING, Any, Sequence
 
-from . import dtypes, handles, layouts, long_runs
-from ._c import HEADER_VERSION
+from . import dtypes, layouts
+from ._capi import handles
+from ._capi import long_runs
+from ._capi.api import HEADER_VERSION
 from ._pjrt_cffi import ffi, lib
 from .array import Array, check_device_sets
 # CompiledMemoryStats is re-exported: its home was this module.
 from .executable_metadata import CompiledMemoryStats, ExecutableMetadata  # noqa: F401
 from .errors import UnsupportedFeatureError, XlaRuntimeError, consume
-from .host_values import HostCopies, check_shards, host_array
+from ._host_values import HostCopies, check_shards, host_array
 from .sharding import global_shape_of_shards
 
 if TYPE_CHECKING:
@@ -48,7 +50,7 @@ class _Scratch:
         #: Set during a call, so that a call made from inside it (a Python custom call
         #: running on this thread) gets arrays of its own.
         self.busy = False
-        self.abandoned = None  # see pjrt.long_runs.free_after
+        self.abandoned = None  # see pjrt._capi.long_runs.free_after
 
 
 class ExecuteResults:
@@ -104,7 +106,7 @@ class LoadedExecutable(ExecutableMetadata):
             self._input_shardings = self._output_shardings = None
             self._output_global_shapes = None
             self._layout_checks = self._read_layout_checks()
-            self.launches_inline = False  # see pjrt.long_runs: the first launch is off-thread
+            self.launches_inline = False  # see pjrt._capi.long_runs: the first launch is off-thread
         except BaseException:
             self._release()
             raise

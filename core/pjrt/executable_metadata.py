@@ -11,8 +11,10 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
-from . import _hlo, dtypes, handles, layouts, serialization
-from ._c import HEADER_VERSION, to_str
+from . import dtypes, layouts, serialization
+from ._wire import hlo_module as _hlo
+from ._capi import handles
+from ._capi.api import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi
 from .errors import ClosedClientError, ErrorCode, UnsupportedFeatureError, XlaRuntimeError
 from .hlo_sharding import HloSharding

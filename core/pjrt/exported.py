@@ -43,11 +43,11 @@ import numpy as np
 from .array import Array
 from .client import Client
 from .device import Device
-from . import mlir_bytecode
+from ._wire import mlir_bytecode
 from .hlo_sharding import HloSharding
 from .mesh import PartitionSpec
 from .program import CompiledProgram, compile as compile_program
-from .sharding_annotations import spec_to_hlo_sharding
+from ._sharding.annotations import spec_to_hlo_sharding
 
 logger = logging.getLogger(__name__)
 

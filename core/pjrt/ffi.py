@@ -40,15 +40,16 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import _c, dtypes
+from . import dtypes
+from ._capi import api as _c
 from . import plugin as plugin_module
 from ._pjrt_cffi import ffi, lib
 from .errors import (ErrorCode, UnsupportedFeatureError, XlaRuntimeError, carry_across_plugin,
                      check)
 # Deferred set-up of targets lives apart from the handler registry, so that the compile path
 # reaches it without this module; it is part of this module's interface.
-from .target_preparation import canonical_platform as _canonical_platform
-from .target_preparation import prepare_targets, register_target_preparation
+from ._compile.target_preparation import canonical_platform as _canonical_platform
+from ._compile.target_preparation import prepare_targets, register_target_preparation
 
 logger = logging.getLogger(__name__)
 

@@ -27,9 +27,9 @@ replicated subgroup becomes ``last_tile_dim_replicate``, and an explicit tile as
 its replication groups sorted. That is what makes ``str()`` match XLA's text character for
 character, which the tests check against jaxlib.
 
-Serialisation is XLA's ``OpSharding`` proto (`pjrt._op_sharding` holds the field
-numbers and the reader), the text parser lives in `pjrt._hlo_sharding_text`, and the
-tile-assignment arithmetic in `pjrt._tile_assignment`; this module puts them together.
+Serialisation is XLA's ``OpSharding`` proto (`pjrt._sharding.op_sharding` holds the field
+numbers and the reader), the text parser lives in `pjrt._sharding.hlo_text`, and the
+tile-assignment arithmetic in `pjrt._sharding.tile_assignment`; this module puts them together.
 
 Metadata (``metadata={op_name="..."}`` in text, field 7 in protos) is accepted and dropped:
 it does not change the layout and XLA leaves it out of equality too.
@@ -41,11 +41,11 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from ._hlo_sharding_text import parse_sharding_text
-from ._op_sharding import (SUBGROUP_NAMES, SUBGROUP_ORDER, OpShardingType, decode_op_sharding,
+from ._sharding.hlo_text import parse_sharding_text
+from ._sharding.op_sharding import (SUBGROUP_NAMES, SUBGROUP_ORDER, OpShardingType, decode_op_sharding,
                            encode_op_sharding)
-from ._op_sharding import subgroup_types as _checked_subgroup_types
-from ._tile_assignment import TileAssignment, check_iota, group_minor_iota_dims_sorted
+from ._sharding.op_sharding import subgroup_types as _checked_subgroup_types
+from ._sharding.tile_assignment import TileAssignment, check_iota, group_minor_iota_dims_sorted
 
 __all__ = ["HloSharding", "OpShardingType"]
 

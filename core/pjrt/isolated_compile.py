@@ -1,7 +1,7 @@
 """Crash-isolated compilation: compile (or deserialize) in a child process first.
 
 A plugin's compiler trusts the program it is given. pjrt checks what it can before
-(`pjrt.program_checks`, `pjrt.mlir_bytecode`), but damage inside MLIR bytecode's
+(`pjrt._compile.program_checks`, `pjrt._wire.mlir_bytecode`), but damage inside MLIR bytecode's
 sections, or inside a plugin's own serialized executable, can still make the compiler crash
 the process (SIGSEGV, SIGABRT, SIGILL). A service that loads programs it did not make itself
 can ask for isolation: ``pjrt.compile(..., isolate=True)``,
@@ -165,7 +165,7 @@ class _Worker:
         env.pop(ISOLATE_ENV, None)
         env["PYTHONPATH"] = os.pathsep.join(
             [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-        source = ("import sys; from pjrt._isolated_worker import serve; "
+        source = ("import sys; from pjrt._compile.isolated_worker import serve; "
                   "serve(int(sys.argv[1]), int(sys.argv[2]))")
         try:
             self.process = subprocess.Popen(

@@ -2,7 +2,7 @@
 
 A plugin that spans processes (NVIDIA's, for one) exchanges its topology, and later the ids of
 its collective communicators, through a key-value store its host provides: the host hands it
-three callbacks (put, blocking get, try-get; see `pjrt.kv_callbacks`) that end in one of
+three callbacks (put, blocking get, try-get; see `pjrt._distributed.kv_callbacks`) that end in one of
 these stores. Every store here keeps its data in an engine others maintain:
 
 * [`SQLiteStore`][pjrt.kv_store.SQLiteStore]: a SQLite file (WAL mode) that processes on one machine open together;

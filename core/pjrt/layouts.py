@@ -24,7 +24,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from . import _c, _protowire as pw, dtypes
+from . import dtypes
+from ._capi import api as _c
+from ._wire import protowire as pw
 from ._pjrt_cffi import ffi, lib
 from .errors import UnsupportedFeatureError, check
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from .device import Device
 from .device_list import DeviceList
-from .sharding_text import SdyMesh
+from ._sharding.program_text import SdyMesh
 
 __all__ = ["Mesh", "P", "PartitionSpec", "UNCONSTRAINED", "check_spec_axes"]
 

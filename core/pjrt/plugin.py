@@ -13,7 +13,11 @@ import os
 import re
 import threading
 
-from . import _c, _elf, _library_search, plugin_logging, vendor_quirks
+from . import plugin_logging
+from ._capi import api as _c
+from ._loading import elf as _elf
+from ._loading import library_search as _library_search
+from ._loading import vendor_quirks
 from ._pjrt_cffi import ffi, lib
 from .errors import PluginLoadError
 from .options import named_values_to_dict
@@ -50,7 +54,7 @@ class Plugin:
     Attributes:
       name: the name it was loaded under (e.g. ``"cpu"``).
       library_path: where it was loaded from, or None for a table handed over in memory.
-      api: its `pjrt._c.Api`.
+      api: its `pjrt._capi.api.Api`.
       option_types: create options the plugin declares, with the value type each takes;
         ``make_c_api_client`` checks them before calling the plugin.
     """
@@ -149,7 +153,7 @@ def _missing_dependencies_error(name: str, path: str, dependency: str,
 def load_library(name: str, library_path: str | os.PathLike) -> Plugin:
     """Open a plugin library and read its API table, without recording it anywhere.
 
-    The file is checked before it is opened (see `pjrt._elf`), it is opened with every
+    The file is checked before it is opened (see `pjrt._loading.elf`), it is opened with every
     symbol bound at once, and the table ``GetPjrtApi`` returns is checked before it is used
     (see `_checked_plugin`): a broken plugin is an exception, not a crashed process.
 

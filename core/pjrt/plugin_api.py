@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from . import __version__ as core_version
 from . import plugin
-from ._library_search import format_missing
+from ._loading.library_search import format_missing
 from .errors import PluginLoadError
 from .plugin import Plugin
 from .plugin_support import check_plugin_version, find_installed_wheel, find_module_library

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from .array import Array
-from .compiler import program_bytes, takes_platform_index
+from ._compile.pipeline import program_bytes, takes_platform_index
 from .client import Client
 from .device import Device
 from .errors import DeviceAssignmentMismatchError
@@ -142,7 +142,7 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
     Raises:
       ValueError: ``platform_index`` is given for a program that takes none, or is
         negative; the program calls jax host callbacks or has symbolic shapes (see
-        `pjrt.compiler`).
+        `pjrt._compile.pipeline`).
     """
     from .sharding import Mesh
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Sequence
 from . import discovery, plugin_logging
 from .client import Client, create_client
 from .errors import PluginLoadError
-from .platforms import (NON_EXPERIMENTAL_PLATFORMS, PLATFORMS_ENV, expand_platform_alias,
+from ._loading.platforms import (NON_EXPERIMENTAL_PLATFORMS, PLATFORMS_ENV, expand_platform_alias,
                         parse_platforms)
 from .plugin import Plugin, PluginTable
 

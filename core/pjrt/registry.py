@@ -16,14 +16,15 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from . import discovery, startup
+from . import discovery
+from ._loading import startup
 from .client import Client
 from .plugin import Plugin, default_plugins
 # The registrations' types are re-exported: their home was this module.
 from .registrations import (BackendFactory, BackendRegistration,  # noqa: F401
                             BackendRegistrations, Options)
 # Platform names, aliases and PJRT_PLATFORMS, re-exported where the registry's users look.
-from .platforms import (NON_EXPERIMENTAL_PLATFORMS, PLATFORM_ALIASES, PLATFORMS_ENV,  # noqa: F401
+from ._loading.platforms import (NON_EXPERIMENTAL_PLATFORMS, PLATFORM_ALIASES, PLATFORMS_ENV,  # noqa: F401
                         expand_platform_alias, is_gpu, parse_platforms)
 
 if TYPE_CHECKING:

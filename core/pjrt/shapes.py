@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import _protowire as pw, dtypes
+from . import dtypes
+from ._wire import protowire as pw
 from .layouts import Layout
 
 __all__ = ["PrimitiveType", "Shape"]

@@ -10,7 +10,7 @@ The names and behaviour follow jax's (``jax.sharding``):
   [`PmapSharding`][pjrt.sharding.PmapSharding], all [`Sharding`][pjrt.sharding.Sharding]\\ s.
 
 ``Mesh`` and ``PartitionSpec`` are defined in [`pjrt.mesh`][pjrt.mesh] and the conversions to and
-from program annotations in `pjrt.sharding_annotations`; this module re-exports them,
+from program annotations in `pjrt._sharding.annotations`; this module re-exports them,
 so ``pjrt.sharding`` is the one place to import sharding names from.
 
 Every sharding answers the same questions (which devices, which slice of the array on
@@ -22,7 +22,7 @@ a compiled program is told.
 The text forms a StableHLO program carries: Shardy's ``#sdy.sharding<...>`` and
 ``sdy.mesh`` ([`NamedSharding.to_sdy_text`][pjrt.sharding.NamedSharding.to_sdy_text], [`NamedSharding.from_sdy_text`][pjrt.sharding.NamedSharding.from_sdy_text]),
 GSPMD's ``mhlo.sharding`` strings ([`Sharding.to_mhlo_text`][pjrt.sharding.Sharding.to_mhlo_text],
-[`sharding_from_mhlo_text`][pjrt.sharding.sharding_from_mhlo_text]); `pjrt.sharding_text` parses them out of a program.
+[`sharding_from_mhlo_text`][pjrt.sharding.sharding_from_mhlo_text]); `pjrt._sharding.program_text` parses them out of a program.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from .device_list import DeviceList
 from .errors import XlaRuntimeError
 from .hlo_sharding import HloSharding, OpShardingType
 from .mesh import UNCONSTRAINED, Mesh, P, PartitionSpec, check_spec_axes
-from .sharding_annotations import (hlo_sharding_from_sdy, partition_spec_from_sdy,
+from ._sharding.annotations import (hlo_sharding_from_sdy, partition_spec_from_sdy,
                                    partition_spec_from_sdy_text, sdy_sharding_from_spec,
                                    spec_to_hlo_sharding)
 

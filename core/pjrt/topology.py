@@ -9,13 +9,13 @@ import dataclasses
 import warnings
 from typing import TYPE_CHECKING, Mapping
 
-from ._c import to_str
+from ._capi.api import to_str
 from ._pjrt_cffi import ffi
 from .errors import check
-from .handles import TopologyHandle, native_method
+from ._capi.handles import TopologyHandle, native_method
 from .options import NamedValues, named_values_to_dict
 from .plugin import Plugin
-from .waits import call_off_thread, run_on_compile_thread
+from ._capi.waits import call_off_thread, run_on_compile_thread
 
 if TYPE_CHECKING:
     from .compile_options import CompileOptions
@@ -44,7 +44,7 @@ class DeviceTopology:
         self.platform_version = to_str(version.platform_version, version.platform_version_size)
 
     def _live(self):
-        """The topology's pointer, inside a native call (see `pjrt.handles`)."""
+        """The topology's pointer, inside a native call (see `pjrt._capi.handles`)."""
         return self._handle.pointer
 
     @native_method
@@ -97,7 +97,7 @@ class DeviceTopology:
         """
         from . import serialization  # hashing and JSON: only when compiling
         from .compile_options import CompileOptions
-        from .compiler import program_argument, program_bytes
+        from ._compile.pipeline import program_argument, program_bytes
 
         pointer = self._live()
         api = self._plugin.api

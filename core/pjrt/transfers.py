@@ -14,8 +14,8 @@ import numpy as np
 
 from ._pjrt_cffi import lib
 from .array import Array, native_host, put_buffer
-from .handles import HostBufferSemantics
-from .staging import (TRANSFER_THREAD_PREFIX, SharedStaging, adoptable_copy, should_stage,
+from ._capi.handles import HostBufferSemantics
+from ._capi.staging import (TRANSFER_THREAD_PREFIX, SharedStaging, adoptable_copy, should_stage,
                       staging_pool, staging_size)
 from .device import Device
 from .errors import UnsupportedFeatureError, XlaRuntimeError

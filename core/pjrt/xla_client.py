@@ -23,7 +23,7 @@ from .device_list import DeviceList
 from .errors import XlaRuntimeError
 from .executable import CompiledMemoryStats, ExecuteResults, LoadedExecutable
 from .ffi import custom_call_targets, register_custom_call_target
-from .handles import HostBufferSemantics
+from ._capi.handles import HostBufferSemantics
 from .hlo_sharding import HloSharding, OpShardingType
 from .plugin import (initialize_pjrt_plugin, load_pjrt_plugin_dynamically,
                      load_pjrt_plugin_with_c_api, pjrt_plugin_initialized, pjrt_plugin_loaded)

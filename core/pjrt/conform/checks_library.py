@@ -1,7 +1,8 @@
 """Checks of the library and its function table: before any client exists."""
 from __future__ import annotations
 
-from .. import _c, _elf
+from .._capi import api as _c
+from .._loading import elf as _elf
 from .._pjrt_cffi import ffi, lib
 from ._registry import LOADED, CheckFailed, Skip, check
 

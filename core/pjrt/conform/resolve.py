@@ -11,7 +11,8 @@ import importlib
 import os
 from typing import Any, Callable, Mapping, Union, cast
 
-from .. import _elf, discovery
+from .. import discovery
+from .._loading import elf as _elf
 from ..errors import PluginLoadError
 from ..plugin_api import PluginDeclaration
 

@@ -19,7 +19,7 @@ import struct
 import sys
 from dataclasses import dataclass
 
-from .errors import PluginLoadError
+from ..errors import PluginLoadError
 
 #: The function every PJRT plugin exports.
 ENTRY_POINT = b"GetPjrtApi"

@@ -22,7 +22,7 @@ Scope, on purpose:
 
 Everything here is encoding-only and schema-free; the field numbers live
 next to the classes that use them ([`pjrt.compile_options`][pjrt.compile_options],
-`pjrt._hlo`, the ``OpSharding`` reader of [`pjrt.hlo_sharding`][pjrt.hlo_sharding]).
+`pjrt._wire.hlo_module`, the ``OpSharding`` reader of [`pjrt.hlo_sharding`][pjrt.hlo_sharding]).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What provides the shared libraries that accelerator plugins need: a pip package, or a
 part of the system that pip cannot install (a driver, a vendor SDK).
 
-Used by `pjrt._library_search` to turn a list of missing names into a list of things to
+Used by `pjrt._loading.library_search` to turn a list of missing names into a list of things to
 install. Only names whose provider is known for certain are listed; any other name is
 reported bare. Names are matched by their stem (the part before ``.so``) and, where it tells
 the CUDA release apart, the major version after it.

@@ -21,9 +21,9 @@ from ._pjrt_cffi import ffi, lib
 from .array import native_host
 from .dtypes import to_pjrt_type
 from .errors import consume
-from .handles import HostBufferSemantics
-from .staging import (CALL_STAGING_THRESHOLD_BYTES, SharedStaging, adoptable_copy,
-                      should_stage)
+from ._capi.handles import HostBufferSemantics
+from ._capi.staging import (CALL_STAGING_THRESHOLD_BYTES, SharedStaging, adoptable_copy,
+                            should_stage)
 
 if TYPE_CHECKING:
     from .client import Client

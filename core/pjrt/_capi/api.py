@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import functools
 
-from ._pjrt_cffi import ffi, lib
-from .errors import UnsupportedFeatureError, check
+from .._pjrt_cffi import ffi, lib
+from ..errors import UnsupportedFeatureError, check
 
 #: The PJRT C API version of our header.
 HEADER_VERSION: tuple[int, int] = (lib.PJRT_API_MAJOR, lib.PJRT_API_MINOR)

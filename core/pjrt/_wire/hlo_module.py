@@ -20,8 +20,8 @@ import dataclasses
 
 import numpy as np
 
-from . import _protowire as wire
-from .dtypes import XLA_TUPLE_TYPE, from_xla_type, xla_type_name
+from . import protowire as wire
+from ..dtypes import XLA_TUPLE_TYPE, from_xla_type, xla_type_name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The isolation worker: the child process behind crash-isolated compilation.
 
-`pjrt.isolated_compile` starts it as `python -c "from pjrt._isolated_worker import serve; ..."`
+`pjrt.isolated_compile` starts it as `python -c "from pjrt._compile.isolated_worker import serve; ..."`
 with two pipe descriptors. It loads the plugin and makes a client as told, then compiles or
 deserializes each request exactly as the parent will, and answers with None or the plugin's
 error. If the plugin's compiler crashes on a program, this process dies instead of the
@@ -12,14 +12,15 @@ from __future__ import annotations
 import re
 import threading
 
-from . import compilation_cache, mlir_bytecode
-from ._pjrt_cffi import ffi
-from .client import make_c_api_client
-from .errors import ErrorCode, XlaRuntimeError
-from .executable import LoadedExecutable
-from .ffi import register_custom_call_target
-from .isolated_compile import receive_message, send_message
-from .plugin import load_pjrt_plugin_dynamically
+from .. import compilation_cache
+from .._wire import mlir_bytecode
+from .._pjrt_cffi import ffi
+from ..client import make_c_api_client
+from ..errors import ErrorCode, XlaRuntimeError
+from ..executable import LoadedExecutable
+from ..ffi import register_custom_call_target
+from ..isolated_compile import receive_message, send_message
+from ..plugin import load_pjrt_plugin_dynamically
 
 
 def serve(read_fd: int, write_fd: int) -> None:

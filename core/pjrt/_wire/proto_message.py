@@ -29,7 +29,7 @@ from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple, T
 
 import numpy as np
 
-from . import _protowire as pw
+from . import protowire as pw
 
 if TYPE_CHECKING:  # typing.Self is Python 3.11+; annotations are not evaluated at run time
     from typing import Self

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Mapping
 
-from . import distributed
-from ._c import HEADER_VERSION
-from .errors import UnsupportedFeatureError
+from .. import distributed
+from .._capi.api import HEADER_VERSION
+from ..errors import UnsupportedFeatureError
 from .kv_callbacks import KeyValueCallbacks
-from .kv_store import as_store
+from ..kv_store import as_store
 
 #: Create options through which a plugin learns its place in the job.
 NODE_ID_OPTION = "node_id"

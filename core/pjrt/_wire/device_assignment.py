@@ -10,8 +10,8 @@ from typing import Any, List
 
 import numpy as np
 
-from . import _protowire as pw
-from ._proto_message import INT64_MAX
+from . import protowire as pw
+from .proto_message import INT64_MAX
 
 __all__ = ["DeviceAssignment"]
 

@@ -5,7 +5,7 @@ Text in, plain data out: this module prints and parses the two forms into
 `SdyMesh`, `SdySharding` and [`HloSharding`][pjrt.hlo_sharding.HloSharding] values,
 which know nothing of devices. The sharding types built on them (``Mesh``,
 ``PartitionSpec``, ``NamedSharding``) live above, in [`pjrt.mesh`][pjrt.mesh] and
-[`pjrt.sharding`][pjrt.sharding]; `pjrt.sharding_annotations` converts between the two.
+[`pjrt.sharding`][pjrt.sharding]; `pjrt._sharding.annotations` converts between the two.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import math
 import re
 from typing import NamedTuple, Any, Mapping, Optional, Sequence
 
-from ._tokens import TokenStream
-from .hlo_sharding import HloSharding
+from .tokens import TokenStream
+from ..hlo_sharding import HloSharding
 
 __all__ = ["SdyDim", "SdyMesh", "SdySharding", "parse_program_result_shapes",
            "parse_program_shardings", "parse_sdy_mesh", "parse_sdy_sharding",
@@ -88,7 +88,7 @@ class SdySharding:
     `SdyDim` per array dimension, and the explicitly replicated and unreduced axes.
 
     ``mesh`` is the resolved mesh definition; ``mesh_name`` is None for an inline mesh.
-    ``str()`` prints the attribute back. `pjrt.sharding_annotations` turns it into a
+    ``str()`` prints the attribute back. `pjrt._sharding.annotations` turns it into a
     ``PartitionSpec`` or an ``HloSharding``.
     """
 
@@ -504,7 +504,7 @@ def parse_program_shardings(program_text: str) -> tuple[tuple, tuple]:
     Each entry is an [`HloSharding`][pjrt.hlo_sharding.HloSharding] (from
     ``mhlo.sharding = "..."``), an `SdySharding` (from ``sdy.sharding =
     #sdy.sharding<...>``, resolved against the module's ``sdy.mesh`` definitions; its
-    ``mesh_name`` names the mesh, and `pjrt.sharding_annotations` gives its
+    ``mesh_name`` names the mesh, and `pjrt._sharding.annotations` gives its
     ``PartitionSpec`` and GSPMD form), or None where the value has no sharding.
 
     Args:

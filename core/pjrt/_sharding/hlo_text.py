@@ -13,8 +13,8 @@ from typing import Optional
 
 import numpy as np
 
-from ._op_sharding import SUBGROUP_BY_NAME, OpShardingType
-from ._tokens import TokenStream
+from .op_sharding import SUBGROUP_BY_NAME, OpShardingType
+from .tokens import TokenStream
 
 __all__ = ["parse_sharding_text"]
 

@@ -19,7 +19,7 @@ import tempfile
 import time
 from typing import Mapping, Sequence
 
-from .distributed import (COORDINATOR_ENV, LOCAL_DEVICE_IDS_ENV, NUM_PROCESSES_ENV,
+from ..distributed import (COORDINATOR_ENV, LOCAL_DEVICE_IDS_ENV, NUM_PROCESSES_ENV,
                           PROCESS_ID_ENV, TIMEOUT_ENV)
 
 #: Seconds a stopped process gets to exit after SIGTERM before it is killed.

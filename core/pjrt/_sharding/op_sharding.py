@@ -24,7 +24,7 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from . import _protowire as wire
+from .._wire import protowire as wire
 
 __all__ = ["OpShardingType", "SUBGROUP_ORDER", "SUBGROUP_NAMES", "SUBGROUP_BY_NAME",
            "subgroup_types", "encode_op_sharding", "decode_op_sharding"]

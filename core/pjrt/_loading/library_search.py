@@ -5,9 +5,9 @@ When ``dlopen`` fails on a missing dependency it names the first one it missed a
 plugin built against a vendor's SDK often misses a dozen, so an operator fixing them one at a
 time goes round a dozen times. `missing_libraries` walks the library's whole
 ``DT_NEEDED`` tree as the loader would (as ``ldd`` does, but without running the loader or
-mapping the files: only the ELF headers are read, by `pjrt._elf.read_dynamic_links`)
+mapping the files: only the ELF headers are read, by `pjrt._loading.elf.read_dynamic_links`)
 and returns every name it cannot find, each with the package that provides it where
-`pjrt._library_providers` knows it.
+`pjrt._loading.library_providers` knows it.
 
 The search follows glibc's order for each needed name of an object:
 
@@ -37,7 +37,8 @@ from typing import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
-from . import _elf, _library_providers
+from . import elf as _elf
+from . import library_providers as _library_providers
 
 _CACHE_FILE = "/etc/ld.so.cache"
 _CACHE_MAGIC = b"glibc-ld.so.cache1.1"

@@ -5,8 +5,8 @@ its sharding annotations choose the compile options of an SPMD program, its decl
 shapes let the executable tell an unevenly sharded output from an even one, and every static
 tensor type in it is checked against the largest extent a plugin can address before the
 plugin's compiler sees it (XLA aborts the process on an overflowing extent); so are its
-sharding annotations and its call graph (`pjrt.program_checks`). Of a bytecode program,
-the container is checked (`pjrt.mlir_bytecode`). With ``isolate`` (or
+sharding annotations and its call graph (`pjrt._compile.program_checks`). Of a bytecode program,
+the container is checked (`pjrt._wire.mlir_bytecode`). With ``isolate`` (or
 ``PJRT_ISOLATED_COMPILE=1``) the program is compiled in a worker process first
 ([`pjrt.isolated_compile`][pjrt.isolated_compile]). Compilation itself runs on a thread with a large stack (deeply
 nested programs recurse deeply in XLA's compiler) while the caller waits where Ctrl-C reaches it.
@@ -19,19 +19,21 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from . import (compilation_cache, handles, isolated_compile, mlir_bytecode, program_checks,
-               serialization)
-from ._pjrt_cffi import ffi
-from .compile_options import CompileOptions, DeviceAssignment
-from .errors import IncompatibleExecutableError, XlaRuntimeError
-from .executable import LoadedExecutable
-from .sharding_text import ProgramSignature, parse_program_signature
+from .. import compilation_cache, isolated_compile, serialization
+from .._capi import handles
+from .._wire import mlir_bytecode
+from . import program_checks
+from .._pjrt_cffi import ffi
+from ..compile_options import CompileOptions, DeviceAssignment
+from ..errors import IncompatibleExecutableError, XlaRuntimeError
+from ..executable import LoadedExecutable
+from .._sharding.program_text import ProgramSignature, parse_program_signature
 from .target_preparation import prepare_targets
-from .waits import run_on_compile_thread
+from .._capi.waits import run_on_compile_thread
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .device import Device
+    from ..client import Client
+    from ..device import Device
 
 
 def program_bytes(computation) -> bytes:
@@ -203,7 +205,7 @@ def check_static_signature(program: bytes) -> None:
 def check_structure(program: bytes, partitions: int, signature=None) -> None:
     """What pjrt can check of a program's structure before the plugin's compiler, which ends
     the process on some damage: shardings and recursion in text
-    (`pjrt.program_checks`), the container of bytecode (`pjrt.mlir_bytecode`).
+    (`pjrt._compile.program_checks`), the container of bytecode (`pjrt._wire.mlir_bytecode`).
 
     Raises:
       ValueError: naming the damage.

@@ -32,9 +32,9 @@ import threading
 import weakref
 from typing import Callable
 
-from ._c import Api
-from ._pjrt_cffi import ffi, lib
-from .errors import ClosedClientError, check
+from .api import Api
+from .._pjrt_cffi import ffi, lib
+from ..errors import ClosedClientError, check
 from .waits import skip_native_teardown_at_exit
 
 _NULL = ffi.NULL

@@ -23,9 +23,9 @@ import queue
 import threading
 from typing import Callable, TypeVar
 
-from ._c import Api
-from ._pjrt_cffi import ffi, lib
-from .errors import consume
+from .api import Api
+from .._pjrt_cffi import ffi, lib
+from ..errors import consume
 
 _NULL = ffi.NULL
 

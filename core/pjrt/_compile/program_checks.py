@@ -22,15 +22,15 @@ such a program is refused with an error that names the attribute or the function
 * no function reaches itself through ``func.call`` (or any symbol reference to a function):
   XLA inlines calls recursively and overflows its stack on a cycle.
 
-Bytecode cannot be read without MLIR; `pjrt.mlir_bytecode` checks its container instead.
+Bytecode cannot be read without MLIR; `pjrt._wire.mlir_bytecode` checks its container instead.
 """
 from __future__ import annotations
 
 import math
 import re
 
-from .hlo_sharding import HloSharding
-from .sharding_text import parse_sdy_mesh, parse_sdy_sharding
+from ..hlo_sharding import HloSharding
+from .._sharding.program_text import parse_sdy_mesh, parse_sdy_sharding
 
 __all__ = ["check_program_structure", "check_shardings", "check_main_shardings",
            "check_no_recursion",
@@ -65,7 +65,7 @@ _SYMBOL_REFERENCE = re.compile(rb'@("(?:[^"\\]|\\.)*"|[\w.$-]+)')
 def check_program_structure(program: bytes, partitions: int, signature=None) -> None:
     """All the checks of this module, for a text program compiled over ``partitions``
     partitions (1: not partitioned); ``signature`` is ``main``'s
-    (`pjrt.sharding_text.ProgramSignature`), when it could be read.
+    (`pjrt._sharding.program_text.ProgramSignature`), when it could be read.
 
     Raises:
       ValueError: naming the attribute or functions at fault and what to do.

@@ -8,7 +8,7 @@ A program tells the compiler how each value is split in one of two forms: GSPMD'
 back to a spec (`partition_spec_from_sdy`, `partition_spec_from_sdy_text`) or to
 GSPMD's form (`hlo_sharding_from_sdy`).
 
-It sits between the text layer (`pjrt.sharding_text`, plain data) and the Sharding
+It sits between the text layer (`pjrt._sharding.program_text`, plain data) and the Sharding
 classes ([`pjrt.sharding`][pjrt.sharding], which re-exports these names).
 """
 from __future__ import annotations
@@ -19,9 +19,9 @@ from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
-from .hlo_sharding import HloSharding, OpShardingType
-from .mesh import UNCONSTRAINED, Mesh, PartitionSpec, check_spec_axes
-from .sharding_text import SdyDim, SdyMesh, SdySharding, parse_sdy_sharding_for_mesh
+from ..hlo_sharding import HloSharding, OpShardingType
+from ..mesh import UNCONSTRAINED, Mesh, PartitionSpec, check_spec_axes
+from .program_text import SdyDim, SdyMesh, SdySharding, parse_sdy_sharding_for_mesh
 
 __all__ = ["hlo_sharding_from_sdy", "partition_spec_from_sdy", "partition_spec_from_sdy_text",
            "sdy_sharding_from_spec", "spec_to_hlo_sharding"]

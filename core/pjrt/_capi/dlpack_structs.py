@@ -30,9 +30,9 @@ import sys
 
 import numpy as np
 
-from . import dtypes
-from ._pjrt_cffi import ffi, lib
-from .layouts import buffer_layout
+from .. import dtypes
+from .._pjrt_cffi import ffi, lib
+from ..layouts import buffer_layout
 
 _NULL = ffi.NULL
 

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import logging
 
-from ._pjrt_cffi import ffi, lib
-from .errors import ErrorCode
-from .kv_store import KeyValueStore
+from .._pjrt_cffi import ffi, lib
+from ..errors import ErrorCode
+from ..kv_store import KeyValueStore
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,11 @@
+"""The C boundary and the ownership of C handles.
+
+Everything here speaks to a plugin's ``PJRT_Api`` table through the one cffi extension
+(``pjrt._pjrt_cffi``): the table itself and its version negotiation (``api``), who owns each C
+handle and when it may be freed (``handles``), waits and native calls Ctrl-C can interrupt
+(``waits``, ``long_runs``), staging memory a plugin adopts (``staging``) and the
+DLPack structs (``dlpack_structs``).
+
+Import rule: modules here import only each other, ``pjrt.errors``, ``pjrt.dtypes`` and the cffi
+extension; what they need from a higher layer they are given as arguments.
+"""

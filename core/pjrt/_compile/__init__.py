@@ -1,0 +1,8 @@
+"""Compiling a program: the checks made before a plugin's compiler sees it, the pipeline from a
+program and devices to a ``LoadedExecutable``, custom-call targets' set-up, and the worker
+process behind crash-isolated compilation.
+
+Import rule: this is the top internal layer; it may import any public module and the other
+private packages. Public modules reach it only from inside functions (``Client.compile_and_load``,
+``pjrt.compile``), so that importing the core does not load the compiler.
+"""

@@ -1,0 +1,69 @@
+"""Old import paths of internal modules that moved into private subpackages.
+
+Until 0.1 the internal machinery sat beside the public modules (``pjrt.handles``,
+``pjrt.compiler``, ...). It now lives in private subpackages (``pjrt._capi``,
+``pjrt._compile``, ...). Code that imported an old path keeps working for one more release:
+the import returns the moved module and warns once with a ``DeprecationWarning`` naming the
+new path. These modules were never promised API; the warning says so.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
+
+#: Old dotted path -> new dotted path.
+MOVED_MODULES: dict[str, str] = {
+    "pjrt.compiler": "pjrt._compile.pipeline",
+    "pjrt.handles": "pjrt._capi.handles",
+    "pjrt.host_values": "pjrt._host_values",
+    "pjrt.kv_callbacks": "pjrt._distributed.kv_callbacks",
+    "pjrt.launch": "pjrt._distributed.launch",
+    "pjrt.long_runs": "pjrt._capi.long_runs",
+    "pjrt.mlir_bytecode": "pjrt._wire.mlir_bytecode",
+    "pjrt.multiprocess": "pjrt._distributed.multiprocess",
+    "pjrt.platforms": "pjrt._loading.platforms",
+    "pjrt.program_checks": "pjrt._compile.program_checks",
+    "pjrt.sharding_annotations": "pjrt._sharding.annotations",
+    "pjrt.sharding_text": "pjrt._sharding.program_text",
+    "pjrt.staging": "pjrt._capi.staging",
+    "pjrt.startup": "pjrt._loading.startup",
+    "pjrt.target_preparation": "pjrt._compile.target_preparation",
+    "pjrt.vendor_quirks": "pjrt._loading.vendor_quirks",
+    "pjrt.waits": "pjrt._capi.waits",
+}
+
+
+class _MovedModuleLoader(importlib.abc.Loader):
+    def __init__(self, new_name: str) -> None:
+        self.new_name = new_name
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        warnings.warn(
+            f"{spec.name} is internal and moved to {self.new_name}; the old path goes away in "
+            f"the next release. Use the public API (see the API reference) instead.",
+            DeprecationWarning, stacklevel=2)
+        return importlib.import_module(self.new_name)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the module returned by create_module is already imported."""
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder):
+    """Answers imports of an old path with the moved module (and a DeprecationWarning)."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        new_name = MOVED_MODULES.get(fullname)
+        if new_name is None:
+            return None
+        return importlib.util.spec_from_loader(fullname, _MovedModuleLoader(new_name))
+
+
+def install() -> None:
+    """Adds the finder to ``sys.meta_path`` once per process."""
+    if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
+        sys.meta_path.append(MovedModuleFinder())
