@@ -7,6 +7,8 @@ import pytest
 
 import pjrt
 from pjrt._compile import pipeline as compiler
+from pjrt._compile import program_facts
+from pjrt._compile.program_facts import read_program
 from conftest import cpu_plugin_path, run_python
 from fixtures import programs
 
@@ -29,8 +31,8 @@ def test_program_of_wrong_type_is_type_error(client):
 def test_shardy_program_gets_shardy_partitioner_by_default(client):
     """A Shardy program compiles without the caller naming the partitioner."""
     text = programs.get("spmd_elementwise_2d").read_text("shardy")
-    assert pjrt._compile.pipeline.uses_shardy(text.encode())
-    assert not pjrt._compile.pipeline.uses_shardy(programs.get("spmd_elementwise_2d").read_text("gspmd").encode())
+    assert program_facts.uses_shardy(text.encode())
+    assert not program_facts.uses_shardy(programs.get("spmd_elementwise_2d").read_text("gspmd").encode())
     executable = client.compile_and_load(text, client.local_devices())
     assert executable.num_partitions() == 8
 
@@ -39,35 +41,35 @@ def test_shardy_program_gets_shardy_partitioner_by_default(client):
 
 def test_program_bytes_takes_text_and_bytecode():
     text = TINY.read_text()
-    assert compiler.program_bytes(text) == text.encode("utf-8")
+    assert program_facts.program_bytes(text) == text.encode("utf-8")
     with open(programs.FIXTURES_DIR + "/" + programs.BYTECODE_FILE, "rb") as f:
         bytecode = f.read()
     for kind in (bytes, bytearray, memoryview):
-        assert compiler.program_bytes(kind(bytecode)) == bytecode
+        assert program_facts.program_bytes(kind(bytecode)) == bytecode
     with pytest.raises(TypeError, match="not list"):
-        compiler.program_bytes(["not", "a", "program"])
+        program_facts.program_bytes(["not", "a", "program"])
 
 
 def test_read_signature_of_text_and_of_bytecode():
-    signature = compiler.read_signature(TINY.read_text().encode())
+    signature = program_facts.read_signature(TINY.read_text().encode())
     assert signature.input_shardings == (None, None)
     assert signature.output_shardings == (None,)
     assert signature.result_shapes == ((8,),)
     spmd = programs.get("spmd_elementwise_2d")
     for variant in ("shardy", "gspmd"):
-        signature = compiler.read_signature(spmd.read_text(variant).encode())
+        signature = program_facts.read_signature(spmd.read_text(variant).encode())
         assert len(signature.input_shardings) == 1 and signature.input_shardings[0] is not None
         assert signature.result_shapes == ((8, 8),)
     with open(programs.FIXTURES_DIR + "/" + programs.BYTECODE_FILE, "rb") as f:
-        assert compiler.read_signature(f.read()) is None
-    assert compiler.read_signature(b"module { func.func private @helper() { return } }") is None
+        assert program_facts.read_signature(f.read()) is None
+    assert program_facts.read_signature(b"module { func.func private @helper() { return } }") is None
 
 
 # -- default compile options ------------------------------------------------------------------
 
 def test_default_options_for_one_device(client):
     device = client.devices()[3]
-    options = compiler.default_compile_options([device], TINY.read_text().encode())
+    options = compiler.default_compile_options([device], read_program(TINY.read_text()))
     build = options.executable_build_options
     assert (build.num_replicas, build.num_partitions) == (1, 1)
     assert not build.use_spmd_partitioning
@@ -85,7 +87,7 @@ def test_default_options_for_one_device(client):
 def test_default_options_for_an_spmd_program(client, variant):
     devices = client.devices()[::-1]
     text = programs.get("spmd_elementwise_2d").read_text(variant)
-    options = compiler.default_compile_options(devices, text.encode())
+    options = compiler.default_compile_options(devices, read_program(text.encode()))
     build = options.executable_build_options
     assert (build.num_replicas, build.num_partitions) == (1, 8)
     assert build.use_spmd_partitioning
@@ -102,7 +104,7 @@ def test_default_options_let_the_partitioner_choose_unannotated_layouts(client):
       return %0, %0 : tensor<8xf32>, tensor<8xf32>
     }"""
     devices = client.devices()[:4]
-    build = compiler.default_compile_options(devices, text.encode()).executable_build_options
+    build = compiler.default_compile_options(devices, read_program(text.encode())).executable_build_options
     assert list(build.allow_spmd_sharding_propagation_to_parameters) == [False, True]
     assert list(build.allow_spmd_sharding_propagation_to_output) == [True, False]
     first, second = pjrt.compile(text, devices)(np.arange(8.0, dtype=np.float32),
@@ -113,7 +115,7 @@ def test_default_options_let_the_partitioner_choose_unannotated_layouts(client):
 
 def test_default_options_for_replicated_execution(client):
     devices = client.devices()[2:5]
-    build = compiler.default_compile_options(devices, TINY.read_text().encode(),
+    build = compiler.default_compile_options(devices, read_program(TINY.read_text()),
                                              replicated=True).executable_build_options
     assert (build.num_replicas, build.num_partitions) == (3, 1)
     assert build.device_assignment.device_ids.tolist() == [[2], [3], [4]]
@@ -200,3 +202,86 @@ def test_devices_and_a_device_assignment_that_disagree_are_refused(client):
         client.compile_and_load(TINY.read_text(), [devices[0]], options)
     executable = client.compile_and_load(TINY.read_text(), [devices[1]], options)
     assert executable.local_devices() == [devices[1]]
+
+
+# -- the program, read once -------------------------------------------------------------------
+
+class _CountedText(str):
+    """Program text that counts how often it is encoded to the bytes the plugin is given."""
+
+    encodes = 0
+
+    def encode(self, *args, **kwargs):
+        type(self).encodes += 1
+        return super().encode(*args, **kwargs)
+
+
+@pytest.mark.parametrize("face", ["pjrt.compile", "Client.compile_and_load"])
+def test_one_compile_reads_the_program_once(client, tmp_path, face):
+    """pjrt.compile and Client.compile_and_load are two faces over one compile: the text is
+    encoded once, and the checks, the options, the cache key and the PJRT_Program all use
+    those bytes (a second compile of the same text then hits the cache entry they keyed)."""
+    from pjrt import compilation_cache
+
+    devices = client.devices()[:1]
+    compilation_cache.set_compilation_cache_dir(tmp_path)
+    try:
+        for attempt in range(2):
+            _CountedText.encodes = 0
+            program = _CountedText(TINY.read_text())
+            if face == "pjrt.compile":
+                compiled = pjrt.compile(program, devices[0])
+                outputs = [compiled(*TINY.inputs())]
+            else:
+                executable = client.compile_and_load(program, devices)
+                outputs = executable.execute([client.buffer_from_pyval(x, devices[0])
+                                              for x in TINY.inputs()])
+            assert _CountedText.encodes == 1, attempt
+            programs.check_outputs(TINY, [np.asarray(outputs[0])])
+            assert len(compilation_cache.get_compilation_cache().entries()) == 1
+    finally:
+        compilation_cache.set_compilation_cache_dir(None)
+        compilation_cache._explicit = compilation_cache._UNSET  # the environment decides again
+
+
+def test_program_facts_of_text_and_of_bytecode():
+    text = TINY.read_text()
+    facts = read_program(text)
+    assert facts == read_program(text.encode()) == read_program(bytearray(text.encode()))
+    assert facts.code == text.encode() and facts.format == "mlir"
+    assert not facts.is_bytecode and not facts.takes_platform_index and not facts.uses_shardy
+    assert facts.result_shapes == ((8,),)
+    assert facts.unannotated() == ([True, True], [True])
+    assert facts.main_arguments.count(b"%") == 2
+    assert str(len(facts.code)) in repr(facts) and "tanh" not in repr(facts)
+    with open(programs.FIXTURES_DIR + "/" + programs.BYTECODE_FILE, "rb") as f:
+        bytecode = read_program(f.read())
+    assert bytecode.is_bytecode and bytecode.signature is None
+    assert bytecode.result_shapes is None and bytecode.unannotated() == ([], [])
+    shardy = read_program(programs.get("spmd_elementwise_2d").read_text("shardy"))
+    assert shardy.uses_shardy and shardy.unannotated() == ([False], [False])
+    with pytest.raises(TypeError, match="not int"):
+        read_program(12345)
+
+
+def test_platform_index_is_read_from_mains_first_argument():
+    attribute = 'jax.global_constant = "_platform_index"'
+    takes = read_program(f'module {{ func.func public @main(%i: tensor<i32> {{{attribute}}}, '
+                         f'%x: tensor<2xf32>) -> tensor<2xf32> {{ return %x : tensor<2xf32> }} }}')
+    assert takes.takes_platform_index
+    second = read_program(f'module {{ func.func public @main(%x: tensor<2xf32>, %i: tensor<i32> '
+                          f'{{{attribute}}}) -> tensor<2xf32> {{ return %x : tensor<2xf32> }} }}')
+    assert not second.takes_platform_index
+    assert program_facts.takes_platform_index(takes.code)
+    assert not program_facts.takes_platform_index(second.code)
+
+
+def test_program_argument_hands_the_plugin_the_facts_bytes():
+    from pjrt._pjrt_cffi import ffi
+
+    facts = read_program(TINY.read_text())
+    struct, keepalive = compiler.program_argument(facts)
+    assert ffi.unpack(struct.code, struct.code_size) == facts.code
+    assert ffi.unpack(struct.format, struct.format_size) == b"mlir"
+    assert struct.struct_size == ffi.sizeof("PJRT_Program")
+    del keepalive

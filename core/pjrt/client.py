@@ -277,9 +277,10 @@ class Client:
           A [`LoadedExecutable`][pjrt.executable.LoadedExecutable].
         """
         from ._compile.pipeline import compile_program
+        from ._compile.program_facts import read_program
 
-        return compile_program(self, computation, executable_devices, compile_options,
-                               replicated=replicated, isolate=isolate)
+        return compile_program(self, read_program(computation), executable_devices,
+                               compile_options, replicated=replicated, isolate=isolate)
 
     #: Another name for `compile_and_load`. (jaxlib's ``Client.compile`` returns an
     #: executable that is not yet loaded; pjrt has no such type, so prefer the explicit name.)

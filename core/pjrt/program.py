@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from .array import Array
-from ._compile.pipeline import program_bytes, takes_platform_index
+from ._compile.pipeline import compile_program
+from ._compile.program_facts import read_program
 from .client import Client
 from .device import Device
 from .errors import DeviceAssignmentMismatchError
@@ -146,9 +147,9 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
     """
     from .sharding import Mesh
 
-    takes_index = takes_platform_index(program_bytes(program))
+    facts = read_program(program)  # the one reading of the program, used by all that follows
     if platform_index is not None:
-        if not takes_index:
+        if not facts.takes_platform_index:
             raise ValueError("platform_index was given, but the program's main takes no "
                              "platform index (it was not exported for several platforms)")
         if int(platform_index) < 0:
@@ -167,8 +168,9 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
             from .registry import get_backend
 
             client = get_backend()
-    executable = client.compile_and_load(program, devices or None, compile_options,
-                                         replicated=replicated, isolate=isolate)
+    # The compile behind Client.compile_and_load, given the program already read.
+    executable = compile_program(client, facts, devices or None, compile_options,
+                                 replicated=replicated, isolate=isolate)
     return CompiledProgram(
         executable,
-        platform_index=(int(platform_index or 0) if takes_index else None))
+        platform_index=(int(platform_index or 0) if facts.takes_platform_index else None))

@@ -97,11 +97,12 @@ class DeviceTopology:
         """
         from . import serialization  # hashing and JSON: only when compiling
         from .compile_options import CompileOptions
-        from ._compile.pipeline import program_argument, program_bytes
+        from ._compile.pipeline import program_argument
+        from ._compile.program_facts import read_program
 
         pointer = self._live()
         api = self._plugin.api
-        program_struct, keepalive = program_argument(program_bytes(program))
+        program_struct, keepalive = program_argument(read_program(program))
         options = (compile_options or CompileOptions()).SerializeAsString()
         options_buffer = ffi.new("char[]", options)
         args = api.new_args("PJRT_Compile_Args")

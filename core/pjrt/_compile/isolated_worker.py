@@ -21,6 +21,8 @@ from ..executable import LoadedExecutable
 from ..ffi import register_custom_call_target
 from ..isolated_compile import receive_message, send_message
 from ..plugin import load_pjrt_plugin_dynamically
+from .pipeline import program_argument
+from .program_facts import ProgramFacts, read_program
 
 
 def serve(read_fd: int, write_fd: int) -> None:
@@ -84,23 +86,23 @@ _TEXT_TARGET = re.compile(rb'custom_call\s*@("(?:[^"\\]|\\.)*"|[\w.$-]+)'
 _TARGET_NAME = re.compile(rb"[A-Za-z_][\w.$-]{0,255}")
 
 
-def named_targets(program: bytes) -> set[str]:
+def named_targets(program: ProgramFacts) -> set[str]:
     """The custom-call targets ``program`` may call: those a text program names, or every
     name-like string of a bytecode program (which cannot be read without MLIR; registering a
     name no custom call uses changes nothing)."""
-    if mlir_bytecode.is_bytecode(program):
+    if program.is_bytecode:
         try:
-            candidates = mlir_bytecode.strings(program)
+            candidates = mlir_bytecode.strings(program.code)
         except ValueError:  # damaged: the plugin's reader will say so
             return set()
     else:
         candidates = [quoted or generic or plain for plain, generic in
-                      _TEXT_TARGET.findall(program)
+                      _TEXT_TARGET.findall(program.code)
                       for quoted in [plain[1:-1] if plain.startswith(b'"') else b""]]
     return {name.decode() for name in candidates if _TARGET_NAME.fullmatch(name)}
 
 
-def register_targets(platform: str, program: bytes, registered: set[str]) -> None:
+def register_targets(platform: str, program: ProgramFacts, registered: set[str]) -> None:
     """Register the custom-call targets ``program`` may call on ``platform`` (those not in
     ``registered``, which is updated) with a handler that is never run, so that the plugin
     here compiles it as the parent's does, where the handlers are registered."""
@@ -116,19 +118,22 @@ _MAX_LOAD_RETRIES = 64
 
 
 def compile_or_load_with_targets(api, client, request: dict, registered: set[str]) -> None:
-    """`compile_or_load`, registering the custom-call targets the request needs first.
+    """Compile or deserialize the request as the parent will, registering the custom-call
+    targets it needs first.
 
     A program's targets are read from it (`named_targets`). A serialized executable's cannot
     be: its bytes hold machine code and many strings. It is loaded, and each target the
     plugin reports missing (a name its bytes hold) is registered before loading it again,
     as the parent, where the handlers are registered, loads it."""
     if request["kind"] == "compile":
-        register_targets(client.platform, request["payload"], registered)
-        compile_or_load(api, client, request)
+        # Read here as the parent read it: the same facts make the same PJRT_Program.
+        program = read_program(request["payload"])
+        register_targets(client.platform, program, registered)
+        compile_and_free(api, client, program, request["options"])
         return
     for _ in range(_MAX_LOAD_RETRIES):
         try:
-            compile_or_load(api, client, request)
+            load_and_free(api, client, request["payload"], request["options"])
             return
         except XlaRuntimeError as error:
             missing = _MISSING_TARGET.search(error.plugin_message or "")
@@ -139,39 +144,36 @@ def compile_or_load_with_targets(api, client, request: dict, registered: set[str
                 raise
             register_custom_call_target(name, _never_run, platform=client.platform)
             registered.add(name)
-    compile_or_load(api, client, request)
+    load_and_free(api, client, request["payload"], request["options"])
 
 
-def compile_or_load(api, client, request: dict) -> None:
-    """Do what this process will do with the request: compile or deserialize, then read the
-    executable's description as a LoadedExecutable does (damaged executables can crash
+def compile_and_free(api, client, program: ProgramFacts, options: bytes) -> None:
+    """Compile ``program`` with the serialized compile ``options`` as the parent will, read
+    the executable's description as a LoadedExecutable does (damaged executables can crash
     there too), then free it."""
-    options = request["options"]
-    options_buffer = ffi.new("char[]", options) if options else ffi.NULL
-    if request["kind"] == "compile":
-        program_struct = ffi.new("PJRT_Program *")
-        program_struct.struct_size = ffi.sizeof("PJRT_Program")
-        code = ffi.new("char[]", request["payload"])
-        program_struct.code, program_struct.code_size = code, len(request["payload"])
-        program_format = ffi.new("char[]", b"mlir")
-        program_struct.format, program_struct.format_size = program_format, 4
-        args = api.new_args("PJRT_Client_Compile_Args")
-        args.program = program_struct
-        args.compile_options = options_buffer
-        args.compile_options_size = len(options)
-        args.client = client.handle.pointer
-        api.call("PJRT_Client_Compile", args)
-        del code, program_format
-        pointer = args.executable
-    else:
-        data = ffi.new("char[]", request["payload"])
-        args = api.new_args("PJRT_Executable_DeserializeAndLoad_Args")
-        args.serialized_executable = data
-        args.serialized_executable_size = len(request["payload"])
-        if options:
-            args.overridden_serialized_compile_options = options_buffer
-            args.overridden_serialized_compile_options_size = len(options)
-        args.client = client.handle.pointer
-        api.call("PJRT_Executable_DeserializeAndLoad", args)
-        pointer = args.loaded_executable
-    LoadedExecutable(client, pointer).delete()
+    program_struct, keepalive = program_argument(program)
+    options_buffer = ffi.new("char[]", options)
+    args = api.new_args("PJRT_Client_Compile_Args")
+    args.program = program_struct
+    args.compile_options = options_buffer
+    args.compile_options_size = len(options)
+    args.client = client.handle.pointer
+    api.call("PJRT_Client_Compile", args)
+    del keepalive, options_buffer
+    LoadedExecutable(client, args.executable).delete()
+
+
+def load_and_free(api, client, serialized: bytes, options: bytes) -> None:
+    """Deserialize ``serialized`` (with the serialized compile ``options`` overriding its
+    own, when given) as the parent will, read its description, then free it."""
+    data = ffi.new("char[]", serialized)
+    args = api.new_args("PJRT_Executable_DeserializeAndLoad_Args")
+    args.serialized_executable = data
+    args.serialized_executable_size = len(serialized)
+    if options:
+        options_buffer = ffi.new("char[]", options)
+        args.overridden_serialized_compile_options = options_buffer
+        args.overridden_serialized_compile_options_size = len(options)
+    args.client = client.handle.pointer
+    api.call("PJRT_Executable_DeserializeAndLoad", args)
+    LoadedExecutable(client, args.loaded_executable).delete()

@@ -1,15 +1,16 @@
-"""The compile pipeline: a StableHLO program and devices in, a [`LoadedExecutable`][pjrt.executable.LoadedExecutable] out.
+"""The compile pipeline: a program and devices in, a [`LoadedExecutable`][pjrt.executable.LoadedExecutable] out.
 
-A text program's ``main`` signature is read once (`parse_program_signature`):
-its sharding annotations choose the compile options of an SPMD program, its declared result
-shapes let the executable tell an unevenly sharded output from an even one, and every static
-tensor type in it is checked against the largest extent a plugin can address before the
-plugin's compiler sees it (XLA aborts the process on an overflowing extent); so are its
-sharding annotations and its call graph (`pjrt._compile.program_checks`). Of a bytecode program,
-the container is checked (`pjrt._wire.mlir_bytecode`). With ``isolate`` (or
-``PJRT_ISOLATED_COMPILE=1``) the program is compiled in a worker process first
-([`pjrt.isolated_compile`][pjrt.isolated_compile]). Compilation itself runs on a thread with a large stack (deeply
-nested programs recurse deeply in XLA's compiler) while the caller waits where Ctrl-C reaches it.
+Its input is a program read once (`pjrt._compile.program_facts.read_program`): ``main``'s
+sharding annotations choose the compile options of an SPMD program, its declared result
+shapes let the executable tell an unevenly sharded output from an even one, its bytes key the
+compilation cache and become the ``PJRT_Program``. Every static tensor type in a text program
+is checked against the largest extent a plugin can address before the plugin's compiler sees
+it (XLA aborts the process on an overflowing extent); so are its sharding annotations and its
+call graph (`pjrt._compile.program_checks`). Of a bytecode program, the container is checked
+(`pjrt._wire.mlir_bytecode`). With ``isolate`` (or ``PJRT_ISOLATED_COMPILE=1``) the program
+is compiled in a worker process first ([`pjrt.isolated_compile`][pjrt.isolated_compile]).
+Compilation itself runs on a thread with a large stack (deeply nested programs recurse deeply
+in XLA's compiler) while the caller waits where Ctrl-C reaches it.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from .._pjrt_cffi import ffi
 from ..compile_options import CompileOptions, DeviceAssignment
 from ..errors import IncompatibleExecutableError, XlaRuntimeError
 from ..executable import LoadedExecutable
-from .._sharding.program_text import ProgramSignature, parse_program_signature
+from .program_facts import MAIN_ARGUMENTS, ProgramFacts
 from .target_preparation import prepare_targets
 from .._capi.waits import run_on_compile_thread
 
@@ -36,24 +37,8 @@ if TYPE_CHECKING:
     from ..device import Device
 
 
-def program_bytes(computation) -> bytes:
-    """A program as bytes: MLIR text (``str``) encoded as UTF-8, or bytecode as it is."""
-    if isinstance(computation, str):
-        return computation.encode("utf-8")
-    if isinstance(computation, (bytes, bytearray, memoryview)):
-        return bytes(computation)
-    raise TypeError(f"a program must be StableHLO text (str) or bytecode (bytes), not "
-                    f"{type(computation).__name__}")
-
-
-def uses_shardy(program: bytes) -> bool:
-    """Whether a StableHLO program carries Shardy sharding annotations (``sdy`` dialect)."""
-    return b"sdy.mesh" in program or b"#sdy.sharding" in program or b"sdy.sharding" in program
-
-
-def default_compile_options(devices: Sequence["Device"], program: bytes, *,
-                            replicated: bool = False,
-                            signature: ProgramSignature | None = None) -> CompileOptions:
+def default_compile_options(devices: Sequence["Device"], program: ProgramFacts, *,
+                            replicated: bool = False) -> CompileOptions:
     """Options for running ``program`` on ``devices``: one device, SPMD over all of them, or
     (``replicated``) one copy of the program per device, each on its own data."""
     options = CompileOptions()
@@ -68,34 +53,17 @@ def default_compile_options(devices: Sequence["Device"], program: bytes, *,
     build.num_partitions = len(devices)
     if len(devices) > 1:
         build.use_spmd_partitioning = True
-        build.use_shardy_partitioner = uses_shardy(program)
+        build.use_shardy_partitioner = program.uses_shardy
         # As jax does: let the partitioner choose the layout of arguments and results the
-        # program leaves unannotated (XLA keeps them replicated otherwise, under GSPMD).
-        if signature is None:
-            signature = read_signature(program)
-        inputs, outputs = _unannotated(signature)
+        # program leaves unannotated (XLA keeps them replicated otherwise, under GSPMD). A
+        # program whose signature is unknown (bytecode) keeps XLA's defaults.
+        inputs, outputs = program.unannotated()
         if any(inputs):
             build.allow_spmd_sharding_propagation_to_parameters = inputs
         if any(outputs):
             build.allow_spmd_sharding_propagation_to_output = outputs
     build.device_assignment = DeviceAssignment.create(np.array([ids], dtype=np.int64))
     return options
-
-
-def read_signature(program: bytes) -> ProgramSignature | None:
-    """The signature of a text program's ``main``; None for bytecode or no public main."""
-    try:
-        return parse_program_signature(program.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError):
-        return None
-
-
-def _unannotated(signature: ProgramSignature | None) -> tuple[list, list]:
-    """Per argument and per result of ``main``: whether it has no sharding."""
-    if signature is None:
-        return [], []  # bytecode, or no public main: leave XLA's defaults
-    return ([s is None for s in signature.input_shardings],
-            [s is None for s in signature.output_shardings])
 
 
 #: A static tensor type in program text: its dimensions and its element type.
@@ -157,29 +125,6 @@ def check_host_callbacks(program: bytes) -> None:
             f"(or run the program with jax)")
 
 
-#: The attribute jax puts on ``main``'s first argument when a module was exported for several
-#: platforms: that argument is the index of the running platform in the export's list.
-PLATFORM_INDEX_ATTRIBUTE = b'jax.global_constant = "_platform_index"'
-_MAIN_ARGUMENTS = re.compile(
-    rb"func\.func\s+public\s+@main\s*\((.*?)\)\s*(?:->|attributes\b|\{)", re.S)
-
-
-def takes_platform_index(program: bytes) -> bool:
-    """Whether ``main`` takes a platform index first (a multi-platform ``jax.export``).
-
-    Text: read from ``main``'s first argument. Bytecode cannot be read without MLIR; jax names
-    ``_platform_index`` only in such modules (on ``main`` and the functions it calls), so the
-    string's presence decides.
-    """
-    if not program.lstrip().startswith((b"module", b"#", b"func", b"//")):
-        return b"_platform_index" in program
-    match = _MAIN_ARGUMENTS.search(program)
-    if match is None:
-        return False
-    first = match.group(1).split(b"%")[1] if b"%" in match.group(1) else b""
-    return PLATFORM_INDEX_ATTRIBUTE in first
-
-
 def check_static_signature(program: bytes) -> None:
     """Refuse a text program whose ``main`` takes arrays of unknown (``?``) dimensions.
 
@@ -190,10 +135,14 @@ def check_static_signature(program: bytes) -> None:
     Raises:
       ValueError: naming the arguments and how to export with concrete shapes.
     """
-    match = _MAIN_ARGUMENTS.search(program)
-    if match is None or b"?" not in match.group(1):
+    match = MAIN_ARGUMENTS.search(program)
+    _check_static_arguments(match.group(1) if match is not None else None)
+
+
+def _check_static_arguments(main_arguments: bytes | None) -> None:
+    if main_arguments is None or b"?" not in main_arguments:
         return
-    dynamic = re.findall(rb"(%\w+)\s*:\s*(tensor<[^>]*\?[^>]*>)", match.group(1))
+    dynamic = re.findall(rb"(%\w+)\s*:\s*(tensor<[^>]*\?[^>]*>)", main_arguments)
     listed = ", ".join(f"{n.decode()}: {t.decode()}" for n, t in dynamic) or "some arguments"
     raise ValueError(
         f"main takes arrays of symbolic (shape-polymorphic) dimensions ({listed}); jax "
@@ -202,7 +151,19 @@ def check_static_signature(program: bytes) -> None:
         f"instead of jax.export.symbolic_shape(...)), once per shape you need")
 
 
-def check_structure(program: bytes, partitions: int, signature=None) -> None:
+def check_contents(program: ProgramFacts) -> None:
+    """The checks that do not depend on the devices: static extents, host callbacks, symbolic
+    dimensions of ``main`` (see each).
+
+    Raises:
+      ValueError: naming what the program holds that no plugin can compile.
+    """
+    check_static_extents(program.code)
+    check_host_callbacks(program.code)
+    _check_static_arguments(program.main_arguments)
+
+
+def check_structure(program: ProgramFacts, partitions: int) -> None:
     """What pjrt can check of a program's structure before the plugin's compiler, which ends
     the process on some damage: shardings and recursion in text
     (`pjrt._compile.program_checks`), the container of bytecode (`pjrt._wire.mlir_bytecode`).
@@ -210,10 +171,11 @@ def check_structure(program: bytes, partitions: int, signature=None) -> None:
     Raises:
       ValueError: naming the damage.
     """
-    if mlir_bytecode.is_bytecode(program):
-        mlir_bytecode.check_container(program)
+    if program.is_bytecode:
+        mlir_bytecode.check_container(program.code)
     else:
-        program_checks.check_program_structure(program, max(int(partitions), 1), signature)
+        program_checks.check_program_structure(program.code, max(int(partitions), 1),
+                                               program.signature)
 
 
 def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
@@ -230,22 +192,21 @@ def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
     return devices
 
 
-def compile_program(client: "Client", computation, executable_devices=None,
+def compile_program(client: "Client", program: ProgramFacts, executable_devices=None,
                     compile_options: CompileOptions | None = None, *,
                     replicated: bool = False, isolate: bool | None = None
                     ) -> "LoadedExecutable":
-    """See [`pjrt.client.Client.compile_and_load`][pjrt.client.Client.compile_and_load]."""
-    program = program_bytes(computation)
-    check_static_extents(program)
-    check_host_callbacks(program)
-    check_static_signature(program)
-    signature = read_signature(program)
+    """Compile and load a program read by `read_program`: the one compile behind
+    [`Client.compile_and_load`][pjrt.client.Client.compile_and_load] and
+    [`pjrt.compile`][pjrt.program.compile] (see the former for the arguments). The checks,
+    the compile options, the cache key, the ``PJRT_Program`` and the executable's declared
+    result shapes all come from ``program``."""
+    check_contents(program)
     handle = client.handle
     devices = None
     if compile_options is None:
         devices = _check_devices(client, executable_devices or client.local_devices()[:1])
-        compile_options = default_compile_options(devices, program, replicated=replicated,
-                                                  signature=signature)
+        compile_options = default_compile_options(devices, program, replicated=replicated)
     elif compile_options.device_assignment is None and executable_devices:
         devices = _check_devices(client, executable_devices)
         build = compile_options.executable_build_options
@@ -264,11 +225,10 @@ def compile_program(client: "Client", computation, executable_devices=None,
         if given != assigned:
             raise ValueError(f"executable_devices (ids {given}) and the device assignment in "
                              f"compile_options (ids {assigned}) disagree; pass one of them")
-    check_structure(program, compile_options.executable_build_options.num_partitions,
-                    signature)
+    check_structure(program, compile_options.executable_build_options.num_partitions)
     serialized_options = compile_options.SerializeAsString()
-    declared = signature.result_shapes if signature is not None else None
-    prepare_targets(client.platform, program)
+    declared = program.result_shapes
+    prepare_targets(client.platform, program.code)
 
     cache, cache_key = _cache_entry(client, program, serialized_options)
     if cache_key is not None:
@@ -276,7 +236,7 @@ def compile_program(client: "Client", computation, executable_devices=None,
         if cached is not None:
             return cached
     if isolated_compile.isolation_requested(isolate):
-        isolated_compile.check_in_worker(client, "compile", program, serialized_options)
+        isolated_compile.check_in_worker(client, "compile", program.code, serialized_options)
 
     api = handle.api
     program_struct, keepalive = program_argument(program)
@@ -307,7 +267,7 @@ def compile_program(client: "Client", computation, executable_devices=None,
     return executable
 
 
-def _cache_entry(client: "Client", program: bytes, serialized_options: bytes) -> tuple:
+def _cache_entry(client: "Client", program: ProgramFacts, serialized_options: bytes) -> tuple:
     """The persistent cache in use and this compile's key in it; (None, None) when there is
     no cache or the plugin's build cannot be identified (handed over in memory)."""
     cache = compilation_cache.get_compilation_cache()
@@ -324,7 +284,7 @@ def _cache_entry(client: "Client", program: bytes, serialized_options: bytes) ->
     # devices are what the plugin may also tune the code to.
     devices = client.devices()
     described = f"{len(devices)} devices: {sorted({d.device_kind for d in devices})}"
-    return cache, cache.key(program, serialized_options, identity, described)
+    return cache, cache.key(program.code, serialized_options, identity, described)
 
 
 def _load_cached(client, cache, key: str, declared) -> LoadedExecutable | None:
@@ -351,16 +311,18 @@ def _store(executable: LoadedExecutable, cache, key: str) -> None:
     cache.put(key, blob)
 
 
-def program_argument(program: bytes) -> tuple:
-    """A ``PJRT_Program*`` for MLIR (text or bytecode), and the memory it points into."""
+def program_argument(program: ProgramFacts) -> tuple:
+    """A ``PJRT_Program*`` for a program read by `read_program`, and the memory it points
+    into (to be kept until the plugin's call returns)."""
     program_struct = ffi.new("PJRT_Program *")
     program_struct.struct_size = ffi.sizeof("PJRT_Program")
-    code = ffi.new("char[]", program)
+    code = ffi.new("char[]", program.code)
     program_struct.code = code
-    program_struct.code_size = len(program)
-    program_format = ffi.new("char[]", b"mlir")
+    program_struct.code_size = len(program.code)
+    encoded_format = program.format.encode("ascii")
+    program_format = ffi.new("char[]", encoded_format)
     program_struct.format = program_format
-    program_struct.format_size = 4
+    program_struct.format_size = len(encoded_format)
     return program_struct, (code, program_format)
 
 
