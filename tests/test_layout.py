@@ -122,3 +122,33 @@ def test_an_old_internal_path_still_imports_the_moved_module_with_a_warning(old,
     assert module is importlib.import_module(new)
     assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message)
                for w in caught)
+
+
+PLUGINS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins")
+
+
+def test_plugin_packages_reach_the_core_only_through_plugin_api():
+    """pjrt's own plugin packages import one module of the core, ``pjrt.plugin_api``
+    (imports inside functions included), so that the core's other modules can change."""
+    reached = {}
+    packages = [os.path.join(PLUGINS, name, f"pjrt_{name}") for name in sorted(os.listdir(PLUGINS))]
+    packages = [p for p in packages if os.path.isdir(p)]
+    assert len(packages) >= 4
+    for package in packages:
+        for folder, _, files in os.walk(package):
+            for name in (n for n in files if n.endswith(".py")):
+                path = os.path.join(folder, name)
+                for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+                    if isinstance(node, ast.Import):
+                        targets = [a.name for a in node.names]
+                    elif isinstance(node, ast.ImportFrom) and not node.level:
+                        module = node.module or ""
+                        targets = ([f"{module}.{a.name}" for a in node.names]
+                                   if module == "pjrt" else [module])
+                    else:
+                        continue
+                    for target in targets:
+                        if target.split(".")[0] == "pjrt":
+                            reached.setdefault(target, []).append(
+                                f"{os.path.relpath(path, PLUGINS)}:{node.lineno}")
+    assert set(reached) == {"pjrt.plugin_api"}, reached

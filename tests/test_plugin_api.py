@@ -10,6 +10,7 @@ are checked against numpy in both.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import os
 import textwrap
@@ -233,3 +234,32 @@ def test_a_c_api_declaration_registers_the_capsule():
     client = reg.get_backend("incore")
     assert client.plugin.library_path is None and client.plugin.api_version == (0, 106)
     reg.clear_backends()
+
+
+_TARGET_NUMBERS = itertools.count()
+
+
+def test_a_plugin_package_registers_kernels_and_their_set_up_through_plugin_api(client):
+    """What pjrt-cpu's LAPACK kernels use: a handler registered through plugin_api runs in a
+    program, and the set-up deferred with it runs once, when the first program naming the
+    target is compiled (not at registration, not for programs that do not call it)."""
+    import numpy as np
+
+    target = f"plugin_api_scale_{next(_TARGET_NUMBERS)}"  # XLA keeps handlers for good
+    prepared = []
+    plugin_api.register_custom_call_target(
+        target, lambda operands, results, attributes: operands[0] * 3, platform="cpu")
+    plugin_api.register_target_preparation([target], lambda: prepared.append(1), platform="cpu")
+    assert prepared == []
+    pjrt.compile(programs.get("tiny_tanh").read_text(), client=client)
+    assert prepared == []
+    program = f"""
+    func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {{
+      %0 = stablehlo.custom_call @{target}(%x) {{api_version = 4 : i32}} : (tensor<4xf32>) -> tensor<4xf32>
+      return %0 : tensor<4xf32>
+    }}"""
+    x = np.arange(4, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(pjrt.compile(program, client=client)(x)), x * 3)
+    pjrt.compile(program, client=client)
+    assert prepared == [1]
+    assert pjrt.custom_call_targets("cpu")[target] is not None

@@ -23,7 +23,8 @@ says ``serve_jax=False`` and is left out there. Called by anyone else, it does n
 
 Besides the declaration, this module gathers what plugin packages need from the core, so that
 they depend on one module: loading a library or a PyCapsule, creating a client or a topology
-of a loaded plugin, registering factories directly, the version check and the library finder.
+of a loaded plugin, registering factories directly, registering custom-call handlers (and
+deferring their costly set-up), the version check and the library finder.
 See docs/vendors.md.
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from . import __version__ as core_version
 from . import plugin
@@ -53,7 +54,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["PluginDeclaration", "Plugin", "PluginLoadError", "Client", "DeviceTopology",
            "discovering", "register_plugin", "register_backend_factory", "register_unavailable",
            "check_plugin_version", "find_installed_wheel", "find_module_library", "load_plugin",
-           "load_pjrt_plugin_with_c_api", "create_client", "make_topology", "jax_is_calling"]
+           "load_pjrt_plugin_with_c_api", "create_client", "make_topology",
+           "register_custom_call_target", "register_target_preparation", "jax_is_calling"]
 
 #: Where JAX keeps its backend registry; JAX's own discovery runs from there.
 JAX_BRIDGE_MODULE = "jax._src.xla_bridge"
@@ -86,6 +88,29 @@ def register_unavailable(*args: Any, **kwargs: Any) -> None:
     from . import registry
 
     registry.register_unavailable(*args, **kwargs)
+
+
+def register_custom_call_target(name: str, fn: Any, platform: str = "cpu",
+                                api_version: int = 1, traits: int = 0) -> None:
+    """Register a custom-call handler that programs on ``platform`` may call, for every
+    plugin serving it now or later (see
+    [`pjrt.ffi.register_custom_call_target`][pjrt.ffi.register_custom_call_target], which
+    this calls; ``traits`` are ``pjrt.ffi.CustomCallTargetTraits`` bits)."""
+    from . import ffi  # numpy and the FFI machinery: only when a package registers kernels
+
+    ffi.register_custom_call_target(name, fn, platform=platform, api_version=api_version,
+                                    traits=traits)
+
+
+def register_target_preparation(targets: Iterable[str], prepare: Callable[[], object],
+                                platform: str = "cpu") -> None:
+    """Run ``prepare()`` once, before the first program calling one of ``targets`` on
+    ``platform`` is compiled: for handlers whose set-up is costly and most programs never
+    need (see [`pjrt.ffi.register_target_preparation`][pjrt.ffi.register_target_preparation],
+    which this calls)."""
+    from . import ffi
+
+    ffi.register_target_preparation(targets, prepare, platform=platform)
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,7 @@ This package ships the handlers in a small C library (``_lapack_kernels``, built
 ``_lapack/lapack_kernels.c``). It links no LAPACK: [`provide_lapack`][pjrt_cpu.lapack.provide_lapack] hands it the
 routines SciPy exports (``scipy.linalg.cython_lapack`` and ``cython_blas``, as PyCapsules),
 the same ones jaxlib uses. [`register_lapack_kernels`][pjrt_cpu.lapack.register_lapack_kernels] registers every handler through
-[`pjrt.ffi`][pjrt.ffi], which passes them to each CPU plugin as it comes up, and leaves the hand-over
+[`pjrt.plugin_api`][pjrt.plugin_api] (pjrt's FFI registry), which passes them to each CPU plugin as it comes up, and leaves the hand-over
 for later: importing SciPy costs more than the rest of pjrt's start-up, so
 [`provide_lapack`][pjrt_cpu.lapack.provide_lapack] runs when the first program calling a LAPACK target is compiled.
 
@@ -140,28 +140,29 @@ def targets() -> dict[str, int]:
 
 
 def register_lapack_kernels(platform: str = "cpu") -> list[str]:
-    """Register every LAPACK custom-call handler for ``platform`` through [`pjrt.ffi`][pjrt.ffi].
+    """Register every LAPACK custom-call handler for ``platform`` (through
+    [`pjrt.plugin_api.register_custom_call_target`][pjrt.plugin_api.register_custom_call_target]).
 
-    Safe to call repeatedly and before or after a CPU client exists: pjrt.ffi keeps the
-    registrations and passes them to each plugin serving ``platform`` (see its docstring for
-    when a plugin counts as serving it). SciPy is not imported here but before the first
-    compile of a program that calls a LAPACK target ([`pjrt.ffi.register_target_preparation`][pjrt.ffi.register_target_preparation]).
+    Safe to call repeatedly and before or after a CPU client exists: pjrt keeps the
+    registrations and passes them to each plugin serving ``platform`` (see
+    [`pjrt.ffi`][pjrt.ffi] for when a plugin counts as serving it). SciPy is not imported here
+    but before the first compile of a program that calls a LAPACK target
+    ([`pjrt.plugin_api.register_target_preparation`][pjrt.plugin_api.register_target_preparation]).
 
     Returns:
       The registered target names.
     """
-    import pjrt
-    from pjrt import ffi
+    from pjrt import plugin_api
 
     registered = []
     needs_lapack = []
     lib = _library()
     for index, (name, address) in enumerate(targets().items()):
-        pjrt.register_custom_call_target(name, address, platform=platform)
+        plugin_api.register_custom_call_target(name, address, platform=platform)
         registered.append(name)
         if not lib.pjrt_cpu_lapack_target_ready(index):
             needs_lapack.append(name)
     # SciPy's import costs more than the rest of start-up, and most programs call no LAPACK:
     # the routines are handed over before the first program that calls one is compiled.
-    ffi.register_target_preparation(needs_lapack, provide_lapack, platform=platform)
+    plugin_api.register_target_preparation(needs_lapack, provide_lapack, platform=platform)
     return registered
