@@ -26,3 +26,29 @@ def test_loading_a_plugin_and_creating_a_client_does_not_import_numpy():
     """)
     result = run_python(script)
     assert result.stdout.split() == ["False", "False"]
+
+
+def test_the_version_is_written_once_and_read_from_there():
+    """pjrt/_version.py holds the version: the package re-exports it, the build reads it
+    (without importing pjrt), and no core module imports it from the package face."""
+    import ast
+    import os
+
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+    from pjrt import _version
+
+    core = os.path.dirname(os.path.dirname(os.path.abspath(pjrt.__file__)))
+    with open(os.path.join(core, "pyproject.toml"), "rb") as file:
+        project = tomllib.load(file)
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "pjrt._version.__version__"}
+    assert pjrt.__version__ == _version.__version__
+    for folder, _, files in os.walk(os.path.dirname(pjrt.__file__)):
+        for name in (n for n in files if n.endswith(".py")):
+            tree = ast.parse(open(os.path.join(folder, name), encoding="utf-8").read())
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module is None and node.level:
+                    assert "__version__" not in {a.name for a in node.names}, (folder, name)

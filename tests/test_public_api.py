@@ -129,6 +129,36 @@ def test_type_checkers_see_every_public_name_where_it_is_defined():
             assert importlib.import_module(imported[name]).__dict__[name] is value, name
 
 
+def test_lazy_names_are_the_names_type_checkers_import():
+    """The runtime's table of lazily imported names (``pjrt._LAZY``) and the block that
+    imports them for type checkers name the same names from the same modules, each in the
+    ``X as X`` form that marks a re-export; ``__all__`` is made from the eager imports and
+    the table, and holds each name once."""
+    tree = ast.parse(pathlib.Path(pjrt.__file__).read_text())
+    blocks = [node for node in tree.body if isinstance(node, ast.If)
+              and ast.unparse(node.test) == "TYPE_CHECKING"]
+    assert len(blocks) == 1
+    imported: dict[str, str] = {}
+    for node in blocks[0].body:
+        assert isinstance(node, ast.ImportFrom) and node.level == 1, ast.unparse(node)
+        for alias in node.names:
+            assert alias.asname == alias.name, ast.unparse(node)
+            if node.module is not None:  # (``from . import xla_client``: a submodule)
+                imported[alias.name] = node.module
+    assert imported == pjrt._LAZY_NAMES
+    assert len(pjrt.__all__) == len(set(pjrt.__all__))
+    assert set(pjrt._LAZY_NAMES) <= set(pjrt.__all__)
+
+
+def test_the_typing_check_imports_every_public_name():
+    """tests/typing/public_names.py (which ``tox -e typing`` checks) imports all of
+    ``__all__``, so that a type checker must see each name."""
+    tree = ast.parse((ROOT / "tests" / "typing" / "public_names.py").read_text())
+    imported = [alias.name for node in tree.body if isinstance(node, ast.ImportFrom)
+                and node.module == "pjrt" for alias in node.names]
+    assert sorted(imported) == sorted(pjrt.__all__)
+
+
 def test_internals_are_no_longer_attributes_of_pjrt():
     for name, home in INTERNALS.items():
         assert not hasattr(pjrt, name), name

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from . import _moved
 from ._capi.api import HEADER_VERSION as PJRT_C_API_VERSION
 from ._capi.handles import HostBufferSemantics
+from ._version import __version__ as __version__
 from .client import Client, make_c_api_client
 from .device import Device, Memory
 from .device_list import DeviceList
@@ -28,11 +29,11 @@ from .errors import (ClosedClientError, DeletedArrayError, DeviceAssignmentMisma
                      UnsupportedFeatureError, XlaRuntimeError)
 from .plugin import Plugin, get_plugin, load_pjrt_plugin_dynamically
 
-__version__ = "0.1.0"
-
 _moved.install()  # old paths of internal modules (pjrt.handles, ...) still import, with a warning
 
-#: Public names imported on first use, by the module that defines them.
+#: Public names imported on first use, by the module that defines them. Type checkers cannot
+#: read this table: the ``if TYPE_CHECKING:`` block at the end imports the same names from
+#: the same modules for them (tests/test_public_api.py checks that the two agree).
 _LAZY = {
     "array": ["Array", "Shard"],
     "compile_options": ["CompileOptions"],
@@ -57,6 +58,17 @@ _LAZY = {
 }
 _LAZY_NAMES = {name: module for module, names in _LAZY.items() for name in names}
 
+#: What programs call: the names imported above, and the lazy ones. (Made from the two, so
+#: that no name is listed a third time; type checkers read the imports themselves.)
+__all__ = [  # pyright: ignore[reportUnsupportedDunderAll]
+    "Plugin", "get_plugin", "load_pjrt_plugin_dynamically", "make_c_api_client", "Client",
+    "PJRT_C_API_VERSION", "Device", "Memory", "DeviceList", "HostBufferSemantics",
+    "XlaRuntimeError", "ErrorCode", "PluginLoadError", "UnsupportedFeatureError",
+    "ClosedClientError", "DeletedArrayError", "DeviceAssignmentMismatchError",
+    "IncompatibleExecutableError",
+    *_LAZY_NAMES,
+]
+
 #: Names that were once exported here: name -> (module defining it, where it lives now).
 #: They still resolve, with a DeprecationWarning, for one release.
 _MOVED = {
@@ -75,38 +87,6 @@ _MOVED = {
     **{name: ("registry", "pjrt.registry") for name in [
         "canonicalize_platform", "expand_platform_alias", "is_gpu", "is_known_platform"]},
 }
-
-#: What programs call, by topic. (A literal list, so that type checkers read it.)
-__all__ = [
-    # plugins and clients
-    "Plugin", "get_plugin", "load_pjrt_plugin_dynamically", "make_c_api_client", "Client",
-    "PJRT_C_API_VERSION",
-    # devices, memories and topologies
-    "Device", "Memory", "DeviceList", "DeviceTopology",
-    # the backend registry (plugins discovered from installed packages)
-    "backends", "backend_errors", "backend_pjrt_c_api_version", "backends_are_initialized",
-    "clear_backends", "default_backend", "get_backend", "set_platforms", "devices",
-    "local_devices", "device_count", "local_device_count", "process_count", "process_index",
-    "make_cpu_client", "make_pjrt_topology",
-    # arrays and transfers
-    "Array", "Shard", "HostBufferSemantics", "device_put", "replicate", "shard_along_axis",
-    "block_until_ready", "from_dlpack", "Layout", "Format",
-    # arrays across processes
-    "make_array_from_callback", "make_array_from_process_local_data",
-    "make_array_from_single_device_arrays",
-    # compiling and running
-    "compile", "CompiledProgram", "CompileOptions", "LoadedExecutable",
-    "deserialize_exported", "set_compilation_cache_dir",
-    "register_custom_call_target", "custom_call_targets",
-    # shardings
-    "Mesh", "P", "PartitionSpec", "Sharding", "NamedSharding", "SingleDeviceSharding",
-    "GSPMDSharding", "PmapSharding", "IndivisibleError",
-    # errors
-    "XlaRuntimeError", "ErrorCode", "PluginLoadError", "UnsupportedFeatureError",
-    "ClosedClientError", "DeletedArrayError", "DeviceAssignmentMismatchError",
-    "IncompatibleExecutableError",
-]
-
 
 #: Submodules reachable as attributes (``pjrt.ffi``, ``pjrt.sharding``...) before any import.
 _SUBMODULES = frozenset(_LAZY) | {"dtypes", "demo", "cli", "discovery", "options",
@@ -137,7 +117,7 @@ def __dir__() -> list[str]:
     return __all__
 
 
-if TYPE_CHECKING:  # for type checkers and editors: every lazy name, from where it is defined
+if TYPE_CHECKING:  # for type checkers and editors: every name of _LAZY, from where it is defined
     from . import xla_client as xla_client, plugin_api as plugin_api  # noqa: F401
     from .array import Array as Array, Shard as Shard  # noqa: F401
     from .compile_options import CompileOptions as CompileOptions  # noqa: F401

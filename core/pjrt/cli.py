@@ -44,7 +44,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import __version__, discovery
+from . import discovery
+from ._version import __version__
 from . import registry as registry_module
 from ._capi.api import HEADER_VERSION
 

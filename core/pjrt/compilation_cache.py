@@ -37,9 +37,7 @@ cannot be read or loaded at WARNING.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
-import importlib.metadata
 import logging
 import os
 import stat as stat_module
@@ -48,7 +46,7 @@ import tempfile
 import threading
 from typing import cast
 
-from . import serialization
+from . import _version, serialization
 from .serialization import PluginIdentity
 
 logger = logging.getLogger(__name__)
@@ -87,14 +85,6 @@ def compile_environment(environ=None) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((name, value) for name, value in environ.items()
                         if name.startswith(COMPILE_ENVIRONMENT_PREFIXES)
                         and name not in COMPILE_ENVIRONMENT_IGNORED))
-
-
-@functools.lru_cache(maxsize=1)
-def _pjrt_version() -> str:
-    try:
-        return importlib.metadata.version("pjrt")
-    except importlib.metadata.PackageNotFoundError:  # run from a source tree
-        return "unknown"
 
 
 def _stored_key(key: str) -> bytes:
@@ -141,7 +131,7 @@ class CompilationCache:
         for part in (program, serialized_options,
                      repr(sorted(identity.to_header().items())).encode("utf-8"),
                      devices.encode("utf-8"), repr(environment).encode("utf-8"),
-                     _pjrt_version().encode("utf-8")):
+                     _version.__version__.encode("utf-8")):
             digest.update(len(part).to_bytes(8, "little"))
             digest.update(part)
         return digest.hexdigest()

@@ -34,7 +34,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from . import __version__ as core_version
+from ._version import __version__ as core_version
 from . import plugin
 from ._loading.library_search import format_missing
 from .errors import PluginLoadError

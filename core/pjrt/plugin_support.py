@@ -6,6 +6,8 @@ import re
 import warnings
 from types import ModuleType
 
+from . import _version
+
 #: Where each platform's pjrt plugin package lives.
 PLUGIN_PACKAGES = {"cpu": "pjrt_cpu", "cuda": "pjrt_cuda", "rocm": "pjrt_rocm", "tpu": "pjrt_tpu"}
 
@@ -51,11 +53,10 @@ def import_from_plugin(plugin_name: str, submodule_name: str, *,
     except ImportError:
         return None
     if check_version:
-        from . import __version__
-
         parent = importlib.import_module(package)
         plugin_version = getattr(parent, "__version__", None)
-        if plugin_version and not check_plugin_version(package, __version__, plugin_version):
+        if plugin_version and not check_plugin_version(package, _version.__version__,
+                                                       plugin_version):
             return None
     return module
 

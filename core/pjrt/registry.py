@@ -20,12 +20,17 @@ from . import discovery
 from ._loading import startup
 from .client import Client
 from .plugin import Plugin, default_plugins
-# The registrations' types are re-exported: their home was this module.
-from .registrations import (BackendFactory, BackendRegistration,  # noqa: F401
-                            BackendRegistrations, Options)
-# Platform names, aliases and PJRT_PLATFORMS, re-exported where the registry's users look.
-from ._loading.platforms import (NON_EXPERIMENTAL_PLATFORMS, PLATFORM_ALIASES, PLATFORMS_ENV,  # noqa: F401
-                        expand_platform_alias, is_gpu, parse_platforms)
+from .registrations import BackendRegistration, BackendRegistrations
+# Re-exported (the ``X as X`` form) where the registry's users look for them: the
+# registrations' types, whose home was this module; platform names, aliases and
+# PJRT_PLATFORMS; whether discovery is running.
+from .registrations import BackendFactory as BackendFactory, Options as Options
+from ._loading.platforms import (NON_EXPERIMENTAL_PLATFORMS as NON_EXPERIMENTAL_PLATFORMS,
+                                 PLATFORM_ALIASES as PLATFORM_ALIASES,
+                                 PLATFORMS_ENV as PLATFORMS_ENV,
+                                 expand_platform_alias as expand_platform_alias,
+                                 is_gpu as is_gpu, parse_platforms as parse_platforms)
+from .discovery import discovering as discovering
 
 if TYPE_CHECKING:
     from .device import Device
@@ -34,10 +39,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 _NVIDIA_DEVICE_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")
-
-#: True while pjrt's discovery is calling plugin modules' ``initialize()``.
-discovering = discovery.discovering
-
 
 
 class BackendRegistry(BackendRegistrations):
