@@ -152,3 +152,38 @@ def test_plugin_packages_reach_the_core_only_through_plugin_api():
                             reached.setdefault(target, []).append(
                                 f"{os.path.relpath(path, PLUGINS)}:{node.lineno}")
     assert set(reached) == {"pjrt.plugin_api"}, reached
+
+
+#: The C structs filled in by hand outside the C boundary (``_capi/``), by module; every other
+#: struct is made by ``Api.new_args``. docs/architecture.md, section 1, lists the same.
+HAND_BUILT_STRUCTS = {
+    ("pjrt.options", "PJRT_NamedValue"),
+    ("pjrt.executable_metadata", "PJRT_Program"),
+    ("pjrt.ffi", "PJRT_FFI_Register_Handler_Args"),
+    ("pjrt.ffi", "XLA_FFI_Error_Create_Args"),
+}
+
+
+def test_c_structs_are_made_by_the_c_boundary_except_the_documented_few():
+    import re
+
+    from pjrt._pjrt_cffi import ffi
+
+    # A struct, or an array of structs (not a pointer to a pointer, nor an array of them).
+    allocation = re.compile(r'ffi\.new\(\s*"\s*(\w+)\s*(?:\*|\[\s*\d*\s*\])\s*"')
+    found = set()
+    for parts, _, path in core_modules():
+        if parts[1:2] == ["_capi"] or parts[-1] == "_build_cffi":
+            continue
+        for name in allocation.findall(open(path, encoding="utf-8").read()):
+            try:
+                kind = ffi.typeof(name).kind
+            except ffi.error:
+                continue  # a C scalar type (char, int64_t, ...)
+            if kind == "struct":
+                found.add((".".join(parts), name))
+    assert found == HAND_BUILT_STRUCTS
+    text = open(os.path.join(os.path.dirname(PLUGINS), "docs", "architecture.md"),
+                encoding="utf-8").read()
+    for _, name in HAND_BUILT_STRUCTS:
+        assert f"`{name}`" in text, name

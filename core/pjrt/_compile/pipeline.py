@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import compilation_cache, isolated_compile, serialization
 from .._capi import handles
+from .._capi.api import Api
 from .._wire import mlir_bytecode
 from . import program_checks
 from .._pjrt_cffi import ffi
@@ -314,8 +315,7 @@ def _store(executable: LoadedExecutable, cache, key: str) -> None:
 def program_argument(program: ProgramFacts) -> tuple:
     """A ``PJRT_Program*`` for a program read by `read_program`, and the memory it points
     into (to be kept until the plugin's call returns)."""
-    program_struct = ffi.new("PJRT_Program *")
-    program_struct.struct_size = ffi.sizeof("PJRT_Program")
+    program_struct = Api.new_args("PJRT_Program")  # zero-filled, struct_size set
     code = ffi.new("char[]", program.code)
     program_struct.code = code
     program_struct.code_size = len(program.code)

@@ -1,4 +1,4 @@
-"""What the compile path knows of a program, read once: [`ProgramFacts`][pjrt._compile.program_facts.ProgramFacts].
+"""What the compile path knows of a program, read once: `ProgramFacts`.
 
 A program reaches the plugin through several hands: ``pjrt.compile`` asks whether its ``main``
 takes a platform index, the pipeline checks it, chooses compile options from its sharding
