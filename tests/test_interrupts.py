@@ -8,7 +8,6 @@ life, so a case that hangs (or leaves work that keeps the process from exiting) 
 from __future__ import annotations
 
 import concurrent.futures
-import json
 import os
 import subprocess
 import sys
@@ -20,11 +19,14 @@ import pytest
 
 import pjrt
 from conftest import child_env, cpu_plugin_path, vendor_library
+from interrupt_helpers import (CHILD_SOURCE, assert_interrupted, child_reports,
+                               run_child_process)
 
 STRESS_DIR = os.path.join(os.path.dirname(__file__), "stress")
 
 #: The top of every child script: argv[1] is a CPU plugin library, argv[2] the stress programs'
-#: directory; ``interrupt(name, work, after)`` sends SIGINT ``after`` seconds into ``work()``.
+#: directory; ``interrupt(name, work, inside=...)`` (tests/interrupt_helpers.py) sends SIGINT
+#: once the main thread is inside the blocking call.
 PRELUDE = textwrap.dedent("""\
     import json, os, signal, sys, threading, time
     import numpy as np
@@ -35,26 +37,15 @@ PRELUDE = textwrap.dedent("""\
     def report(**fields):
         print(json.dumps(fields), flush=True)
 
-    def interrupt(name, work, after=1.0):
-        sent = {}
+    # Registered after pjrt's exit hooks, so it runs before them: when the exit began.
+    import atexit
+    atexit.register(lambda: report(case="exit", at=time.monotonic()))
+""") + CHILD_SOURCE
 
-        def send():
-            sent["at"] = time.monotonic()
-            os.kill(os.getpid(), signal.SIGINT)
-
-        timer = threading.Timer(after, send)
-        start = time.monotonic()
-        timer.start()
-        try:
-            work()
-        except KeyboardInterrupt:
-            now = time.monotonic()
-            report(case=name, interrupted=True, latency=now - sent["at"], elapsed=now - start)
-            return True
-        timer.cancel()
-        report(case=name, interrupted=False, elapsed=time.monotonic() - start)
-        return False
-""")
+#: Seconds a child may take to end once its exit has begun with a call abandoned in the plugin
+#: (pjrt waits 2 s for it, then leaves it behind; the rest is a loaded machine). A process that
+#: waited for the call instead would not end at all: the calls below never return.
+EXIT_BOUND = 30
 
 #: A program XLA's CPU plugin runs inside execute() (8 values: it judges it cheap) that loops
 #: for ever: ``v <- sin(v . v) + v`` on a 2x2 matrix, 2**31 - 1 times.
@@ -80,35 +71,27 @@ module @endless_inline {
 }
 """
 
-#: Seconds a KeyboardInterrupt may take to reach the caller (the wait slices are 50 ms; the
-#: rest is a loaded CI machine).
-LATENCY = 1.5
-
-
 def run_child(body: str, *, plugin: str = "xla_cpu_0_106", env: dict | None = None,
-              timeout: float = 60, args=()) -> tuple[subprocess.CompletedProcess, float, dict]:
-    """Run ``PRELUDE + body`` in a fresh interpreter; returns the result, its wall time and
-    its reports by case. Fails if the child outlives ``timeout``."""
+              timeout: float = 120, args=()) -> tuple[subprocess.CompletedProcess, float, dict]:
+    """Run ``PRELUDE + body`` in a fresh interpreter (in a process group of its own, killed
+    afterwards whatever happens); returns the result, its wall time and its reports by case.
+    Fails if the child outlives ``timeout``."""
     command = [sys.executable, "-c", PRELUDE + textwrap.dedent(body), cpu_plugin_path(plugin),
                STRESS_DIR, *map(str, args)]
-    start = time.monotonic()
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                                env=env or child_env())
-    except subprocess.TimeoutExpired as expired:
-        pytest.fail(f"the child did not end within {timeout} s:\n{expired.stdout}\n{expired.stderr}")
-    elapsed = time.monotonic() - start
-    reports = {}
-    for line in result.stdout.splitlines():
-        if line.startswith("{"):
-            fields = json.loads(line)
-            reports[fields.get("case", len(reports))] = fields
+    result, elapsed = run_child_process(command, env=env or child_env(), timeout=timeout)
+    ended = time.monotonic()
+    reports = child_reports(result.stdout)
+    if "exit" in reports:  # CLOCK_MONOTONIC is system-wide
+        reports["exit"]["took"] = ended - reports["exit"]["at"]
     return result, elapsed, reports
 
 
-def assert_interrupted(reports: dict, case: str) -> None:
-    assert reports[case]["interrupted"], reports[case]
-    assert reports[case]["latency"] < LATENCY, reports[case]
+def assert_exit_was_prompt(reports: dict) -> None:
+    assert reports["exit"]["took"] < EXIT_BOUND, reports["exit"]
+
+
+def assert_case_interrupted(reports: dict, case: str) -> None:
+    assert_interrupted(reports[case])
 
 
 # -- execution the plugin runs inline --------------------------------------------------------
@@ -119,7 +102,7 @@ def test_ctrl_c_interrupts_a_program_run_inside_execute():
         client = pjrt.make_c_api_client("c")
         endless = client.compile_and_load(sys.argv[3])
         x = client.buffer_from_pyval(np.eye(2, dtype=np.float32) * 0.5)
-        interrupt("execute", lambda: np.asarray(endless.execute([x])[0]))
+        interrupt("execute", lambda: np.asarray(endless.execute([x])[0]), inside="worker")
         # The client goes on working while the abandoned run still occupies the plugin.
         tiny = client.compile_and_load(programs.TINY)
         X = np.linspace(-1, 1, 8, dtype=np.float32)
@@ -128,13 +111,18 @@ def test_ctrl_c_interrupts_a_program_run_inside_execute():
                                                  rtol=1e-6)))
     """, args=[ENDLESS_INLINE])
     assert result.returncode == 0, result.stderr[-3000:]
-    assert_interrupted(reports, "execute")
+    assert_case_interrupted(reports, "execute")
     assert reports["after"]["ok"]
     # The run never ends by itself: the process leaves it behind at exit instead of waiting.
-    assert elapsed < 40, elapsed
+    assert_exit_was_prompt(reports)
 
 
-def test_execute_launches_inline_after_a_quick_first_launch(client):
+def test_execute_launches_inline_after_a_quick_first_launch(client, monkeypatch):
+    # What "quick" means is raised far above these launches' time on a loaded machine: this
+    # is about the switch, not about the machine's speed.
+    from pjrt._capi import long_runs
+
+    monkeypatch.setattr(long_runs, "INLINE_LIMIT_SECONDS", 60.0)
     executable = client.compile_and_load(_HANDLER_PROGRAM.replace(
         "stablehlo.custom_call @{target}(%x) {{api_version = 4 : i32}}", "stablehlo.add %x, %x")
         .replace("{{", "{").replace("}}", "}").replace(
@@ -156,24 +144,25 @@ def _slow_fault_env(seconds: int, **extra: str) -> dict:
 def test_ctrl_c_interrupts_a_slow_client_creation(built):
     result, elapsed, reports = run_child("""
         pjrt.load_pjrt_plugin_dynamically("slow", sys.argv[3])
-        interrupt("create", lambda: pjrt.make_c_api_client("slow"), after=0.5)
+        interrupt("create", lambda: pjrt.make_c_api_client("slow"), inside="worker")
     """, env=_slow_fault_env(3600), args=[built.fault_plugin])
     assert result.returncode == 0, result.stderr[-3000:]
-    assert_interrupted(reports, "create")
-    assert elapsed < 30, elapsed  # the creation still sleeping does not hold up the exit
+    assert_case_interrupted(reports, "create")
+    assert_exit_was_prompt(reports)  # the creation still sleeping does not hold it up
 
 
 def test_ctrl_c_interrupts_a_client_of_very_many_cpu_devices():
     # 65536 is the most pjrt accepts (more is refused before the plugin is asked).
     result, elapsed, reports = run_child("""
         pjrt.load_pjrt_plugin_dynamically("c", sys.argv[1])
-        interrupt("create", lambda: pjrt.make_c_api_client("c", {"cpu_device_count": 65536}))
+        interrupt("create", lambda: pjrt.make_c_api_client("c", {"cpu_device_count": 65536}),
+                  inside="worker")
     """)
     assert result.returncode == 0, result.stderr[-3000:]
     if not reports["create"]["interrupted"]:
         pytest.skip("the plugin made 65536 devices before the signal on this machine")
-    assert_interrupted(reports, "create")
-    assert elapsed < 40, elapsed
+    assert_case_interrupted(reports, "create")
+    assert_exit_was_prompt(reports)
 
 
 def test_a_backend_slow_to_come_up_is_given_up_and_the_others_come_up(built):
@@ -200,12 +189,12 @@ def test_a_backend_slow_to_come_up_is_given_up_and_the_others_come_up(built):
 
 def test_ctrl_c_interrupts_a_backend_coming_up(built):
     result, elapsed, reports = run_child("""
-        interrupt("backends", pjrt.backends)
+        interrupt("backends", pjrt.backends, inside="worker", after=0.5)
         report(case="again", errors=sorted(pjrt.backend_errors()))
     """, env=_slow_fault_env(3, PJRT_BACKEND_INIT_TIMEOUT="0", PJRT_PLATFORMS="",
                              PJRT_NAMES_AND_LIBRARY_PATHS=f"sleepy:{built.fault_plugin}"))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert_interrupted(reports, "backends")
+    assert_case_interrupted(reports, "backends")
     # Asked again, the registry starts afresh: the slow plugin comes up this time.
     assert reports["again"]["errors"] == []
 
@@ -253,14 +242,14 @@ def test_ctrl_c_and_the_time_limit_reach_a_stalled_libtpu():
         pjrt.devices("cpu")
         report(case="up", seconds=time.monotonic() - start, errors=pjrt.backend_errors())
         pjrt.load_pjrt_plugin_dynamically("tpu2", sys.argv[3])
-        interrupt("create", lambda: pjrt.make_c_api_client("tpu2"))
+        interrupt("create", lambda: pjrt.make_c_api_client("tpu2"), inside="worker")
     """, env=_libtpu_env(PJRT_NAMES_AND_LIBRARY_PATHS=f"mytpu:{library}",
                          PJRT_BACKEND_INIT_TIMEOUT="3", ALLOW_MULTIPLE_LIBTPU_LOAD="1"),
         args=[library])
     assert result.returncode == 0, result.stderr[-3000:]
     assert reports["up"]["seconds"] < 15, reports["up"]
     assert "did not come up within 3 s" in reports["up"]["errors"]["mytpu"], reports["up"]
-    assert_interrupted(reports, "create")
+    assert_case_interrupted(reports, "create")
     assert elapsed < 45, elapsed
 
 

@@ -159,6 +159,68 @@ def test_ctrl_c_while_waiting_for_the_worker_interrupts_and_replaces_it(cpu_plug
     assert float(rest.split("RESULT")[1].split()[0]) < 1e-6
 
 
+def ended(pid: int) -> bool:
+    """Whether ``pid`` has ended (a zombie counts: an orphan's new parent may reap it late)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def test_a_killed_parent_leaves_no_worker_behind(built):
+    """The parent is killed (SIGKILL: no clean-up runs) while its worker is busy in the
+    plugin (here a client creation that sleeps for an hour): the worker ends too."""
+    from conftest import cpu_plugin_path
+
+    source = textwrap.dedent("""
+        import os, sys
+        import pjrt
+        from test_isolated_compile import TANH
+
+        fault, real = sys.argv[1:3]
+        os.environ["PJRT_FAULT_DELEGATE"] = real  # this process: the fault plugin forwards
+        pjrt.load_pjrt_plugin_dynamically("forwarding", fault)
+        client = pjrt.make_c_api_client("forwarding", {"cpu_device_count": 1})
+        # The worker loads the library afresh and reads these: its client never comes up.
+        del os.environ["PJRT_FAULT_DELEGATE"]
+        os.environ["PJRT_FAULT"] = "slow_client_create:3600"
+        print("COMPILING", flush=True)
+        client.compile_and_load(TANH, isolate=True)
+        print("COMPILED?!", flush=True)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", source, str(built.fault_plugin),
+                              cpu_plugin_path("xla_cpu_0_106")],
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                             env=child_env(drop=("PJRT_FAULT",),
+                                           PJRT_ISOLATED_COMPILE_TIMEOUT="600"))
+    watchdog = threading.Timer(120, child.kill)  # the read below ends when the child does
+    watchdog.start()
+    workers: set[int] = set()
+    try:
+        assert child.stdout.readline().strip() == "COMPILING"
+        deadline = time.monotonic() + 60
+        while not workers:
+            assert time.monotonic() < deadline, "no isolation worker started"
+            time.sleep(0.1)
+            workers = worker_pids(child.pid)
+        time.sleep(1.0)  # let it reach the plugin (an earlier kill is caught too)
+        child.kill()
+        child.wait()
+        deadline = time.monotonic() + 30  # generous: the worker looks twice a second
+        while not all(ended(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(ended(pid) for pid in workers), "the worker outlived its killed parent"
+    finally:
+        watchdog.cancel()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        for pid in workers:
+            if not ended(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
 CALLS: list = []
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from . import dtypes, layouts
 from ._capi import handles
 from ._capi import long_runs
+from ._capi import memory_headroom
 from ._capi.api import HEADER_VERSION
 from ._pjrt_cffi import ffi, lib
 from .array import Array, check_device_sets
@@ -446,6 +447,8 @@ class LoadedExecutable(ExecutableMetadata):
 
     def _launch(self, pointer, scratch: "_Scratch", num_devices: int, num_arguments: int,
                 keep: tuple) -> None:
+        if memory_headroom.limited:  # an address-space limit is set (RLIMIT_AS)
+            memory_headroom.check_launch(self, num_devices)
         api = self._handle.api
         if not self.launches_inline:
             self.launches_inline = long_runs.launch(self._handle, pointer, scratch, num_devices,

@@ -166,10 +166,11 @@ class _Worker:
         env["PYTHONPATH"] = os.pathsep.join(
             [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         source = ("import sys; from pjrt._compile.isolated_worker import serve; "
-                  "serve(int(sys.argv[1]), int(sys.argv[2]))")
+                  "serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))")
         try:
             self.process = subprocess.Popen(
-                [sys.executable, "-c", source, str(to_child_read), str(from_child_write)],
+                [sys.executable, "-c", source, str(to_child_read), str(from_child_write),
+                 str(os.getpid())],
                 stdin=subprocess.DEVNULL, stdout=self.output, stderr=self.output,
                 pass_fds=(to_child_read, from_child_write), env=env, start_new_session=True)
         finally:

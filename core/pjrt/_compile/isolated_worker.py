@@ -1,7 +1,8 @@
 """The isolation worker: the child process behind crash-isolated compilation.
 
 `pjrt.isolated_compile` starts it as `python -c "from pjrt._compile.isolated_worker import serve; ..."`
-with two pipe descriptors. It loads the plugin and makes a client as told, then compiles or
+with two pipe descriptors and its own pid; the worker ends when that process does (a killed
+parent leaves no worker behind, even one busy in a compile). It loads the plugin and makes a client as told, then compiles or
 deserializes each request exactly as the parent will, and answers with None or the plugin's
 error. If the plugin's compiler crashes on a program, this process dies instead of the
 parent, which reads how it ended. Nothing in the package imports this module: it is the
@@ -13,6 +14,7 @@ import re
 import threading
 
 from .. import compilation_cache
+from .._capi.parent_watch import end_with_parent
 from .._wire import mlir_bytecode
 from .._pjrt_cffi import ffi
 from ..client import make_c_api_client
@@ -25,9 +27,13 @@ from .pipeline import program_argument
 from .program_facts import ProgramFacts, read_program
 
 
-def serve(read_fd: int, write_fd: int) -> None:
+def serve(read_fd: int, write_fd: int, parent: int | None = None) -> None:
     """The worker's loop: load the plugin and make a client as told, then compile or
-    deserialize each request and answer with None or the plugin's error."""
+    deserialize each request and answer with None or the plugin's error. With ``parent``
+    (a pid), the worker ends when that process does."""
+    if parent is not None:
+        # Not thread-bound: the worker serves whichever thread of the parent compiles next.
+        end_with_parent(parent)
     def answer(message: dict) -> None:
         send_message(write_fd, message)
 

@@ -1,7 +1,8 @@
 """The worker process: runs checks in order and reports each over a pipe before the next.
 
-Started by `pjrt.conform.runner` as ``python -m pjrt.conform._worker --report-fd N``
-with the job as JSON on stdin. Each check is announced (``{"start": name}``) before it runs and
+Started by `pjrt.conform.runner` as ``python -m pjrt.conform._worker --report-fd N
+--parent-pid P`` with the job as JSON on stdin; it ends when the runner's process does (a killed
+runner leaves no worker behind, even one hung in the plugin). Each check is announced (``{"start": name}``) before it runs and
 its result sent after, so that when the plugin kills this process the runner knows which
 check did it. The plugin's own output goes wherever the runner sent stdout and stderr.
 """
@@ -14,6 +15,7 @@ import sys
 import time
 import traceback
 
+from .._capi.parent_watch import end_with_parent
 from ..errors import XlaRuntimeError
 from ._context import Context, refused
 from ._registry import Skip, blocked_by
@@ -55,7 +57,11 @@ def run_one(check, context: Context, failed: set[str]) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m pjrt.conform._worker")
     parser.add_argument("--report-fd", type=int, required=True)
+    parser.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)
+    if args.parent_pid is not None:
+        # The runner's thread that started this worker kills it before going on.
+        end_with_parent(args.parent_pid, thread_bound=True)
     job = json.load(sys.stdin)
     report = os.fdopen(args.report_fd, "w", buffering=1)
 

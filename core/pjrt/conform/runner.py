@@ -87,7 +87,8 @@ def _start_worker(job: dict, python: str) -> _Worker:
     env.setdefault("PJRT_LOG_LEVEL", "warning")
     try:
         process = subprocess.Popen(
-            [python, "-m", "pjrt.conform._worker", "--report-fd", str(write_fd)],
+            [python, "-m", "pjrt.conform._worker", "--report-fd", str(write_fd),
+             "--parent-pid", str(os.getpid())],
             stdin=subprocess.PIPE, stdout=output, stderr=output, pass_fds=(write_fd,),
             env=env, start_new_session=True)
     finally:

@@ -1,0 +1,108 @@
+"""Out of memory inside a plugin call (pjrt._capi.memory_headroom).
+
+Under an address-space limit (``RLIMIT_AS``), a launch whose outputs and kernel workspace do
+not fit can end the process inside ``PJRT_LoadedExecutable_Execute`` (the 0.81 CPU build
+crashes with SIGSEGV on a 4096 x 4096 product with 64 MiB left). pjrt refuses such a launch
+with ``MemoryError`` before the plugin runs it. Each case runs in a child process, since the
+limit is process-wide and the failure it guards against kills the process.
+"""
+from __future__ import annotations
+
+import json
+import resource
+
+import pytest
+
+from conftest import CPU_PLUGINS, cpu_plugin_path, run_python
+
+N = 4096
+
+#: A product of two N x N float32 matrices (64 MiB out; the plugins report no temporaries).
+PRODUCT = f"""
+func.func public @main(%a: tensor<{N}x{N}xf32>, %b: tensor<{N}x{N}xf32>) -> tensor<{N}x{N}xf32> {{
+  %0 = stablehlo.dot_general %a, %b, contracting_dims = [1] x [0] : (tensor<{N}x{N}xf32>, tensor<{N}x{N}xf32>) -> tensor<{N}x{N}xf32>
+  return %0 : tensor<{N}x{N}xf32>
+}}"""
+
+#: 4 KiB out: a launch that needs no fresh memory of note.
+SMALL = """
+func.func public @main(%a: tensor<1024xf32>) -> tensor<1024xf32> {
+  %0 = stablehlo.add %a, %a : tensor<1024xf32>
+  return %0 : tensor<1024xf32>
+}"""
+
+#: argv: plugin name, its library, MiB left under the limit, which program. Prints what the
+#: launch under the limit did, and what a launch did once the limit was lifted again.
+CHILD = """
+import json, resource, sys
+import numpy as np
+import pjrt
+from pjrt._capi import memory_headroom
+
+name, path, headroom, which = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+program, size = (sys.argv[5], int(sys.argv[6])) if which == "product" else (sys.argv[7], 1024)
+pjrt.load_pjrt_plugin_dynamically(name, path)
+client = pjrt.make_c_api_client(name, {"cpu_device_count": 1})
+executable = client.compile_and_load(program)
+shape = (size, size) if which == "product" else (size,)
+x = client.buffer_from_pyval(np.ones(shape, np.float32))
+want = float(size) if which == "product" else 2.0
+arguments = [x, x] if which == "product" else [x]
+report = {"limited_before": memory_headroom.limited}
+resource.setrlimit(resource.RLIMIT_AS, (memory_headroom.address_space_used() + (headroom << 20),
+                                        resource.RLIM_INFINITY))
+report["limited"] = memory_headroom.limited
+try:
+    (y,) = executable.execute(arguments)
+    report["ran"] = bool((np.asarray(y) == want).all())
+except MemoryError as error:
+    report["refused"] = str(error)
+resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+report["limited_after"] = memory_headroom.limited
+(y,) = executable.execute(arguments)
+report["ran_after"] = bool((np.asarray(y) == want).all())
+print(json.dumps(report), flush=True)
+"""
+
+
+def _run(plugin: str, headroom_mib: int, which: str) -> dict:
+    result = run_python(CHILD, plugin, cpu_plugin_path(plugin), headroom_mib, which, PRODUCT, N,
+                        SMALL, timeout=300, check=False)
+    assert result.returncode == 0, (f"the child ended with {result.returncode}:\n"
+                                    f"{result.stdout[-2000:]}{result.stderr[-4000:]}")
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["limited"] and not report["limited_after"], report
+    assert report["ran_after"], report  # the limit lifted, the same launch runs
+    return report
+
+
+@pytest.mark.parametrize("plugin", sorted(CPU_PLUGINS))
+def test_a_launch_that_does_not_fit_under_the_limit_is_refused(plugin):
+    # 64 MiB left: the output fits, the product's workspace does not (0.81 crashed here).
+    report = _run(plugin, 64, "product")
+    assert "refused" in report, report
+    message = report["refused"]
+    assert "RLIMIT_AS" in message and "64 MiB for its outputs" in message, message
+    assert "The plugin was not called" in message, message
+
+
+@pytest.mark.parametrize("plugin", sorted(CPU_PLUGINS))
+def test_a_launch_with_room_under_the_limit_runs(plugin):
+    report = _run(plugin, 400, "product")
+    assert report.get("ran"), report
+
+
+@pytest.mark.parametrize("plugin", sorted(CPU_PLUGINS))
+def test_a_small_launch_is_not_refused_for_a_reserve_it_does_not_need(plugin):
+    report = _run(plugin, 8, "small")
+    assert report.get("ran"), report
+
+
+def test_no_limit_costs_one_flag():
+    from pjrt._capi import memory_headroom
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft != resource.RLIM_INFINITY:
+        pytest.skip("this test process runs under an address-space limit")
+    assert memory_headroom.limited is False
+    assert memory_headroom.headroom() is None
