@@ -101,6 +101,10 @@ class _Worker:
 
     def __init__(self, name: str, stack_bytes: int):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        #: Queue a function to run. The queue's own (C) ``put``, not a Python method: Python
+        #: raises a pending KeyboardInterrupt only between bytecodes, so with no Python frame
+        #: of its own a submission is either not begun or complete when one arrives.
+        self.submit: Callable[[Callable[[], None]], None] = self._jobs.put
         previous = threading.stack_size()
         try:
             threading.stack_size(stack_bytes)
@@ -113,9 +117,6 @@ class _Worker:
         while True:
             job = self._jobs.get()
             job()
-
-    def submit(self, job: Callable[[], None]) -> None:
-        self._jobs.put(job)
 
 
 _workers: list[_Worker] = []
@@ -235,8 +236,11 @@ def call_off_thread(work: Callable[[], T], abandon: Callable[[T | None], None] |
                 _idle.notify_all()
             _return_worker(worker)
 
-    worker.submit(job)
     try:
+        # Inside the try: a Ctrl-C that arrives as the job is queued is raised after the
+        # queue's put returns, here, so the job is marked abandoned instead of running on
+        # after its caller has gone (and ended the ticket the job's handles depend on).
+        worker.submit(job)
         if wait is not None:
             wait(done)
         else:
