@@ -320,9 +320,13 @@ class LoadedExecutable(ExecutableMetadata):
             self._output_global_shapes = self._check_output_layouts()  # before anything runs
         devices = self._devices
         shardings = self.input_shardings
-        # Arguments placed by pjrt.compile carry these very sharding objects, which fixes their
-        # devices: the set comparison is needed only for the others.
-        if any(type(a) is not Array or a._sharding is not s for a, s in zip(arguments, shardings)):
+        # Arguments placed by pjrt.compile carry these very sharding objects, or equivalent
+        # ones (the same devices in the same order): the set comparison is needed only for
+        # the others.
+        laid_out = [type(a) is Array and ((mine := a.sharding) is s
+                                          or mine.is_equivalent_to(s, a.ndim))
+                    for a, s in zip(arguments, shardings)]
+        if not all(laid_out):
             check_device_sets(arguments, devices, host_values_allowed=copy_host_values)
         rows: list = []
         hosts = []
@@ -335,8 +339,7 @@ class LoadedExecutable(ExecutableMetadata):
                 rows.append(None)
                 continue
             buffers = argument._live_buffers()
-            if argument._sharding is not sharding and not argument.sharding.is_equivalent_to(
-                    sharding, argument.ndim) and not (argument.sharding == sharding):
+            if not laid_out[i] and not (argument.sharding == sharding):
                 raise ValueError(f"argument {i} is laid out as {argument.sharding!r} but the "
                                  f"program expects {sharding!r}; place it with "
                                  f"pjrt.device_put(x, sharding)")
