@@ -32,6 +32,18 @@ class LayoutToken:
     def __repr__(self) -> str:
         return f"<layout token {id(self):#x}>"
 
+    # A token is an identity: a copy must be the token itself, and one cannot be rebuilt
+    # elsewhere (a sharding copied with its cache keeps comparing right).
+    def __copy__(self) -> "LayoutToken":
+        return self
+
+    def __deepcopy__(self, memo) -> "LayoutToken":
+        return self
+
+    def __reduce__(self):
+        raise TypeError("a layout token cannot be pickled: it stands for a layout only in "
+                        "this process")
+
 
 class _Replicated:
     """The layout part of the key of every replicated spelling (and one-device layouts)."""
