@@ -336,6 +336,10 @@ class Sharding:
 
         pjrt's own sharding types answer from a token each computes once per rank (see
         `pjrt._sharding.equivalence`), so asking again costs two dictionary lookups."""
+        try:  # both tokens computed already (only pjrt's own types have int keys there)
+            return self._cache[ndim] is other._cache[ndim]
+        except (AttributeError, KeyError, TypeError):
+            pass
         if not isinstance(other, Sharding):
             return False
         if type(self) in _FROZEN and type(other) in _FROZEN:
