@@ -651,6 +651,20 @@ def test_equivalence_cannot_be_fooled_by_a_mutated_or_collected_sharding(devices
     assert equivalence.live_layouts() == held
 
 
+def test_shard_shape_from_its_cache_still_checks_the_shape(devices):
+    """A shape asked again is answered from the cache, but only for plain int sizes: a bool
+    (equal to 1, with the same hash) is still refused, numpy ints still accepted."""
+    sharding = NamedSharding(Mesh(np.array(devices), ("x",)), P())
+    for _ in range(2):
+        assert sharding.shard_shape((1,)) == (1,)
+        assert sharding.shard_shape((np.int64(1),)) == (1,)
+        assert sharding.shard_shape([1]) == (1,)
+        with pytest.raises(TypeError, match="must hold ints"):
+            sharding.shard_shape((True,))
+        with pytest.raises(ValueError, match=">= 0"):
+            sharding.shard_shape((-1,))
+
+
 def test_sharding_subclasses_are_compared_in_full(devices):
     """A Sharding subclass pjrt does not know may change: it gets no token, each answer is
     computed afresh from its HloSharding."""

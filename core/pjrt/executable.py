@@ -345,8 +345,11 @@ class LoadedExecutable(ExecutableMetadata):
                                  f"pjrt.device_put(x, sharding)")
             check_shards(i, argument.shape, argument.dtype, sharding,
                          self._parameter_specs[i] if self._parameter_specs else None)
-            by_device = dict(zip(argument._devices, buffers))
-            rows.append([by_device[d] for d in devices])
+            if argument._devices == devices:  # the shards in the program's device order
+                rows.append(buffers)
+            else:
+                by_device = dict(zip(argument._devices, buffers))
+                rows.append([by_device[d] for d in devices])
         num_devices = len(devices)
         keep = self._prepare_donations([list(arguments)]) if self._donated else ()
         scratch = self._scratch(len(arguments), num_devices)

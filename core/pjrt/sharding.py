@@ -53,6 +53,9 @@ __all__ = [
 
 Index = tuple  # of slices, one per array dimension
 
+#: The one type a cached shape's sizes have (bools and numpy ints go through the checks).
+_INT = frozenset({int})
+
 
 class IndivisibleError(ValueError):
     """An array dimension is not a multiple of the number of shards along it."""
@@ -303,6 +306,11 @@ class Sharding:
           ValueError: the sharding does not fit the rank, or has no per-device layout
             (manual).
         """
+        if type(global_shape) is tuple and _INT.issuperset(map(type, global_shape)):
+            try:  # a shape of plain ints asked before (a program call asks on every call)
+                return self._cache[("shape", global_shape)]
+            except (AttributeError, KeyError):
+                pass
         shape = _check_shape(global_shape)
         return self._cached(("shape", shape), lambda: _shard_shape(
             self.to_hlo_sharding(len(shape)), shape, self))
