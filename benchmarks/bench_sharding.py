@@ -229,7 +229,7 @@ def bench_dispatch(libs: dict, settings: Settings, notes: list[str]) -> list[Row
     host = np.arange(NUM_DEVICES, dtype=np.float32)
     expected = host * 2 + 1
     n_calls: dict[str, dict[str, Callable[[int], int]]] = {
-        "program": {}, "execute_global": {}, "program_named": {}, "blocking": {}, "floor": {}}
+        "program": {}, "program_named": {}, "floor": {}, "blocking": {}, "execute_global": {}}
 
     if "jax" in libs:
         jax, sharding = libs["jax"].jax, libs["jax"].sharding
@@ -309,27 +309,29 @@ def bench_dispatch(libs: dict, settings: Settings, notes: list[str]) -> list[Row
         n_calls["blocking"]["pjrt"] = pjrt_blocking
 
     labels = {
-        "program": "(b) 8-device SPMD x*2+1, N calls then wait: pjrt CompiledProgram(x) "
-                   "[us/call]",
+        "program": "(b) 8-device SPMD x*2+1, N calls then wait: pjrt CompiledProgram(x), x "
+                   "placed with the program's own input sharding [us/call]",
         "execute_global": "(b) same, pjrt executable.execute_global([x]) [us/call]",
-        "program_named": "(b) same, pjrt CompiledProgram(x), x placed with an equivalent "
-                         "NamedSharding [us/call]",
+        "program_named": "(b) same, x placed with an equal NamedSharding the user built "
+                         "(another object) [us/call]",
         "blocking": "(b) CompiledProgram(x), wait on every call [us/call]",
         "floor": "(b) ref: pjrt's C floor, PJRT_LoadedExecutable_Execute + freeing 8 outputs, "
                  "no Python objects, N calls then wait [us/call]",
     }
+    #: pjrt/jax at most: the calls a program makes at the floor, and the lower-level entry.
+    goals = {"program": 0.9, "program_named": 0.9, "blocking": 1.0, "execute_global": 2.0}
     rows = []
     for key, runs in n_calls.items():
         if not runs:
             continue
         medians = per_call_medians(runs, settings)
+        goal = goals.get(key)
         rows.append(Row("b", labels[key], "us", {k: v * 1e6 for k, v in medians.items()},
-                        goal="" if key == "floor" else "pjrt/jax <= 2"))
-    for row in rows:
-        if not row.goal:
-            continue
-        ratio = row.ratio("pjrt", "jax")
-        row.status = "n/a (no jax)" if ratio is None else "met" if ratio <= 2.0 else "NOT met"
+                        goal="" if goal is None else f"pjrt/jax <= {goal:g}"))
+        if goal is not None:
+            ratio = rows[-1].ratio("pjrt", "jax")
+            rows[-1].status = ("n/a (no jax)" if ratio is None
+                               else "met" if ratio <= goal else "NOT met")
     notes.append("(b) jax: jax.jit(lambda v: v * 2 + 1, in_shardings=s, out_shardings=s) with "
                  "s = NamedSharding(mesh8, P('x')), called on a committed array placed with s; "
                  "pjrt: "

@@ -59,9 +59,10 @@ def main(argv=None) -> int:
     import pjrt
     import pjrt_cpu
     from pjrt._pjrt_cffi import lib
-    from pjrt.transfers import batched_copy_array_to_devices_with_sharding, device_put
+    from pjrt.transfers import (batched_copy_array_to_devices_with_sharding, device_put,
+                                is_placed_as)
     from pjrt.array import check_device_sets
-    from pjrt.executable import _global_shape
+    from pjrt.sharding import global_shape_of_shards
 
     pjrt.load_pjrt_plugin_dynamically("cpu", pjrt_cpu.library_path())
     client = pjrt.make_c_api_client("cpu", {"cpu_device_count": NUM_DEVICES})
@@ -148,9 +149,14 @@ def main(argv=None) -> int:
     record("C: PJRT_Buffer_Destroy x8 of the outputs (timed apart)", c_destroy)
 
     # -- Python pieces of CompiledProgram.__call__ -> _place_global
-    record("_place_global([x]) (check devices + device_put, x already placed)",
+    record("_place_global([x]) (x already placed: passed as it is)",
            loop(lambda _: compiled._place_global((x,))))
-    record("· check_device_sets([x], devices)",
+    record("· is_placed_as(x, input sharding) (the very sharding object)",
+           loop(lambda _: is_placed_as(x, in_sharding)))
+    record("· is_placed_as(xn, input sharding) (an equal NamedSharding: cached tokens)",
+           loop(lambda _: is_placed_as(xn, in_sharding)))
+    record("· _place_global([xn])", loop(lambda _: compiled._place_global((xn,))))
+    record("· check_device_sets([x], devices) (only for arguments not placed as expected)",
            loop(lambda _: check_device_sets([x], devices)))
     record("· device_put(x, input sharding) (returns x)",
            loop(lambda _: device_put(x, in_sharding)))
@@ -160,7 +166,7 @@ def main(argv=None) -> int:
            loop(lambda _: xn.sharding.is_equivalent_to(in_sharding, 1)))
     record("· · · NamedSharding.to_hlo_sharding(1) (spec_to_hlo_sharding, lru-cached)",
            loop(lambda _: xn.sharding.to_hlo_sharding(1)))
-    record("· · · GSPMDSharding._device_assignment (tuple of a DeviceList)",
+    record("· · · GSPMDSharding._device_assignment (a tuple kept from construction)",
            loop(lambda _: in_sharding._device_assignment))
 
     # -- Python pieces of execute_global
@@ -169,13 +175,13 @@ def main(argv=None) -> int:
                            executable._check_count(1))))
     record("execute_global: per argument: _live_buffers + is_equivalent_to (GSPMD vs itself)",
            loop(lambda _: (x._live_buffers(), x.sharding.is_equivalent_to(in_sharding, 1))))
-    record("execute_global: per argument: tuple(shard_shape) (cached, shape checked each call)",
+    record("execute_global: per argument: tuple(shard_shape) (a plain-int shape: from the cache)",
            loop(lambda _: tuple(in_sharding.shard_shape(x.shape))))
 
     def row(_):
         by_device = dict(zip(x._devices, x._buffers))
         return [by_device[d] for d in devices]
-    record("execute_global: per argument: dict(zip(devices, buffers)) + row in device order",
+    record("execute_global: per argument: dict(zip(devices, buffers)) + row (only when the shards come in another device order)",
            loop(row))
 
     def scratch_fill(_):
@@ -196,8 +202,8 @@ def main(argv=None) -> int:
     record("execute_global: per_output lists (cdata indexing)",
            loop(lambda _: [[scratch.outputs[d * 1 + j] for d in range(NUM_DEVICES)]
                            for j in range(1)]))
-    record("execute_global: _global_shape(output sharding, shard shape)",
-           loop(lambda _: _global_shape(out_sharding, executable._output_shapes[0])))
+    record("execute_global: global_shape_of_shards(output sharding, shard shape)",
+           loop(lambda _: global_shape_of_shards(out_sharding, executable._output_shapes[0])))
     record("function-level 'from .sharding import PmapSharding' (5 such per call)",
            loop(lambda _: __import__("pjrt.sharding", fromlist=["PmapSharding"])))
 

@@ -80,6 +80,65 @@ def test_arguments_on_other_devices_are_refused(client):
         compiled(elsewhere)
 
 
+def test_an_array_placed_with_an_equal_named_sharding_is_taken_as_it_is(client, mesh):
+    """The program reports its input sharding as a GSPMDSharding; an Array placed with the
+    NamedSharding a user builds for the same layout is passed to it without a copy, by
+    ``pjrt.compile``'s call and by ``execute_global`` alike, call after call."""
+    program = programs.get("spmd_elementwise_2d")
+    compiled = pjrt.compile(program.read_text("shardy"), mesh)
+    (host,) = program.inputs()
+    expected = program.expected()[0]
+    x = pjrt.device_put(host, pjrt.NamedSharding(mesh, pjrt.P("x", "y")))
+    wanted = compiled.input_shardings[0]
+    assert x.sharding is not wanted and x.sharding != wanted
+    assert pjrt.transfers.is_placed_as(x, wanted)
+    for _ in range(3):
+        assert pjrt.device_put(x, wanted) is x
+        np.testing.assert_allclose(np.asarray(compiled(x)), expected, rtol=program.rtol,
+                                   atol=program.atol)
+        (out,) = compiled.executable.execute_global([x])
+        np.testing.assert_allclose(np.asarray(out), expected, rtol=program.rtol,
+                                   atol=program.atol)
+    x.delete()
+    with pytest.raises(pjrt.DeletedArrayError):
+        compiled(x)
+    with pytest.raises(pjrt.DeletedArrayError):
+        compiled.executable.execute_global([x])
+
+
+def test_arrays_laid_out_otherwise_are_resharded_by_the_call_and_refused_by_execute_global(
+        client, mesh):
+    """Layouts that only look alike are not taken for the program's: another spec, another
+    device order, another mesh shape, another memory kind. ``pjrt.compile``'s call reshards
+    them (the result is right); ``execute_global`` refuses them."""
+    program = programs.get("spmd_elementwise_2d")
+    compiled = pjrt.compile(program.read_text("shardy"), mesh)
+    (host,) = program.inputs()
+    expected = program.expected()[0]
+    devices = client.devices()
+    order = [devices[i] for i in (1, 0, 2, 3, 4, 5, 6, 7)]
+    others = {
+        "another spec": pjrt.NamedSharding(mesh, pjrt.P("y", "x")),
+        "another device order": pjrt.NamedSharding(
+            pjrt.Mesh(np.array(order).reshape(2, 4), ("x", "y")), pjrt.P("x", "y")),
+        "another mesh shape": pjrt.NamedSharding(
+            pjrt.Mesh(np.array(devices).reshape(4, 2), ("x", "y")), pjrt.P("x", "y")),
+        "another memory kind": pjrt.NamedSharding(mesh, pjrt.P("x", "y"),
+                                                  memory_kind="pinned_host"),
+    }
+    wanted = compiled.input_shardings[0]
+    for why, sharding in others.items():
+        x = pjrt.device_put(host, sharding)
+        for _ in range(2):  # the second time from the cached verdicts
+            assert not pjrt.transfers.is_placed_as(x, wanted), why
+            moved = pjrt.device_put(x, wanted)
+            assert moved is not x and moved.sharding is wanted, why
+            np.testing.assert_allclose(np.asarray(compiled(x)), expected, rtol=program.rtol,
+                                       atol=program.atol, err_msg=why)
+            with pytest.raises(ValueError, match="laid out as"):
+                compiled.executable.execute_global([x])
+
+
 def test_wrong_global_shape_is_refused(client, mesh):
     compiled = pjrt.compile(programs.get("spmd_elementwise_2d").read_text("shardy"), mesh)
     with pytest.raises((TypeError, ValueError)):

@@ -4,6 +4,7 @@ pjrt.sharding, pjrt._sharding.annotations), judged against jax 0.10.2 on 8 CPU d
 The text parsing beneath them has its own tests, in test_sharding_text.py."""
 from __future__ import annotations
 
+import gc
 import itertools
 import json
 from pathlib import Path
@@ -15,7 +16,7 @@ import pjrt
 from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT, cpu_plugin_path
 from pjrt.hlo_sharding import HloSharding
 from pjrt.sharding import (GSPMDSharding, IndivisibleError, Mesh, NamedSharding, P,
-                           PartitionSpec, SingleDeviceSharding,
+                           PartitionSpec, Sharding, SingleDeviceSharding,
                            check_and_canonicalize_memory_kind, check_spec_axes,
                            hlo_sharding_from_sdy, partition_spec_from_sdy,
                            sdy_sharding_from_spec, sharding_from_mhlo_text,
@@ -545,6 +546,148 @@ def test_program_shardings_match_the_manifest(info):
         return str(parsed if isinstance(parsed, HloSharding) else hlo_sharding_from_sdy(parsed))
     assert [as_text(s) for s in inputs] == info["jax_input_hlo_shardings"]
     assert [as_text(s) for s in outputs] == info["jax_output_hlo_shardings"]
+
+
+# --------------------------------------------------------------------------
+# Equivalence (answered from a token each sharding computes once per rank)
+# --------------------------------------------------------------------------
+
+def _layouts(devices, jax_devices):
+    """(ours, jax's) NamedShardings for rank-2 arrays: equal ones spelled apart, other specs,
+    device orders, mesh shapes and memory kinds."""
+    out = []
+    for shape, names, order in [((8,), ("x",), None), ((8,), ("x",), (1, 0, 2, 3, 4, 5, 6, 7)),
+                                ((2, 4), ("x", "y"), None), ((4, 2), ("x", "y"), None),
+                                ((2, 4), ("x", "y"), (3, 1, 4, 0, 7, 5, 2, 6))]:
+        mesh, jax_mesh = _meshes(devices, jax_devices, shape, names, order)
+        specs = [(), (None, None), (names[0],), (names[0], None), (names[-1],),
+                 (None, names[0]), (tuple(names),)]
+        for spec in specs:
+            for kind in (None, "pinned_host"):
+                out.append((NamedSharding(mesh, P(*spec), memory_kind=kind),
+                            js.NamedSharding(jax_mesh, js.PartitionSpec(*spec), memory_kind=kind)))
+    return out
+
+
+def test_equivalence_matches_jax_on_every_pair(devices, jax_devices):
+    """Every pair of a grid of layouts, rank 2: the verdict is jax's, both ways, asked twice
+    (the second time from the cached tokens)."""
+    layouts = _layouts(devices, jax_devices)
+    equivalent_pairs = 0
+    for (a, ja), (b, jb) in itertools.product(layouts, repeat=2):
+        want = ja.is_equivalent_to(jb, 2)
+        for _ in range(2):
+            assert a.is_equivalent_to(b, 2) == want, (a, b)
+            assert b.is_equivalent_to(a, 2) == want, (a, b)
+        equivalent_pairs += want and a != b
+    assert equivalent_pairs > 0  # the grid holds equivalent layouts spelled differently
+
+
+def test_an_equal_named_sharding_is_equivalent_to_the_compiled_one_and_others_are_not(devices):
+    """A GSPMDSharding as a compiled program reports it, against NamedShardings a user builds."""
+    mesh8 = Mesh(np.array(devices), ("x",))
+    program = GSPMDSharding(devices, HloSharding.from_string("{devices=[8]<=[8]}"))
+    assert NamedSharding(mesh8, P("x")).is_equivalent_to(program, 1)
+    assert NamedSharding(mesh8, P("x")).is_equivalent_to(NamedSharding(mesh8, P("x")), 1)
+    # The same layout on a 2 x 4 mesh whose axes both split the one dimension, in order.
+    mesh24 = Mesh(np.array(devices).reshape(2, 4), ("a", "b"))
+    assert NamedSharding(mesh24, P(("a", "b"))).is_equivalent_to(program, 1)
+    swapped = [devices[1], devices[0], *devices[2:]]
+    different = {
+        "another spec": NamedSharding(mesh8, P(None)),
+        "another device order": NamedSharding(Mesh(np.array(swapped), ("x",)), P("x")),
+        "another mesh shape": NamedSharding(mesh24, P("a")),
+        "axes in another order": NamedSharding(mesh24, P(("b", "a"))),
+        "another memory kind": NamedSharding(mesh8, P("x"), memory_kind="pinned_host"),
+        "fewer devices": NamedSharding(Mesh(np.array(devices[:4]), ("x",)), P("x")),
+    }
+    for why, sharding in different.items():
+        for _ in range(2):
+            assert not sharding.is_equivalent_to(program, 1), why
+            assert not program.is_equivalent_to(sharding, 1), why
+
+
+def test_equivalence_cannot_be_fooled_by_a_mutated_or_collected_sharding(devices):
+    """The shardings refuse to change once built, and a verdict is never kept by id(): a
+    sharding collected and another built at the same address gets its own answer."""
+    from pjrt._sharding import equivalence
+
+    mesh = Mesh(np.array(devices), ("x",))
+    program = GSPMDSharding(devices, HloSharding.from_string("{devices=[8]<=[8]}"))
+    named = NamedSharding(mesh, P("x"))
+    assert named.is_equivalent_to(program, 1)
+    for sharding, name, value in [(named, "_spec", P(None)), (named, "_mesh", mesh),
+                                  (program, "_hlo", HloSharding.replicate()),
+                                  (SingleDeviceSharding(devices[0]), "_device", devices[1])]:
+        with pytest.raises(AttributeError, match="immutable"):
+            setattr(sharding, name, value)
+    assert named.spec == P("x") and named.is_equivalent_to(program, 1)
+    assert not program.is_equivalent_to(NamedSharding(mesh, P(None)), 1)
+    # A copy carries the cached tokens, which stay the very same objects.
+    import copy
+    copied = copy.copy(named)
+    assert copied is not named and copied.is_equivalent_to(program, 1)
+    token = named._layout_token(1)
+    assert copy.copy(token) is token and copy.deepcopy(token) is token
+
+    reused = 0
+    for _ in range(200):
+        first = NamedSharding(mesh, P("x"))
+        address = id(first)
+        assert first.is_equivalent_to(program, 1)
+        del first                                      # freed here: it holds no cycle
+        other = NamedSharding(mesh, P(None))          # often at the same address
+        reused += id(other) == address
+        assert not other.is_equivalent_to(program, 1), f"address reused {reused} times"
+        del other
+    # A layout's token lives only as long as a sharding holds it.
+    held = equivalence.live_layouts()
+    replicated = [NamedSharding(Mesh(np.array(devices[i:i + 2]), ("x",)), P(None))
+                  for i in range(0, 8, 2)]
+    assert all(not r.is_equivalent_to(program, 1) for r in replicated)
+    assert equivalence.live_layouts() == held + 4
+    del replicated
+    gc.collect()
+    assert equivalence.live_layouts() == held
+
+
+def test_shard_shape_from_its_cache_still_checks_the_shape(devices):
+    """A shape asked again is answered from the cache, but only for plain int sizes: a bool
+    (equal to 1, with the same hash) is still refused, numpy ints still accepted."""
+    sharding = NamedSharding(Mesh(np.array(devices), ("x",)), P())
+    for _ in range(2):
+        assert sharding.shard_shape((1,)) == (1,)
+        assert sharding.shard_shape((np.int64(1),)) == (1,)
+        assert sharding.shard_shape([1]) == (1,)
+        with pytest.raises(TypeError, match="must hold ints"):
+            sharding.shard_shape((True,))
+        with pytest.raises(ValueError, match=">= 0"):
+            sharding.shard_shape((-1,))
+
+
+def test_sharding_subclasses_are_compared_in_full(devices):
+    """A Sharding subclass pjrt does not know may change: it gets no token, each answer is
+    computed afresh from its HloSharding."""
+    class Switchable(Sharding):
+        def __init__(self, hlo):
+            self.hlo = hlo
+
+        def to_hlo_sharding(self, ndim):
+            return self.hlo
+
+        @property
+        def _device_assignment(self):
+            return tuple(devices)
+
+        @property
+        def memory_kind(self):
+            return program.memory_kind
+
+    program = GSPMDSharding(devices, HloSharding.from_string("{devices=[8]<=[8]}"))
+    mine = Switchable(HloSharding.from_string("{devices=[8]<=[8]}"))
+    assert mine.is_equivalent_to(program, 1) and program.is_equivalent_to(mine, 1)
+    mine.hlo = HloSharding.replicate()
+    assert not mine.is_equivalent_to(program, 1) and not program.is_equivalent_to(mine, 1)
 
 
 # --------------------------------------------------------------------------

@@ -104,6 +104,65 @@ def test_ctrl_c_interrupts_a_wait_and_the_result_arrives_later(cpu_plugin):
     np.testing.assert_allclose(outcome["again"], np.tanh(2.0), rtol=1e-6)
 
 
+def test_a_global_array_is_ready_once_every_shard_is(client):
+    """block_until_ready() on an array of several shards waits for all of them at once (one
+    native wait); each shard then holds its own device's result."""
+    devices = client.devices()[:4]
+    compiled = pjrt.compile(_long_loop(20), devices, replicated=True)
+    x = np.stack([np.full((256, 256), 0.001 * (i + 1), np.float32) for i in range(4)])
+    out = compiled(x)
+    assert len(out.addressable_shards) == 4
+    assert out.block_until_ready() is out
+    assert out.is_ready() and all(s.data.is_ready() for s in out.addressable_shards)
+    one = pjrt.compile(_long_loop(20), devices[0])
+    for i, shard in enumerate(out.addressable_shards):
+        np.testing.assert_allclose(np.asarray(shard.data), np.asarray(one(x[i])), rtol=1e-5)
+    # Ready already: the same wait returns at once, and again after the array is read.
+    out.block_until_ready()
+    pjrt.transfers.batched_block_until_ready([out, out])
+    out.delete()
+    with pytest.raises(pjrt.DeletedArrayError):
+        out.block_until_ready()
+
+
+@pytest.mark.slow
+def test_ctrl_c_interrupts_a_wait_on_a_global_array(cpu_plugin):
+    """As above, for the shared wait on every shard of a global array: the interrupted wait's
+    state is freed by the last shard to finish, and exit meets nothing left over."""
+    result = run_python(f"""
+        import json, signal, time
+        import numpy as np, pjrt
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        client = pjrt.make_c_api_client("cpu", {{"cpu_device_count": 2}})
+        compiled = pjrt.compile({_long_loop(6000)!r}, client.devices()[:2], replicated=True)
+        x = np.full((2, 256, 256), 0.01, np.float32)
+
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        start = time.monotonic()
+        out = compiled(x)
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        try:
+            out.block_until_ready()
+            interrupted = None
+        except KeyboardInterrupt:
+            interrupted = time.monotonic() - start
+        ready_then = out.is_ready()
+        out.block_until_ready()
+        value = np.asarray(out)
+        second = compiled(x * 0)
+        print(json.dumps({{"interrupted": interrupted, "ready_then": ready_then,
+                          "finite": bool(np.isfinite(value).all()),
+                          "zeros": bool((np.asarray(second) == 0).all())}}))
+    """, timeout=300)
+    outcome = json.loads(result.stdout.splitlines()[-1])
+    assert outcome["interrupted"] is not None, outcome
+    assert not outcome["ready_then"], outcome
+    assert outcome["interrupted"] < 0.2 + 1.0, outcome
+    assert outcome["finite"] and outcome["zeros"], outcome
+
+
 @pytest.mark.slow
 def test_ctrl_c_interrupts_a_compile_and_the_client_goes_on(cpu_plugin):
     """Compilation runs on a worker thread while the caller waits in slices: a KeyboardInterrupt

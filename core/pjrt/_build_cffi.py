@@ -52,6 +52,8 @@ _shim_declarations = (NATIVE_DIR / "shim.h").read_text()
 _kv_declarations = (NATIVE_DIR / "kv.h").read_text()
 #: DLPack's structs and the capsule helpers (see pjrt/dlpack.py).
 _dlpack_declarations = (NATIVE_DIR / "dlpack.h").read_text()
+#: One wait for all the shards of a global array (see pjrt/_capi/waits.py).
+_spmd_declarations = (NATIVE_DIR / "spmd.h").read_text()
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(declarations_from_header(_header_text))
@@ -61,6 +63,7 @@ ffibuilder.cdef(_shim_declarations)
 ffibuilder.cdef(_kv_declarations)
 ffibuilder.cdef((NATIVE_DIR / "kv_python.cdef").read_text())
 ffibuilder.cdef(declarations_from_header(_dlpack_declarations))
+ffibuilder.cdef(_spmd_declarations)
 ffibuilder.set_source(
     "pjrt._pjrt_cffi",
     '#include "pjrt_c_api.h"\n'
@@ -73,7 +76,9 @@ ffibuilder.set_source(
     + "\n"
     + _dlpack_declarations
     + "\n"
-    + (NATIVE_DIR / "dlpack.c").read_text(),
+    + (NATIVE_DIR / "dlpack.c").read_text()
+    + "\n" + _spmd_declarations + "\n"
+    + (NATIVE_DIR / "spmd.c").read_text(),
     include_dirs=[str(HEADER_DIR)],
     libraries=["dl"],
     extra_compile_args=["-O2", "-Wall"],

@@ -26,7 +26,7 @@ from .device import Device, Memory
 from .errors import ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError, check
 from ._capi.handles import HostBufferSemantics
 from ._capi.staging import adoptable_copy, should_stage
-from ._capi.waits import wait_buffer_ready
+from ._capi.waits import wait_buffers_ready
 
 if TYPE_CHECKING:
     from .client import Client
@@ -396,8 +396,7 @@ class Array(HostReads):
         handle.active[ticket] = None
         try:
             api = handle.api
-            for buffer in self.live_buffers():  # raises once the client is closed
-                wait_buffer_ready(api, buffer)
+            wait_buffers_ready(api, self.live_buffers())  # raises once the client is closed
         finally:
             del handle.active[ticket]
             if handle.parked or handle.closed:

@@ -321,9 +321,13 @@ class LoadedExecutable(ExecutableMetadata):
             self._output_global_shapes = self._check_output_layouts()  # before anything runs
         devices = self._devices
         shardings = self.input_shardings
-        # Arguments placed by pjrt.compile carry these very sharding objects, which fixes their
-        # devices: the set comparison is needed only for the others.
-        if any(type(a) is not Array or a._sharding is not s for a, s in zip(arguments, shardings)):
+        # Arguments placed by pjrt.compile carry these very sharding objects, or equivalent
+        # ones (the same devices in the same order): the set comparison is needed only for
+        # the others.
+        laid_out = [type(a) is Array and ((mine := a.sharding) is s
+                                          or mine.is_equivalent_to(s, a.ndim))
+                    for a, s in zip(arguments, shardings)]
+        if not all(laid_out):
             check_device_sets(arguments, devices, host_values_allowed=copy_host_values)
         rows: list = []
         hosts = []
@@ -336,15 +340,17 @@ class LoadedExecutable(ExecutableMetadata):
                 rows.append(None)
                 continue
             buffers = argument._live_buffers()
-            if argument._sharding is not sharding and not argument.sharding.is_equivalent_to(
-                    sharding, argument.ndim) and not (argument.sharding == sharding):
+            if not laid_out[i] and not (argument.sharding == sharding):
                 raise ValueError(f"argument {i} is laid out as {argument.sharding!r} but the "
                                  f"program expects {sharding!r}; place it with "
                                  f"pjrt.device_put(x, sharding)")
             check_shards(i, argument.shape, argument.dtype, sharding,
                          self._parameter_specs[i] if self._parameter_specs else None)
-            by_device = dict(zip(argument._devices, buffers))
-            rows.append([by_device[d] for d in devices])
+            if argument._devices == devices:  # the shards in the program's device order
+                rows.append(buffers)
+            else:
+                by_device = dict(zip(argument._devices, buffers))
+                rows.append([by_device[d] for d in devices])
         num_devices = len(devices)
         keep = self._prepare_donations([list(arguments)]) if self._donated else ()
         scratch = self._scratch(len(arguments), num_devices)

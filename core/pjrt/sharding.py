@@ -38,6 +38,7 @@ from .device_list import DeviceList
 from .errors import XlaRuntimeError
 from .hlo_sharding import HloSharding, OpShardingType
 from .mesh import UNCONSTRAINED, Mesh, P, PartitionSpec, check_spec_axes
+from ._sharding.equivalence import REPLICATED, LayoutToken, layout_token
 from ._sharding.annotations import (hlo_sharding_from_sdy, partition_spec_from_sdy,
                                    partition_spec_from_sdy_text, sdy_sharding_from_spec,
                                    spec_to_hlo_sharding)
@@ -51,6 +52,9 @@ __all__ = [
 ]
 
 Index = tuple  # of slices, one per array dimension
+
+#: The one type a cached shape's sizes have (bools and numpy ints go through the checks).
+_INT = frozenset({int})
 
 
 class IndivisibleError(ValueError):
@@ -302,6 +306,11 @@ class Sharding:
           ValueError: the sharding does not fit the rank, or has no per-device layout
             (manual).
         """
+        if type(global_shape) is tuple and _INT.issuperset(map(type, global_shape)):
+            try:  # a shape of plain ints asked before (a program call asks on every call)
+                return self._cache[("shape", global_shape)]
+            except (AttributeError, KeyError):
+                pass
         shape = _check_shape(global_shape)
         return self._cached(("shape", shape), lambda: _shard_shape(
             self.to_hlo_sharding(len(shape)), shape, self))
@@ -331,13 +340,41 @@ class Sharding:
     def is_equivalent_to(self, other: "Sharding", ndim: int) -> bool:
         """Whether both place the same shards of a rank-``ndim`` array on the same devices
         in the same memory kind (jax's rule: replicated layouts match whatever their
-        spelling, and the device assignments must be equal, in order)."""
+        spelling, and the device assignments must be equal, in order).
+
+        pjrt's own sharding types answer from a token each computes once per rank (see
+        `pjrt._sharding.equivalence`), so asking again costs two dictionary lookups."""
+        try:  # both tokens computed already (only pjrt's own types have int keys there)
+            return self._cache[ndim] is other._cache[ndim]
+        except (AttributeError, KeyError, TypeError):
+            pass
         if not isinstance(other, Sharding):
             return False
+        if type(self) in _FROZEN and type(other) in _FROZEN:
+            return self._layout_token(ndim) is other._layout_token(ndim)
         mine, theirs = self.to_hlo_sharding(ndim), other.to_hlo_sharding(ndim)
         same_layout = mine == theirs or (_is_replicated_like(mine) and _is_replicated_like(theirs))
         return (same_layout and self.memory_kind == other.memory_kind
                 and self._device_assignment == other._device_assignment)
+
+    def _layout_token(self, ndim: int) -> LayoutToken:
+        """The token of this sharding's layout of a rank-``ndim`` array: the same object for
+        every equivalent sharding alive (computed once per rank; the sharding cannot change)."""
+        try:
+            return self._cache[ndim]
+        except (AttributeError, KeyError):
+            pass
+        hlo = self.to_hlo_sharding(ndim)
+        layout = REPLICATED if _is_replicated_like(hlo) else hlo
+        token = layout_token((layout, self.memory_kind, tuple(self._device_assignment)))
+        return self._cached(ndim, lambda: token)
+
+    def __setattr__(self, name: str, value) -> None:
+        # pjrt's sharding types are immutable once built (each attribute is set once, in
+        # __init__): the cached layouts, shapes and tokens describe them for good.
+        if type(self) in _FROZEN and hasattr(self, name):
+            raise AttributeError(f"{type(self).__name__} is immutable")
+        object.__setattr__(self, name, value)
 
 
 class NamedSharding(Sharding):
@@ -550,11 +587,12 @@ class GSPMDSharding(Sharding):
         or its device ids are not the positions ``0..len(devices)-1``.
     """
 
-    __slots__ = ("_devices", "_hlo", "_memory_kind", "_hash")
+    __slots__ = ("_devices", "_assignment", "_hlo", "_memory_kind", "_hash")
 
     def __init__(self, devices: Union[Sequence[Device], DeviceList], op_sharding, *,
                  memory_kind: Optional[str] = None):
         self._devices = devices if isinstance(devices, DeviceList) else DeviceList(devices)
+        self._assignment = tuple(self._devices)
         hlo = _coerce_hlo_sharding(op_sharding)
         if hlo.is_tuple():
             raise ValueError(f"a GSPMDSharding takes one array's sharding, not the tuple {hlo}")
@@ -566,7 +604,7 @@ class GSPMDSharding(Sharding):
             raise ValueError(f"the sharding {hlo} names device {hlo.unique_device()} but only "
                              f"{count} devices are given")
         self._hlo = hlo
-        self._memory_kind = check_and_canonicalize_memory_kind(memory_kind, tuple(self._devices))
+        self._memory_kind = check_and_canonicalize_memory_kind(memory_kind, self._assignment)
         layout_hash = hash(HloSharding.replicate()) if self.is_fully_replicated else hash(hlo)
         self._hash = hash((self._devices, layout_hash, self._memory_kind))
 
@@ -582,7 +620,7 @@ class GSPMDSharding(Sharding):
 
     @property
     def _device_assignment(self) -> tuple[Device, ...]:
-        return tuple(self._devices)
+        return self._assignment
 
     @property
     def _internal_device_list(self) -> DeviceList:
@@ -689,6 +727,10 @@ class PmapSharding(Sharding):
 
     def __repr__(self) -> str:
         return f"PmapSharding(devices={list(self._devices)}, axis={self._axis})"
+
+
+#: The sharding types whose instances cannot change, so that their equivalence tokens hold.
+_FROZEN = frozenset({NamedSharding, SingleDeviceSharding, GSPMDSharding, PmapSharding})
 
 
 def sharding_from_mhlo_text(text: str, devices: Union[Sequence[Device], DeviceList], *,

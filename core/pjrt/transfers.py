@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import os
+import weakref
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -231,11 +232,7 @@ def batched_copy_array_to_devices_with_sharding(
         if semantics == ArrayCopySemantics.ALWAYS_COPY:
             results.append(_reshard(array, sharding))
             continue
-        if array.sharding == sharding or (
-                len(array.shard_devices) == len(sharding.ordered_devices)
-                and array.shard_devices == tuple(sharding.ordered_devices)
-                and array.sharding.is_equivalent_to(sharding, array.ndim)
-                and _same_memory(array, sharding)):
+        if is_placed_as(array, sharding):
             results.append(array)
             continue
         results.append(_reshard(array, sharding))
@@ -244,9 +241,36 @@ def batched_copy_array_to_devices_with_sharding(
     return results
 
 
+def is_placed_as(array: Array, sharding: Sharding) -> bool:
+    """Whether ``array`` is laid out as ``sharding`` says, so that ``device_put(array,
+    sharding)`` returns it as it is: its sharding is ``sharding`` or an equal one, or an
+    equivalent one (`Sharding.is_equivalent_to`) with the shards in the sharding's device
+    order and in the memory kind it names.
+
+    Cheap when asked again for the same objects (a program call asks it of each argument)."""
+    mine = array.sharding
+    if mine is sharding:
+        return True
+    if not mine.is_equivalent_to(sharding, array.ndim):
+        return mine == sharding
+    # Equivalent: the same devices in the same order, though the shards may be listed in
+    # another order, and the buffers may sit in another memory than their sharding says.
+    return ((array.shard_devices == tuple(sharding.ordered_devices)
+             and _same_memory(array, sharding)) or mine == sharding)
+
+
+#: The memory kind each Array's buffers report, read once: an Array's buffers never move.
+_buffer_memory_kinds: "weakref.WeakKeyDictionary[Array, str]" = weakref.WeakKeyDictionary()
+
+
 def _same_memory(array: Array, sharding: Sharding) -> bool:
     kind = sharding.memory_kind
-    return kind is None or array.memory_kind == kind
+    if kind is None:
+        return True
+    actual = _buffer_memory_kinds.get(array)
+    if actual is None:
+        actual = _buffer_memory_kinds[array] = array.memory_kind
+    return actual == kind
 
 
 def _reshard(array: Array, sharding: Sharding) -> Array:
@@ -325,5 +349,5 @@ def batched_block_until_ready(arrays: Sequence[Array]) -> list[Array]:
 block_until_ready = batched_block_until_ready
 
 __all__ = ["ArrayCopySemantics", "device_put", "batched_device_put", "batched_copy_array_to_devices_with_sharding",
-           "reorder_shards", "replicate", "shard_along_axis", "batched_block_until_ready",
+           "is_placed_as", "reorder_shards", "replicate", "shard_along_axis", "batched_block_until_ready",
            "block_until_ready"]

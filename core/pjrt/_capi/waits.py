@@ -85,6 +85,39 @@ def wait_buffer_ready(api: Api, buffer) -> None:
     wait_for_waiter(api, waiter)
 
 
+def wait_buffers_ready(api: Api, buffers: list) -> None:
+    """Wait until every one of ``buffers`` (the shards of one array) is computed; raise the
+    error of the first, in order, whose computation failed.
+
+    Several buffers are waited on together in C (``pjrt_spmd_buffers_wait``): one native call
+    when they are ready, and one wake-up when the last one becomes ready rather than one per
+    shard; further slices go back to Python in between, as `wait_buffer_ready` does.
+    """
+    if len(buffers) == 1:
+        wait_buffer_ready(api, buffers[0])
+        return
+    outs = getattr(_outs, "group", None)
+    if outs is None:
+        outs = _outs.group = (ffi.new("pjrt_spmd_group **"), ffi.new("PJRT_Error **"))
+    group_out, error_out = outs
+    if lib.pjrt_spmd_buffers_wait(api.table, buffers, len(buffers), WAIT_SLICE_MS, group_out,
+                                  error_out):
+        error = error_out[0]
+        if error != _NULL:
+            error_out[0] = _NULL
+            raise consume(api, error)
+        return
+    group = group_out[0]
+    group_out[0] = _NULL
+    try:
+        while not lib.pjrt_spmd_group_wait(group, WAIT_SLICE_MS):
+            pass
+    finally:
+        error = lib.pjrt_spmd_group_finish(group)
+    if error != _NULL:
+        raise consume(api, error)
+
+
 #: Each thread's out-parameters for `wait_buffer_ready` (allocating them per call
 #: would cost more than a wait on a ready value).
 _outs = threading.local()
