@@ -569,7 +569,9 @@ class LoadedExecutable(ExecutableMetadata):
         shapes, output_dtypes = self._output_shapes, self._output_dtypes
         if shapes is None:
             return [_array_from_buffer(client, outputs[base + i], devices) for i in range(count)]
-        return [Array(client, [outputs[base + i]], devices, shapes[i], output_dtypes[i])
+        handle = self._handle
+        return [_adopt_output(client, handle, outputs[base + i], devices, shapes[i],
+                              output_dtypes[i])
                 for i in range(count)]
 
     def __call__(self, *arguments: Array) -> list[Array]:
