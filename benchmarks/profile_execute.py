@@ -124,11 +124,11 @@ def main(argv=None) -> int:
     # -- the C floor: the shim's launch with a prefilled struct, then the result's destroy --------
     from pjrt.executable import _Call
 
-    floor_call = _Call(exe, exe._call_fixed)
+    floor_call = _Call(exe, 2, exe._call_fixed)
     floor_call.arguments[0], floor_call.arguments[1] = a._buffers[0], b._buffers[0]
     struct, outputs = floor_call.call, floor_call.outputs
     # Its own struct: a call that copies host values leaves their argument slots empty.
-    host_call = _Call(exe, exe._call_fixed)
+    host_call = _Call(exe, 2, exe._call_fixed)
     host_struct, host_outputs, host_data = host_call.call, host_call.outputs, host_call.host_data
     run_call, destroy = lib.pjrt_shim_call_run, lib.pjrt_shim_buffer_destroy
     a_view, b_view = ffi.from_buffer(a_host), ffi.from_buffer(b_host)
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
         try:
             call = calls.pop()
         except IndexError:
-            call = _Call(exe, exe._call_fixed)
+            call = _Call(exe, 2, exe._call_fixed)
         calls.append(call)
 
     parameters = exe._call_parameters

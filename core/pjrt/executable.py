@@ -70,8 +70,8 @@ class _Call:
 
     __slots__ = ("call", "arguments", "outputs", "host_data", "fixed")
 
-    def __init__(self, executable: "LoadedExecutable", fixed: tuple):
-        count, num_outputs = len(executable._call_parameters), executable._num_outputs
+    def __init__(self, executable: "LoadedExecutable", count: int, fixed: tuple):
+        num_outputs = executable._num_outputs
         handle = executable._handle
         self.fixed = fixed  # the parameters' host types and dimensions, which call points to
         self.call = call = ffi.new("pjrt_shim_call *")
@@ -177,10 +177,11 @@ class LoadedExecutable(ExecutableMetadata):
             self._output_global_shapes = None
             self._layout_checks = self._read_layout_checks()
             self.launches_inline = False  # see pjrt._capi.long_runs: the first launch is off-thread
-            self._output_specs = (tuple(zip(self._output_shapes, self._output_dtypes))
+            self._output_specs: Any = (tuple(zip(self._output_shapes, self._output_dtypes))
                                   if self._output_shapes is not None else None)
             plan = _call_parameters(self)
-            self._call_parameters, self._call_fixed = plan if plan is not None else (None, None)
+            self._call_parameters: tuple | None = plan[0] if plan is not None else None
+            self._call_fixed: Any = plan[1] if plan is not None else None
             self._calls: list[_Call] = []  # idle ones; see _Call
         except BaseException:
             self._release()
@@ -278,7 +279,7 @@ class LoadedExecutable(ExecutableMetadata):
             try:
                 call = self._calls.pop()
             except IndexError:
-                call = _Call(self, self._call_fixed)
+                call = _Call(self, len(parameters), self._call_fixed)
             slots = call.arguments
             device = self._devices[0]
             views = None
