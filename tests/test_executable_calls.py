@@ -129,3 +129,36 @@ def test_a_launch_that_runs_long_sends_the_next_ones_to_a_worker(client, monkeyp
     (out,) = executable.execute([a, b])
     np.testing.assert_allclose(np.asarray(out), _expected(*TINY.inputs()), rtol=1e-6)
     assert not executable.launches_inline
+
+
+DONATING_TWO = """
+func.func public @main(%a: tensor<4xf32> {tf.aliasing_output = 0 : i32}, %b: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.add %a, %b : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}"""
+
+
+def test_donation_after_the_first_call(client):
+    executable = client.compile_and_load(DONATING_TWO)
+    ones = np.ones(4, np.float32)
+    executable.execute([client.buffer_from_pyval(ones), client.buffer_from_pyval(ones)])
+    assert executable.launches_inline
+    x, y = client.buffer_from_pyval(ones), client.buffer_from_pyval(ones * 2)
+    (out,) = executable.execute([x, y])
+    np.testing.assert_array_equal(np.asarray(out), ones * 3)
+    assert x.is_deleted() and not y.is_deleted()  # consumed, as on the first call
+    with pytest.raises(pjrt.DeletedArrayError, match="donated"):
+        executable.execute([x, y])
+    with pytest.raises(ValueError, match="donated"):
+        executable.execute([y, y])
+    assert not y.is_deleted()
+    # An Array numpy reads is not donated: the plugin copies it, and the view stays valid.
+    z = client.buffer_from_pyval(ones * 5)
+    view = np.asarray(z)
+    (out,) = executable.execute([z, y])
+    np.testing.assert_array_equal(np.asarray(out), ones * 7)
+    np.testing.assert_array_equal(view, ones * 5)
+    # A host value in the donated slot is a copy made for the call alone.
+    (out,) = executable.execute([ones, y], copy_host_values=True)
+    np.testing.assert_array_equal(np.asarray(out), ones * 3)
+    np.testing.assert_array_equal(ones, np.ones(4, np.float32))

@@ -68,7 +68,7 @@ class _Call:
     inside another (a Python custom call), never share one; a caller that finds none makes one.
     """
 
-    __slots__ = ("call", "arguments", "outputs", "host_data", "fixed")
+    __slots__ = ("call", "arguments", "outputs", "host_data", "fixed", "keep")
 
     def __init__(self, executable: "LoadedExecutable", count: int, fixed: tuple):
         num_outputs = executable._num_outputs
@@ -78,6 +78,7 @@ class _Call:
         self.arguments = ffi.new("PJRT_Buffer*[]", max(count, 1))
         self.outputs = ffi.new("PJRT_Buffer*[]", max(num_outputs, 1))
         self.host_data = ffi.new("void*[]", max(count, 1))
+        self.keep: tuple = ()  # the donated arguments this call does not donate
         call.api = handle.api.table
         call.client = handle.pointer
         call.executable = executable._pointer
@@ -94,9 +95,9 @@ class _Call:
 def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
     """Per parameter ``(index, shape, dtype, strides)`` for the checks of `execute`'s fast
     path, and the fixed part of its C call; None where every call takes the full checks (several
-    devices, donations, unknown parameters or outputs, or layouts other than row-major)."""
+    devices, unknown parameters or outputs, or layouts other than row-major)."""
     specs = executable._parameter_specs
-    if (len(executable._devices) != 1 or executable._donated or executable._layout_checks
+    if (len(executable._devices) != 1 or executable._layout_checks
             or executable._output_specs is None or specs is None
             or any(spec is None for spec in specs)):
         return None
@@ -302,9 +303,15 @@ class LoadedExecutable(ExecutableMetadata):
                 break
             else:
                 if self._pointer != _NULL and not handle.closed:
-                    status = _run_call(call.call)
+                    donated = self._donated
+                    if donated:
+                        status = _run_donating(self, call, arguments)
+                    else:
+                        status = _run_call(call.call)
                     if status:
-                        self._after_call(status, call)
+                        _after_call(self, status, call)
+                    if donated:
+                        _consume_donated(donated, [arguments], call.keep)
                     outputs = call.outputs
                     specs = self._output_specs
                     if len(specs) == 1:
@@ -324,16 +331,6 @@ class LoadedExecutable(ExecutableMetadata):
             if handle.parked or handle.closed:
                 handle.settle()
         return self._execute_checked(arguments, copy_host_values)
-
-    def _after_call(self, status: int, call: _Call) -> None:
-        """What `pjrt_shim_call_run` reported besides success: a launch that ran long (the next
-        ones go through a worker, see `pjrt._capi.long_runs`), or the plugin's error."""
-        if status & _CALL_SLOW:
-            self.launches_inline = False
-        if status & _CALL_ERROR:
-            error, call.call.error = call.call.error, _NULL
-            self._calls.append(call)
-            raise consume(self._handle.api, error)
 
     def _execute_checked(self, arguments: Sequence, copy_host_values: bool) -> list[Array]:
         """`execute` with every check that builds an error message, and host values of any
@@ -581,6 +578,31 @@ class LoadedExecutable(ExecutableMetadata):
     def __repr__(self) -> str:
         devices = ", ".join(str(d) for d in self._devices)
         return f"LoadedExecutable(outputs={self._num_outputs}, devices=[{devices}])"
+
+
+def _run_donating(executable: "LoadedExecutable", call: _Call, arguments: Sequence) -> int:
+    """`pjrt_shim_call_run` for a program that donates parameters: the donated Arrays
+    are checked first (see `_prepare_donations`), and those numpy reads are copied."""
+    keep = call.keep = _prepare_donations(executable._donated, [arguments])
+    if not keep:
+        return _run_call(call.call)
+    indices = ffi.new("int64_t[]", keep)
+    call.call.non_donatable, call.call.num_non_donatable = indices, len(keep)
+    try:
+        return _run_call(call.call)
+    finally:
+        call.call.non_donatable, call.call.num_non_donatable = _NULL, 0
+
+
+def _after_call(executable: "LoadedExecutable", status: int, call: _Call) -> None:
+    """What `pjrt_shim_call_run` reported besides success: a launch that ran long (the next
+    ones go through a worker, see `pjrt._capi.long_runs`), or the plugin's error."""
+    if status & _CALL_SLOW:
+        executable.launches_inline = False
+    if status & _CALL_ERROR:
+        error, call.call.error = call.call.error, _NULL
+        executable._calls.append(call)
+        raise consume(executable._handle.api, error)
 
 
 def _check_output_layouts(executable: "LoadedExecutable") -> tuple:

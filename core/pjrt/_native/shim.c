@@ -157,6 +157,8 @@ int pjrt_shim_call_run(pjrt_shim_call* call) {
     PJRT_Buffer** output_list = call->outputs;
     SHIM_ARGS(PJRT_ExecuteOptions, options, SHIM_EXECUTE_OPTIONS_LAST_FIELD);
     SHIM_ARGS(PJRT_LoadedExecutable_Execute_Args, args, execute_device);
+    options.non_donatable_input_indices = call->non_donatable;
+    options.num_non_donatable_input_indices = call->num_non_donatable;
     args.executable = call->executable;
     args.options = &options;
     args.argument_lists = &argument_list;

@@ -71,6 +71,10 @@ typedef struct {
   const PJRT_Buffer_Type* host_types;
   const size_t* host_num_dims;
   const int64_t* host_dims;
+  /* Donated arguments the plugin must copy instead of reusing (numpy reads
+   * them), as PJRT_ExecuteOptions.non_donatable_input_indices. */
+  const int64_t* non_donatable;
+  size_t num_non_donatable;
   /* A launch that takes longer than this is reported (PJRT_SHIM_CALL_SLOW). */
   int64_t slow_ns;
   PJRT_Error* error;        /* the plugin's error, owned by the caller */
