@@ -10,6 +10,7 @@ plugin sees it) and makes a single C call.
 """
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from time import monotonic as _clock
@@ -95,11 +96,11 @@ class _Call:
 def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
     """Per parameter ``(index, shape, dtype, strides)`` for the checks of `execute`'s fast
     path, and the fixed part of its C call; None where every call takes the full checks (several
-    devices, unknown parameters or outputs, or layouts other than row-major)."""
+    devices, parameters or outputs of unknown shape or dtype, layouts other than row-major)."""
     specs = executable._parameter_specs
     if (len(executable._devices) != 1 or executable._layout_checks
             or executable._output_specs is None or specs is None
-            or any(spec is None for spec in specs)):
+            or any(spec is None or spec[1] is None for spec in specs)):
         return None
     api = executable._handle.api
     copies = api.has("PJRT_Client_BufferFromHostBuffer")
@@ -107,16 +108,16 @@ def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
     for i, (shape, dtype) in enumerate(specs):
         # Host values of the parameter are copied by the C call itself when they are small
         # (larger ones go through staging), dense row-major, of its shape and dtype.
-        strides = None
+        strides = pjrt_type = None
         try:
-            host = np.empty(shape, dtype)
             pjrt_type = dtypes.to_pjrt_type(dtype)
+            size = math.prod(shape) * dtype.itemsize
+            if copies and 0 < size < CALL_STAGING_THRESHOLD_BYTES:
+                strides = np.empty(shape, dtype).strides  # row-major's, as numpy writes them
         except (TypeError, ValueError):
-            host, pjrt_type = None, 0
-        if copies and host is not None and 0 < host.nbytes < CALL_STAGING_THRESHOLD_BYTES:
-            strides = host.strides
+            pass  # host values of this parameter take the full path
         parameters.append((i, shape, dtype, strides))
-        types.append(pjrt_type)
+        types.append(pjrt_type or 0)
         num_dims.append(len(shape))
         dims.extend(shape)
     fixed = (ffi.new("PJRT_Buffer_Type[]", types or [0]),
