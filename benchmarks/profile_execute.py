@@ -1,22 +1,23 @@
 #!/usr/bin/env python
 """Where the time goes in one ``LoadedExecutable.execute([a, b])`` of the tiny program.
 
-Times, on XLA's CPU plugin (``pjrt_cpu.library_path()``), the whole call and each piece of it
-in isolation, by calling pjrt's own internals the way ``execute`` does:
+On XLA's CPU plugin (``pjrt_cpu.library_path()``), with jax 0.10 (jaxlib's own CPU client)
+alongside when it is installed, it reports:
 
-* the C calls themselves, with preallocated cdata: ``PJRT_LoadedExecutable_Execute`` through
-  the shim and ``PJRT_Buffer_Destroy`` when the result is freed (the floor);
-* Python-side validation (``_live_pointer``, ``_check_count``, ``_check_argument`` per argument,
-  ``_check_donations``, ``_consume_donated``);
-* the three ``ffi.new`` allocations in ``_run``;
-* building the output ``Array`` and freeing it again (``Array.__init__`` with its registrations,
-  ``__del__`` with the ``ffi.new`` it makes for the destroy call);
-* the cyclic garbage collector's share (the loop run with ``gc`` disabled);
-* a prototype fast path built from the same pieces, to size the suggestions in README.md.
+* **side by side**: the C floor (the shim's one launch call with a prefilled call struct, and
+  ``PJRT_Buffer_Destroy`` when the result goes), pjrt's ``execute`` and jax's jitted dispatch,
+  with device-resident inputs and with small numpy inputs (``copy_host_values=True``, what a
+  ``pjrt.compile``'d program passes, and the ``pjrt.compile``'d call itself);
+* **the steps of one call**, each timed alone by doing what ``execute`` does, with its share of
+  the whole call: the ticket on the client, taking and returning the call struct, the argument
+  checks, the C launch, building the output Array and freeing it (Python, then the C destroy),
+  and what is left (the call itself, the argument and result lists);
+* a cProfile of the plain loop.
 
-Then a cProfile of the plain loop. pjrt itself is not modified; the script reaches into its
-private names, so it follows the pjrt it runs against (a piece whose internals changed prints
-"n/a"). Run::
+The loops of the side-by-side rows are interleaved, so drift in the machine's speed hits all of
+them alike; medians of the repeats are shown. The script reaches into pjrt's private names to
+time the steps, so it follows the pjrt it runs against: a step whose internals changed prints
+"n/a" with the reason. Run::
 
     python benchmarks/profile_execute.py [--quick]
 """
@@ -24,21 +25,21 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import gc
 import io
 import os
 import pstats
 import statistics
 import sys
 import time
-import weakref
 
-import numpy as np
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import pjrt
-import pjrt_cpu
-from pjrt._pjrt_cffi import ffi, lib
-from pjrt.array import Array
+import numpy as np  # noqa: E402
+
+import pjrt  # noqa: E402
+import pjrt_cpu  # noqa: E402
+from pjrt._pjrt_cffi import ffi, lib  # noqa: E402
+from pjrt.array import Array  # noqa: E402
 
 perf_ns = time.perf_counter_ns
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,18 +47,8 @@ TINY_TANH = os.path.join(os.path.dirname(HERE), "tests", "fixtures", "tiny_tanh.
 NULL = ffi.NULL
 
 
-def median_ns(run, target_s: float, repeats: int) -> float:
-    """Median ns per iteration of ``run(n)``, which returns the elapsed ns of n iterations."""
-    run(100)
-    n = 100
-    while run(n) < 20e6:
-        n *= 2
-    n = max(1, int(n * target_s * 1e9 / run(n)))
-    return statistics.median(run(n) / n for _ in range(repeats))
-
-
 def loop(call):
-    """``run(n)`` calling ``call()`` n times."""
+    """``run(n)`` calling ``call()`` n times; returns the elapsed ns."""
     def run(n):
         t0 = perf_ns()
         for _ in range(n):
@@ -66,237 +57,228 @@ def loop(call):
     return run
 
 
+def sized(run, target_s: float) -> int:
+    """How many iterations make ``run(n)`` last about ``target_s``."""
+    run(100)
+    n = 100
+    while run(n) < 20e6:
+        n *= 2
+    return max(1, int(n * target_s * 1e9 / run(n)))
+
+
+def interleaved_medians(runs: dict, target_s: float, repeats: int) -> dict:
+    """Median ns per iteration of each ``run(n)``; the runs' repeats alternate."""
+    sizes = {name: sized(run, target_s) for name, run in runs.items()}
+    samples: dict = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            samples[name].append(run(sizes[name]) / sizes[name])
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     target, repeats = (0.05, 3) if args.quick else (0.2, 7)
-    measure = lambda run: median_ns(run, target, repeats)  # noqa: E731
 
     pjrt.load_pjrt_plugin_dynamically("cpu", pjrt_cpu.library_path())
     client = pjrt.make_c_api_client("cpu")
     device = client.local_devices()[0]
-    exe = client.compile_and_load(open(TINY_TANH).read(), [device])
-    a = client.buffer_from_pyval(np.arange(8, dtype=np.float32))
-    b = client.buffer_from_pyval(np.ones(8, dtype=np.float32))
-    arguments = [a, b]
+    text = open(TINY_TANH).read()
+    exe = client.compile_and_load(text, [device])
+    program = pjrt.compile(text, device, client=client)
+    a_host, b_host = np.arange(8, dtype=np.float32), np.ones(8, dtype=np.float32)
+    a, b = client.buffer_from_pyval(a_host), client.buffer_from_pyval(b_host)
     execute = exe.execute
-    api = exe._handle.api
-    table, pointer = api.table, exe._pointer
+    want = np.tanh(a_host * b_host + 1)
+    for result in (execute([a, b]), execute([a_host, b_host], copy_host_values=True)):
+        np.testing.assert_allclose(np.asarray(result[0]), want, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(program(a_host, b_host)), want, rtol=1e-6)
+    handle = exe._handle
+    table = handle.api.table
     shape, dtype, devices = exe._output_shapes[0], exe._output_dtypes[0], (device,)
-    results: dict[str, float | None] = {}
-    empty_call = measure(loop(lambda: None))
 
-    def record(name, make):
-        try:
-            results[name] = make()
-        except Exception as error:  # noqa: BLE001 - internals moved: say so, keep going
-            results[name] = None
-            print(f"# {name}: n/a ({type(error).__name__}: {error})", file=sys.stderr)
+    try:
+        import jax
+        import jax.numpy as jnp
 
-    # -- the whole call ----------------------------------------------------------------------
-    def full(n):
-        t0 = perf_ns()
-        for _ in range(n):
-            r = execute([a, b])
-        r[0].block_until_ready()
-        return perf_ns() - t0
+        f = jax.jit(lambda x, y: jnp.tanh(x * y + 1))
+        ja, jb = jax.device_put(a_host), jax.device_put(b_host)
+        np.testing.assert_allclose(np.asarray(f(ja, jb)), want, rtol=1e-6)
+        jax_version = jax.__version__
+    except ImportError:
+        f = ja = jb = None
+        jax_version = None
 
-    def full_nogc(n):
-        gc.disable()
-        try:
-            return full(n)
-        finally:
-            gc.enable()
+    def dispatch(call):
+        """n calls, then one wait on the last result (so freeing each result is timed)."""
+        def run(n):
+            t0 = perf_ns()
+            for _ in range(n):
+                r = call()
+            (r[0] if isinstance(r, list) else r).block_until_ready()
+            return perf_ns() - t0
+        return run
 
-    record("execute([a, b]), incl. freeing the previous result", lambda: measure(full))
-    record("  same, gc disabled", lambda: measure(full_nogc))
+    # -- the C floor: the shim's launch with a prefilled struct, then the result's destroy --------
+    from pjrt.executable import _Call
 
-    # -- the C floor ---------------------------------------------------------------------------
-    arg_array = ffi.new("PJRT_Buffer*[]", [a._buffers[0], b._buffers[0]])
-    out_array = ffi.new("PJRT_Buffer*[]", 1)
-    error = ffi.new("PJRT_Error **")
-    execute_c, destroy_c = lib.pjrt_shim_execute, lib.pjrt_shim_buffers_destroy
+    floor_call = _Call(exe, 2, exe._call_fixed)
+    floor_call.arguments[0], floor_call.arguments[1] = a._buffers[0], b._buffers[0]
+    struct, outputs = floor_call.call, floor_call.outputs
+    # Its own struct: a call that copies host values leaves their argument slots empty.
+    host_call = _Call(exe, 2, exe._call_fixed)
+    host_struct, host_outputs, host_data = host_call.call, host_call.outputs, host_call.host_data
+    run_call, destroy = lib.pjrt_shim_call_run, lib.pjrt_shim_buffer_destroy
+    a_view, b_view = ffi.from_buffer(a_host), ffi.from_buffer(b_host)
 
     def c_floor(n):
         t0 = perf_ns()
         for _ in range(n):
-            execute_c(table, pointer, arg_array, 1, 2, out_array, 1, NULL, 0, NULL, NULL, error)
-            destroy_c(table, out_array, 1)
+            run_call(struct)
+            destroy(table, outputs[0])
         return perf_ns() - t0
 
-    def c_split(n):
-        """Execute and destroy timed apart, each between two clock reads."""
-        spent_execute = spent_destroy = 0
+    def c_floor_host(n):
+        """The same with both inputs copied from the host inside the call (the two pointer
+        writes it takes are Python's)."""
+        t0 = perf_ns()
         for _ in range(n):
+            host_data[0] = a_view
+            host_data[1] = b_view
+            run_call(host_struct)
+            destroy(table, host_outputs[0])
+        return perf_ns() - t0
+
+    runs = {"C floor": c_floor,
+            "pjrt execute([a, b])": dispatch(lambda: execute([a, b])),
+            "C floor, numpy inputs": c_floor_host,
+            "pjrt execute([a_np, b_np], copy_host_values=True)": dispatch(
+                lambda: execute([a_host, b_host], copy_host_values=True)),
+            "pjrt.compile'd program(a_np, b_np)": dispatch(lambda: program(a_host, b_host))}
+    if f is not None:
+        runs["jax f(a, b), device arrays"] = dispatch(lambda: f(ja, jb))
+        runs["jax f(a_np, b_np), numpy arrays"] = dispatch(lambda: f(a_host, b_host))
+    whole = interleaved_medians(runs, target, repeats)
+
+    # -- the steps of one call, each alone ------------------------------------------------------
+    empty = interleaved_medians({"": loop(lambda: None)}, target, repeats)[""]
+    steps: dict[str, float | None] = {}
+
+    def step(name, body):
+        """``body``: a no-argument callable doing the step once."""
+        try:
+            body()
+            steps[name] = max(0.0, interleaved_medians({name: loop(body)}, target, repeats)[name]
+                              - empty)
+        except Exception as error:  # noqa: BLE001 - internals moved: say so, keep going
+            steps[name] = None
+            print(f"# {name}: n/a ({type(error).__name__}: {error})", file=sys.stderr)
+
+    def ticket():
+        t = next(handle.tickets)
+        handle.active[t] = None
+        del handle.active[t]
+        if handle.parked or handle.closed:
+            handle.settle()
+
+    def take_call():
+        calls = exe._calls
+        try:
+            call = calls.pop()
+        except IndexError:
+            call = _Call(exe, 2, exe._call_fixed)
+        calls.append(call)
+
+    parameters = exe._call_parameters
+    slots = floor_call.arguments
+
+    def check_arguments(arguments=(a, b), copy=False):
+        """The fast path's checks of each argument, as execute makes them."""
+        views = None
+        for (i, p_shape, p_dtype, strides), argument in zip(parameters, arguments):
+            if type(argument) is Array:
+                buffers = argument._buffers
+                if (buffers is not None and argument._devices[0] is device
+                        and len(buffers) == 1 and argument._parent is None
+                        and argument.shape == p_shape
+                        and (argument.dtype is p_dtype or argument.dtype == p_dtype)):
+                    slots[i] = buffers[0]
+                    continue
+            elif (copy and type(argument) is np.ndarray and strides is not None
+                  and argument.shape == p_shape and argument.strides == strides
+                  and (argument.dtype is p_dtype or argument.dtype == p_dtype)):
+                view = ffi.from_buffer(argument)
+                views = [view] if views is None else views + [view]
+                continue
+            raise AssertionError("the fast path would not take these arguments")
+
+    def launch():
+        run_call(struct)
+        destroy(table, outputs[0])
+
+    def c_destroy_alone(n):
+        spent = 0
+        for _ in range(n):
+            run_call(struct)
             t0 = perf_ns()
-            execute_c(table, pointer, arg_array, 1, 2, out_array, 1, NULL, 0, NULL, NULL, error)
-            t1 = perf_ns()
-            destroy_c(table, out_array, 1)
-            t2 = perf_ns()
-            spent_execute += t1 - t0
-            spent_destroy += t2 - t1
-        c_split.destroy_ns = spent_destroy / n
-        return spent_execute
+            destroy(table, outputs[0])
+            spent += perf_ns() - t0
+        return spent
 
-    clock = measure(loop(perf_ns)) - empty_call
+    null_buffer = ffi.new("PJRT_Buffer*[]", 1)[0]  # NULL: the shim's destroy returns at once
 
-    record("C floor: shim execute + buffer destroy (preallocated cdata)", lambda: measure(c_floor))
-    record("  of which the execute call (timed apart)", lambda: measure(c_split) - clock)
-    record("  of which the destroy call (timed apart)", lambda: c_split.destroy_ns - clock)
+    step("ticket on the client (take, return)", ticket)
+    step("call struct from the executable's list (pop, append)", take_call)
+    step("argument checks, 2 device Arrays", check_arguments)
+    step("C: launch + destroy (the floor, as one step)", launch)
+    clock = interleaved_medians({"": loop(perf_ns)}, target, repeats)[""] - empty
+    try:
+        destroy_ns = max(0.0, interleaved_medians({"": c_destroy_alone}, target, repeats)[""]
+                         - clock)
+    except Exception as error:  # noqa: BLE001
+        destroy_ns = None
+        print(f"# C destroy: n/a ({error})", file=sys.stderr)
+    step("output Array: construct + free (Python; C destroy of NULL)",
+         lambda: [Array(client, [null_buffer], devices, shape, dtype)])
+    step("argument checks, 2 numpy arrays (incl. ffi.from_buffer)",
+         lambda: check_arguments((a_host, b_host), True))
 
-    # -- Python-side validation ----------------------------------------------------------------
-    def validation(n):
-        t0 = perf_ns()
-        for _ in range(n):
-            if len(exe._devices) != 1:
-                raise AssertionError
-            exe._live_pointer()
-            exe._check_count(len(arguments))
-            dev = exe._devices[0]
-            [exe._check_argument(i, x, dev) for i, x in enumerate(arguments)]
-            exe._check_donations([arguments])
-            exe._consume_donated([arguments])
-        return perf_ns() - t0
+    # -- report -------------------------------------------------------------------------------
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"# pjrt {pjrt.__version__}, jax {jax_version or 'not installed'}; execute of "
+          f"tiny_tanh (8 x f32, 2 inputs); {os.cpu_count()} CPUs, load {load:.2f}; medians of "
+          f"{repeats} interleaved loops of ~{target} s; an empty Python call ({empty:.0f} ns) is "
+          f"subtracted from the steps")
+    width = max(map(len, list(whole) + list(steps))) + 2
+    print(f"\n{'whole calls':<{width}}  ns/call  vs C floor  vs jax")
+    pairs = {"pjrt execute([a, b])": ("C floor", "jax f(a, b), device arrays"),
+             "pjrt execute([a_np, b_np], copy_host_values=True)": (
+                 "C floor, numpy inputs", "jax f(a_np, b_np), numpy arrays"),
+             "pjrt.compile'd program(a_np, b_np)": (
+                 "C floor, numpy inputs", "jax f(a_np, b_np), numpy arrays")}
+    for name, value in whole.items():
+        floor_name, jax_name = pairs.get(name, (None, None))
+        vs_floor = f"{value / whole[floor_name]:9.2f}x" if floor_name else " " * 10
+        vs_jax = f"{value / whole[jax_name]:6.2f}x" if jax_name in whole else ""
+        print(f"{name:<{width}}  {value:7.0f}  {vs_floor}  {vs_jax}")
 
-    expected_dtype = exe._signature.parameters[0].dtype
-    record("validation, as execute() does it (2 arguments)", lambda: measure(validation))
-    record("  _live_pointer()", lambda: measure(loop(exe._live_pointer)) - empty_call)
-    record("  _check_count(2)", lambda: measure(loop(lambda: exe._check_count(2))) - empty_call)
-    record("  _check_donations + _consume_donated (nothing donated)", lambda: measure(loop(
-        lambda: (exe._check_donations([arguments]), exe._consume_donated([arguments]))))
-        - empty_call)
-    record("  one _check_argument", lambda: measure(loop(lambda: exe._check_argument(0, a, device)))
-           - empty_call)
-    record("    of which a.dtype != expected (numpy)", lambda: measure(loop(
-        lambda: a.dtype != expected_dtype)) - empty_call)
-
-    # -- ffi.new ---------------------------------------------------------------------------------
-    buffers = [a._buffers[0], b._buffers[0]]
-    new = ffi.new
-
-    def ffi_news(n):
-        t0 = perf_ns()
-        for _ in range(n):
-            new("PJRT_Buffer*[]", buffers)
-            new("PJRT_Buffer*[]", 1)
-            new("PJRT_Error **")
-        return perf_ns() - t0
-
-    one = [a._buffers[0]]
-    record("_run: 3x ffi.new (arguments, outputs, error)", lambda: measure(ffi_news))
-    record("release: ffi.new('PJRT_Buffer*[]', [buffer])", lambda: measure(
-        loop(lambda: new("PJRT_Buffer*[]", one))) - empty_call)
-
-    # -- Array construction and release, without C ----------------------------------------------
-    class Plain:
-        __slots__ = ("__weakref__",)
-
-    live = weakref.WeakSet()
-
-    def weakset_cost(n):
-        """A WeakSet add of an object that is then freed (its removal callback runs)."""
-        add = live.add
-        t0 = perf_ns()
-        for _ in range(n):
-            add(Plain())
-        with_set = perf_ns() - t0
-        t0 = perf_ns()
-        for _ in range(n):
-            Plain()
-        return with_set - (perf_ns() - t0)
-
-    # buffers=None: nothing is registered for destruction, so no C call is made on release.
-    record("Array(...) construct + free, no C (registrations included)", lambda: measure(
-        loop(lambda: Array(client, None, devices, shape, dtype))) - empty_call)
-    record("  of which a WeakSet add + its removal on free", lambda: measure(weakset_cost))
-
-    null_outputs = ffi.new("PJRT_Buffer*[]", 1)  # a NULL buffer: the destroy helper skips it
-    record("_wrap_outputs + free, NULL buffer (release's ffi.new + C no-op incl.)", lambda: measure(
-        loop(lambda: exe._wrap_outputs(null_outputs, 0, devices))) - empty_call)
-
-    # -- a prototype fast path -------------------------------------------------------------------
-    # Not pjrt code: the suggestions of benchmarks/README.md sketched with pjrt's own pieces to
-    # size them. The same checks (count, type, liveness, device, shape, dtype; closed client),
-    # with what is known at load time precomputed, dtypes compared by identity first, and one
-    # cdata scratch per executable (per thread in a real version, since cffi releases the GIL
-    # around the C call) instead of three ffi.new per call. Output Arrays are built as now.
-    params = exe._signature.parameters
-    expected = tuple((p.shape, p.dtype) for p in params)
-    scratch_args = ffi.new("PJRT_Buffer*[]", len(params))
-    scratch_out = ffi.new("PJRT_Buffer*[]", 1)
-    scratch_err = ffi.new("PJRT_Error **")
-    handle = exe._handle
-
-    def fast_execute(args, Array=Array, device=device, devices=devices, client=client):
-        if len(args) != len(expected) or handle.closed or exe._pointer == NULL:
-            raise TypeError("take the slow path for the message")
-        i = 0
-        for x in args:
-            held = x._buffers if type(x) is Array else None
-            want_shape, want_dtype = expected[i]
-            if (held is None or x._devices[0] is not device or x.shape != want_shape
-                    or (x.dtype is not want_dtype and x.dtype != want_dtype)):
-                raise TypeError("take the slow path for the message")
-            scratch_args[i] = held[0]
-            i += 1
-        execute_c(table, pointer, scratch_args, 1, i, scratch_out, 1, NULL, 0, NULL, NULL,
-                  scratch_err)
-        if scratch_err[0] != NULL:
-            raise RuntimeError("take the slow path for the message")
-        return [Array(client, [scratch_out[0]], devices, shape, dtype)]
-
-    def fast(n):
-        t0 = perf_ns()
-        for _ in range(n):
-            r = fast_execute([a, b])
-        r[0].block_until_ready()
-        return perf_ns() - t0
-
-    assert np.array_equal(np.asarray(fast_execute([a, b])[0]), np.asarray(execute([a, b])[0]))
-    record("prototype fast path (same checks, scratch cdata, Array as now)", lambda: measure(fast))
-
-    # -- (b): np.asarray of a fresh 8-element result ----------------------------------------------
-    def with_read(n):
-        t0 = perf_ns()
-        for _ in range(n):
-            np.asarray(execute([a, b])[0])
-        return perf_ns() - t0
-
-    ready = execute([a, b])[0]
-    ready.block_until_ready()
-    ready_buffer = ready._buffers[0]
-    host = np.empty(8, np.float32)
-    host_pointer = ffi.cast("void *", host.ctypes.data)
-    to_host_c = lib.pjrt_shim_buffer_to_host
-
-    def read_pieces(n):
-        t0 = perf_ns()
-        for _ in range(n):
-            out = np.empty(shape, dtype=dtype)
-            ffi.cast("void *", out.__array_interface__["data"][0])
-            out.flags.writeable = False
-        return perf_ns() - t0
-
-    record("(b) np.asarray(execute([a, b])[0])", lambda: measure(with_read))
-    record("  np.asarray part: C to_host of a ready 32-byte buffer", lambda: measure(
-        loop(lambda: to_host_c(table, ready_buffer, host_pointer, 32))) - empty_call)
-    record("  np.asarray part: np.empty + __array_interface__ + ffi.cast + read-only flag",
-           lambda: measure(read_pieces))
-    record("    of which out.__array_interface__['data'][0]", lambda: measure(
-        loop(lambda: host.__array_interface__["data"][0])) - empty_call)
-    record("    (ffi.from_buffer(out) instead, for comparison)", lambda: measure(
-        loop(lambda: ffi.from_buffer(host))) - empty_call)
-
-    # -- report ----------------------------------------------------------------------------------
-    width = max(map(len, results))
-    print(f"# pjrt {pjrt.__version__} ({os.path.dirname(pjrt.__file__)}), plugin PJRT API "
-          f"{'.'.join(map(str, api.version))}; execute([a, b]) of tiny_tanh (8 x f32); "
-          f"{os.cpu_count()} CPUs; medians of {repeats} loops of ~{target} s; an empty "
-          f"Python call ({empty_call:.0f} ns) is subtracted from the one-call pieces")
-    print(f"{'piece':<{width}}  ns/call")
-    for name, value in results.items():
-        print(f"{name:<{width}}  {'n/a' if value is None else f'{value:7.0f}'}")
+    total = whole["pjrt execute([a, b])"]
+    print(f"\n{'steps of execute([a, b])':<{width}}  ns/call  share")
+    device_steps = {k: v for k, v in steps.items() if "numpy" not in k}
+    if destroy_ns is not None and device_steps.get("C: launch + destroy (the floor, as one step)"):
+        print(f"{'  (of the C step, the destroy alone)':<{width}}  {destroy_ns:7.0f}")
+    for name, value in device_steps.items():
+        text_value = "    n/a" if value is None else f"{value:7.0f}  {value / total:5.0%}"
+        print(f"{name:<{width}}  {text_value}")
+    rest = total - sum(v for v in device_steps.values() if v is not None)
+    print(f"{'rest (the call, argument and result lists, reads)':<{width}}  {rest:7.0f}  "
+          f"{rest / total:5.0%}")
+    numpy_step = steps["argument checks, 2 numpy arrays (incl. ffi.from_buffer)"]
+    if numpy_step is not None:
+        print(f"{'argument checks, 2 numpy arrays (incl. ffi.from_buffer)':<{width}}  "
+              f"{numpy_step:7.0f}  (of the numpy call)")
 
     profiler = cProfile.Profile()
     profiler.enable()
@@ -305,7 +287,7 @@ def main(argv=None) -> int:
     r[0].block_until_ready()
     profiler.disable()
     stream = io.StringIO()
-    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(16)
+    pstats.Stats(profiler, stream=stream).sort_stats("tottime").print_stats(12)
     print("\n# cProfile of the loop, by own time (cProfile inflates small Python functions)")
     print("\n".join(line for line in stream.getvalue().splitlines()[4:] if line.strip()))
     return 0

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from .client import Client
 
 _NULL = ffi.NULL
+_new_object = object.__new__
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
@@ -93,6 +94,25 @@ class Array(HostReads):
                 holds = [hold for hold in host_holds if hold is not None]
                 if holds:
                     handle.hold_host_memory(id(self), holds)
+
+    @classmethod
+    def _adopt_output(cls, client: "Client", handle, buffer, devices: tuple, shape: tuple,
+                      dtype: np.dtype) -> "Array":
+        """``Array(client, [buffer], devices, shape, dtype)`` for an executable's output, made
+        without the generic constructor call (``handle`` is ``client.raw_handle``): a program's
+        call makes one per output."""
+        self = _new_object(cls)
+        self._client = client
+        self._handle = handle
+        self._buffers = buffers = [buffer]
+        self._devices = devices
+        self.shape = shape
+        self.dtype = dtype
+        self._host_copy = self._host_view = self._deleted_reason = None
+        self._shared = False
+        self._sharding = self._parent = None
+        handle.buffers[id(self)] = buffers
+        return self
 
     # -- ownership -------------------------------------------------------------------------
 

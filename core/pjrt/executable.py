@@ -10,10 +10,13 @@ plugin sees it) and makes a single C call.
 """
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from time import monotonic as _clock
 from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
 
 from . import dtypes, layouts
 from ._capi import handles
@@ -26,6 +29,7 @@ from .array import Array, check_device_sets
 from .executable_metadata import CompiledMemoryStats, ExecutableMetadata  # noqa: F401
 from .errors import UnsupportedFeatureError, XlaRuntimeError, consume
 from ._host_values import HostCopies, check_shards, host_array
+from ._capi.staging import CALL_STAGING_THRESHOLD_BYTES
 from .sharding import global_shape_of_shards
 
 if TYPE_CHECKING:
@@ -34,6 +38,10 @@ if TYPE_CHECKING:
 
 _NULL = ffi.NULL
 _execute = lib.pjrt_shim_execute
+_run_call = lib.pjrt_shim_call_run
+_CALL_ERROR = lib.PJRT_SHIM_CALL_ERROR
+_CALL_SLOW = lib.PJRT_SHIM_CALL_SLOW
+_adopt_output = Array._adopt_output
 
 
 class _Scratch:
@@ -52,6 +60,70 @@ class _Scratch:
         #: running on this thread) gets arrays of its own.
         self.busy = False
         self.abandoned = None  # see pjrt._capi.long_runs.free_after
+
+
+class _Call:
+    """One caller's ``pjrt_shim_call`` of a single-device executable (see `LoadedExecutable.execute`).
+
+    An executable keeps the idle ones in a list: a call takes one with ``list.pop`` and puts
+    it back with ``append`` (each one step under the GIL), so two threads, or a call made from
+    inside another (a Python custom call), never share one; a caller that finds none makes one.
+    """
+
+    __slots__ = ("call", "arguments", "outputs", "host_data", "fixed", "keep")
+
+    def __init__(self, executable: "LoadedExecutable", count: int, fixed: tuple):
+        num_outputs = executable._num_outputs
+        handle = executable._handle
+        self.fixed = fixed  # the parameters' host types and dimensions, which call points to
+        self.call = call = ffi.new("pjrt_shim_call *")
+        self.arguments = ffi.new("PJRT_Buffer*[]", max(count, 1))
+        self.outputs = ffi.new("PJRT_Buffer*[]", max(num_outputs, 1))
+        self.host_data = ffi.new("void*[]", max(count, 1))
+        self.keep: tuple = ()  # the donated arguments this call does not donate
+        call.api = handle.api.table
+        call.client = handle.pointer
+        call.executable = executable._pointer
+        call.device = executable._devices[0].pointer
+        call.num_arguments = count
+        call.num_outputs = num_outputs
+        call.arguments = self.arguments
+        call.outputs = self.outputs
+        call.host_data = self.host_data
+        call.host_types, call.host_num_dims, call.host_dims = fixed
+        call.slow_ns = int(long_runs.INLINE_LIMIT_SECONDS * 1e9)
+
+
+def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
+    """Per parameter ``(index, shape, dtype, strides)`` for the checks of `execute`'s fast
+    path, and the fixed part of its C call; None where every call takes the full checks (several
+    devices, parameters or outputs of unknown shape or dtype, layouts other than row-major)."""
+    specs = executable._parameter_specs
+    if (len(executable._devices) != 1 or executable._layout_checks
+            or executable._output_specs is None or specs is None
+            or any(spec is None or spec[1] is None for spec in specs)):
+        return None
+    api = executable._handle.api
+    copies = api.has("PJRT_Client_BufferFromHostBuffer")
+    parameters, types, num_dims, dims = [], [], [], []
+    for i, (shape, dtype) in enumerate(specs):
+        # Host values of the parameter are copied by the C call itself when they are small
+        # (larger ones go through staging), dense row-major, of its shape and dtype.
+        strides = pjrt_type = None
+        try:
+            pjrt_type = dtypes.to_pjrt_type(dtype)
+            size = math.prod(shape) * dtype.itemsize
+            if copies and 0 < size < CALL_STAGING_THRESHOLD_BYTES:
+                strides = np.empty(shape, dtype).strides  # row-major's, as numpy writes them
+        except (TypeError, ValueError):
+            pass  # host values of this parameter take the full path
+        parameters.append((i, shape, dtype, strides))
+        types.append(pjrt_type or 0)
+        num_dims.append(len(shape))
+        dims.extend(shape)
+    fixed = (ffi.new("PJRT_Buffer_Type[]", types or [0]),
+             ffi.new("size_t[]", num_dims or [0]), ffi.new("int64_t[]", dims or [0]))
+    return tuple(parameters), fixed
 
 
 class ExecuteResults:
@@ -108,6 +180,12 @@ class LoadedExecutable(ExecutableMetadata):
             self._output_global_shapes = None
             self._layout_checks = self._read_layout_checks()
             self.launches_inline = False  # see pjrt._capi.long_runs: the first launch is off-thread
+            self._output_specs: Any = (tuple(zip(self._output_shapes, self._output_dtypes))
+                                  if self._output_shapes is not None else None)
+            plan = _call_parameters(self)
+            self._call_parameters: tuple | None = plan[0] if plan is not None else None
+            self._call_fixed: Any = plan[1] if plan is not None else None
+            self._calls: list[_Call] = []  # idle ones; see _Call
         except BaseException:
             self._release()
             raise
@@ -145,7 +223,7 @@ class LoadedExecutable(ExecutableMetadata):
         if not isinstance(argument, Array):
             raise TypeError(f"argument {index} is a {type(argument).__name__}; execute takes "
                             f"pjrt Arrays (use client.buffer_from_pyval or pjrt.compile)")
-        buffers = argument._live_buffers()
+        buffers = argument.live_buffers()
         if index in self._layout_checks and argument.layout != self._layout_checks[index]:
             raise ValueError(f"argument {index} is laid out as {argument.layout}; the program "
                              f"was compiled to take {self._layout_checks[index]}")
@@ -190,8 +268,75 @@ class LoadedExecutable(ExecutableMetadata):
           DeletedArrayError: an argument was deleted or donated before.
           XlaRuntimeError: the plugin failed to launch the program.
         """
-        # The hot path: every check inline, one C call, and the outputs wrapped directly.
-        # Anything unusual falls back to the checks that build the error messages.
+        # The fast path: arguments that are what the parameters are (live single-device Arrays,
+        # or small numpy arrays copied by the call) pass their buffer or memory straight into
+        # one C call (copies, launch, freeing the copies), under a ticket on the client taken
+        # before any pointer is read. Anything else, and every error, takes _execute_checked.
+        parameters = self._call_parameters
+        if parameters is None or not self.launches_inline or len(arguments) != len(parameters):
+            return self._execute_checked(arguments, copy_host_values)
+        handle = self._handle
+        ticket = next(handle.tickets)
+        handle.active[ticket] = None
+        try:
+            try:
+                call = self._calls.pop()
+            except IndexError:
+                call = _Call(self, len(parameters), self._call_fixed)
+            slots = call.arguments
+            device = self._devices[0]
+            views = None
+            for (i, shape, dtype, strides), argument in zip(parameters, arguments):
+                if type(argument) is Array:
+                    buffers = argument._buffers
+                    if (buffers is not None and argument._devices[0] is device
+                            and len(buffers) == 1 and argument._parent is None
+                            and argument.shape == shape
+                            and (argument.dtype is dtype or argument.dtype == dtype)):
+                        slots[i] = buffers[0]
+                        continue
+                elif (copy_host_values and type(argument) is np.ndarray and strides is not None
+                      and argument.shape == shape and argument.strides == strides
+                      and (argument.dtype is dtype or argument.dtype == dtype)):
+                    view = ffi.from_buffer(argument)
+                    call.host_data[i] = view
+                    views = [view] if views is None else views + [view]
+                    continue
+                break
+            else:
+                if self._pointer != _NULL and not handle.closed:
+                    donated = self._donated
+                    if donated:
+                        status = _run_donating(self, call, arguments)
+                    else:
+                        status = _run_call(call.call)
+                    if status:
+                        _after_call(self, status, call)
+                    if donated:
+                        _consume_donated(donated, [arguments], call.keep)
+                    outputs = call.outputs
+                    specs = self._output_specs
+                    if len(specs) == 1:
+                        shape, dtype = specs[0]
+                        result = [_adopt_output(self._client, handle, outputs[0], self._devices,
+                                                shape, dtype)]
+                    else:
+                        result = self._wrap_outputs(outputs, 0, self._devices)
+                    self._calls.append(call)
+                    return result
+            if views is not None:
+                for k in range(len(parameters)):
+                    call.host_data[k] = _NULL
+            self._calls.append(call)
+        finally:
+            del handle.active[ticket]
+            if handle.parked or handle.closed:
+                handle.settle()
+        return self._execute_checked(arguments, copy_host_values)
+
+    def _execute_checked(self, arguments: Sequence, copy_host_values: bool) -> list[Array]:
+        """`execute` with every check that builds an error message, and host values of any
+        kind (see `pjrt._host_values`)."""
         devices = self._devices
         if len(devices) != 1:
             raise ValueError(f"this executable runs on {len(devices)} devices; use "
@@ -213,15 +358,7 @@ class LoadedExecutable(ExecutableMetadata):
             scratch = self._scratch(count)
             argument_array = scratch.arguments
             for i, argument in enumerate(arguments):
-                if type(argument) is Array and argument._parent is None:
-                    buffers = argument._buffers
-                    spec = specs[i] if specs is not None else None
-                    if (buffers is not None and argument._devices[0] is device
-                            and len(buffers) == 1 and not self._layout_checks and (spec is None or (
-                                argument.shape == spec[0] and argument.dtype == spec[1]))):
-                        argument_array[i] = buffers[0]
-                        continue
-                elif copy_host_values and not isinstance(argument, Array):
+                if copy_host_values and not isinstance(argument, Array):
                     if copies is None:
                         copies = HostCopies(self._client, count)
                     copies.add_value(i, argument, specs[i] if specs else None, device,
@@ -231,9 +368,9 @@ class LoadedExecutable(ExecutableMetadata):
             if copies is not None:
                 copies.start(argument_array)
             if self._donated:
-                keep = self._prepare_donations([arguments])
+                keep = _prepare_donations(self._donated, [arguments])
                 self._launch(pointer, scratch, 1, count, keep)
-                self._consume_donated([arguments], keep)
+                _consume_donated(self._donated, [arguments], keep)
             else:
                 self._launch(pointer, scratch, 1, count, ())
             outputs = scratch.outputs
@@ -278,7 +415,7 @@ class LoadedExecutable(ExecutableMetadata):
         flat = [self._check_argument(i, shards[d], device)
                 for d, device in enumerate(self._devices) for i, shards in enumerate(arguments)]
         per_device_arguments = list(zip(*arguments)) if arguments else []
-        keep = self._prepare_donations(per_device_arguments) if self._donated else ()
+        keep = _prepare_donations(self._donated, per_device_arguments) if self._donated else ()
         scratch = self._scratch(len(arguments), num_devices)
         try:
             for position, buffer in enumerate(flat):
@@ -287,7 +424,7 @@ class LoadedExecutable(ExecutableMetadata):
             outputs = scratch.outputs
         finally:
             scratch.busy = False
-        self._consume_donated(per_device_arguments, keep)
+        _consume_donated(self._donated, per_device_arguments, keep)
         results: list[list[Any]] = [[None] * num_devices for _ in range(self._num_outputs)]
         for d, device in enumerate(self._devices):
             for i, array in enumerate(self._wrap_outputs(outputs, d, (device,))):
@@ -318,7 +455,7 @@ class LoadedExecutable(ExecutableMetadata):
                     "layouts are unknown; pass per-device Arrays to execute_sharded instead")
         self._check_count(len(arguments))
         if self._output_shapes is not None and self._output_global_shapes is None:
-            self._output_global_shapes = self._check_output_layouts()  # before anything runs
+            self._output_global_shapes = _check_output_layouts(self)  # before anything runs
         devices = self._devices
         shardings = self.input_shardings
         # Arguments placed by pjrt.compile carry these very sharding objects, or equivalent
@@ -339,7 +476,7 @@ class LoadedExecutable(ExecutableMetadata):
                 hosts.append((i, host, sharding))
                 rows.append(None)
                 continue
-            buffers = argument._live_buffers()
+            buffers = argument.live_buffers()
             if not laid_out[i] and not (argument.sharding == sharding):
                 raise ValueError(f"argument {i} is laid out as {argument.sharding!r} but the "
                                  f"program expects {sharding!r}; place it with "
@@ -352,7 +489,7 @@ class LoadedExecutable(ExecutableMetadata):
                 by_device = dict(zip(argument._devices, buffers))
                 rows.append([by_device[d] for d in devices])
         num_devices = len(devices)
-        keep = self._prepare_donations([list(arguments)]) if self._donated else ()
+        keep = _prepare_donations(self._donated, [list(arguments)]) if self._donated else ()
         scratch = self._scratch(len(arguments), num_devices)
         copies = HostCopies(self._client, len(arguments) * num_devices) if hosts else None
         try:
@@ -376,7 +513,7 @@ class LoadedExecutable(ExecutableMetadata):
             if copies is not None:
                 long_runs.free_after(scratch, copies.free)
             scratch.busy = False
-        self._consume_donated([list(arguments)], keep)
+        _consume_donated(self._donated, [list(arguments)], keep)
         results = []
         for j, (buffers, sharding) in enumerate(zip(per_output, self.output_shardings)):
             if self._output_shapes is not None:
@@ -391,54 +528,8 @@ class LoadedExecutable(ExecutableMetadata):
     def _output_global_shape(self, index: int) -> tuple:
         shapes = self._output_global_shapes
         if shapes is None:
-            shapes = self._output_global_shapes = self._check_output_layouts()
+            shapes = self._output_global_shapes = _check_output_layouts(self)
         return shapes[index]
-
-    def _check_output_layouts(self) -> tuple:
-        """Each output's global shape, from its shards; ValueError when the program declares
-        another one (XLA pads uneven shards, which an Array cannot represent, as in jax)."""
-        shapes = tuple(global_shape_of_shards(sharding, shard_shape)
-                       for sharding, shard_shape in zip(self.output_shardings,
-                                                        self._output_shapes))  # pyright: ignore[reportArgumentType]
-        # A replicated program declares per-replica shapes; only partitioned ones are compared.
-        declared = (self._declared_output_shapes or ()) if self._replicas == 1 else ()
-        for i, (shape, wanted) in enumerate(zip(shapes, declared)):
-            if wanted is not None and tuple(wanted) != shape:
-                sharding = self.output_shardings[i].to_hlo_sharding(len(wanted))
-                raise ValueError(
-                    f"output {i} has shape {tuple(wanted)}, which {sharding} splits unevenly "
-                    f"(XLA pads its shards to {self._output_shapes[i]}); pjrt, like jax, holds "
-                    f"only evenly sharded arrays: shard that output along dimensions it divides")
-        return shapes
-
-    def _prepare_donations(self, per_device_arguments) -> tuple:
-        """Check donated arguments; the indices that must not be donated this time.
-
-        An array whose memory numpy is reading without a copy is passed as not donatable, so
-        the plugin copies it instead of reusing it, and the array stays valid.
-        """
-        keep = set()
-        for arguments in per_device_arguments:
-            for index in self._donated:
-                if index >= len(arguments):
-                    continue
-                if not isinstance(arguments[index], Array):
-                    continue  # a host value's copy, made for this call alone
-                for other, argument in enumerate(arguments):
-                    if other != index and argument is arguments[index]:
-                        raise ValueError(f"argument {index} is donated to the program and also "
-                                         f"passed as argument {other}; pass a copy")
-                if arguments[index]._viewed():
-                    keep.add(index)
-        return tuple(sorted(keep))
-
-    def _consume_donated(self, per_device_arguments, keep: tuple) -> None:
-        for index in self._donated:
-            if index in keep:
-                continue
-            for arguments in per_device_arguments:
-                if index < len(arguments) and isinstance(arguments[index], Array):
-                    arguments[index]._release("donated")
 
     def _scratch(self, num_arguments: int, num_devices: int = 1) -> "_Scratch":
         """This thread's argument/output arrays for a call (fresh ones if already in use)."""
@@ -486,7 +577,9 @@ class LoadedExecutable(ExecutableMetadata):
         shapes, output_dtypes = self._output_shapes, self._output_dtypes
         if shapes is None:
             return [_array_from_buffer(client, outputs[base + i], devices) for i in range(count)]
-        return [Array(client, [outputs[base + i]], devices, shapes[i], output_dtypes[i])
+        handle = self._handle
+        return [_adopt_output(client, handle, outputs[base + i], devices, shapes[i],
+                              output_dtypes[i])
                 for i in range(count)]
 
     def __call__(self, *arguments: Array) -> list[Array]:
@@ -495,6 +588,80 @@ class LoadedExecutable(ExecutableMetadata):
     def __repr__(self) -> str:
         devices = ", ".join(str(d) for d in self._devices)
         return f"LoadedExecutable(outputs={self._num_outputs}, devices=[{devices}])"
+
+
+def _run_donating(executable: "LoadedExecutable", call: _Call, arguments: Sequence) -> int:
+    """`pjrt_shim_call_run` for a program that donates parameters: the donated Arrays
+    are checked first (see `_prepare_donations`), and those numpy reads are copied."""
+    keep = call.keep = _prepare_donations(executable._donated, [arguments])
+    if not keep:
+        return _run_call(call.call)
+    indices = ffi.new("int64_t[]", keep)
+    call.call.non_donatable, call.call.num_non_donatable = indices, len(keep)
+    try:
+        return _run_call(call.call)
+    finally:
+        call.call.non_donatable, call.call.num_non_donatable = _NULL, 0
+
+
+def _after_call(executable: "LoadedExecutable", status: int, call: _Call) -> None:
+    """What `pjrt_shim_call_run` reported besides success: a launch that ran long (the next
+    ones go through a worker, see `pjrt._capi.long_runs`), or the plugin's error."""
+    if status & _CALL_SLOW:
+        executable.launches_inline = False
+    if status & _CALL_ERROR:
+        error, call.call.error = call.call.error, _NULL
+        executable._calls.append(call)
+        raise consume(executable._handle.api, error)
+
+
+def _check_output_layouts(executable: "LoadedExecutable") -> tuple:
+    """Each output's global shape, from its shards; ValueError when the program declares
+    another one (XLA pads uneven shards, which an Array cannot represent, as in jax)."""
+    shard_shapes = [shape for shape, _ in executable._output_specs or ()]
+    shapes = tuple(global_shape_of_shards(sharding, shard_shape)
+                   for sharding, shard_shape in zip(executable.output_shardings, shard_shapes))
+    # A replicated program declares per-replica shapes; only partitioned ones are compared.
+    declared = (executable._declared_output_shapes or ()) if executable._replicas == 1 else ()
+    for i, (shape, wanted) in enumerate(zip(shapes, declared)):
+        if wanted is not None and tuple(wanted) != shape:
+            sharding = executable.output_shardings[i].to_hlo_sharding(len(wanted))
+            raise ValueError(
+                f"output {i} has shape {tuple(wanted)}, which {sharding} splits unevenly "
+                f"(XLA pads its shards to {shard_shapes[i]}); pjrt, like jax, holds only evenly "
+                f"sharded arrays: shard that output along dimensions it divides")
+    return shapes
+
+
+def _prepare_donations(donated: tuple, per_device_arguments) -> tuple:
+    """Check donated arguments; the indices that must not be donated this time.
+
+    An array whose memory numpy is reading without a copy is passed as not donatable, so
+    the plugin copies it instead of reusing it, and the array stays valid.
+    """
+    keep = set()
+    for arguments in per_device_arguments:
+        for index in donated:
+            if index >= len(arguments):
+                continue
+            if not isinstance(arguments[index], Array):
+                continue  # a host value's copy, made for this call alone
+            for other, argument in enumerate(arguments):
+                if other != index and argument is arguments[index]:
+                    raise ValueError(f"argument {index} is donated to the program and also "
+                                     f"passed as argument {other}; pass a copy")
+            if arguments[index]._viewed():
+                keep.add(index)
+    return tuple(sorted(keep))
+
+
+def _consume_donated(donated: tuple, per_device_arguments, keep: tuple) -> None:
+    for index in donated:
+        if index in keep:
+            continue
+        for arguments in per_device_arguments:
+            if index < len(arguments) and isinstance(arguments[index], Array):
+                arguments[index]._release("donated")
 
 
 def _buffer_metadata(client: "Client", buffer) -> tuple:

@@ -79,18 +79,21 @@ class ClientHandle:
 
     Attributes:
       api: the plugin's `Api`.
+      table: its ``PJRT_Api*`` (``api.table``).
       pointer: the ``PJRT_Client*`` (NULL once freed).
       closed: set by `close`, by a fork, or at exit; calls then raise.
       buffers: owner id -> the ``PJRT_Buffer*`` list it owns (one per device).
       executables: owner id -> ``(PJRT_LoadedExecutable*, PJRT_Executable*)``.
     """
 
-    __slots__ = ("api", "pointer", "closed", "closed_reason", "buffers", "executables",
+    __slots__ = ("api", "table", "pointer", "closed", "closed_reason", "buffers", "executables",
                  "viewed", "released_while_viewed", "holds", "pending_holds", "active", "tickets", "parked",
                  "generation", "keep_alive", "_lock", "__weakref__")
 
     def __init__(self, api: Api, pointer):
         self.api = api
+        #: ``api.table``, read on every buffer freed
+        self.table = api.table
         self.pointer = pointer
         self.closed = False
         #: What a call on a closed client is told.
@@ -149,27 +152,33 @@ class ClientHandle:
         # This release is itself a call, and its ticket is taken before the buffers are
         # looked up: a client being torn down either sees the ticket (and waits for it) or
         # has already emptied ``buffers`` (and this finds nothing to free).
+        # (This runs once per Array freed, so `end` is inlined and empty tables are not
+        # searched: an owner's views and holds are recorded while it is alive, never after.)
+        active = self.active
         ticket = next(self.tickets)
-        self.active[ticket] = None
+        active[ticket] = None
         try:
             buffers = self.buffers.pop(owner_id, None)  # one caller wins
             if buffers is None:
                 return
-            self.viewed.pop(owner_id, None)
-            holds = self.holds.pop(owner_id, None)
+            if self.viewed:
+                self.viewed.pop(owner_id, None)
+            holds = self.holds.pop(owner_id, None) if self.holds else None
             # The common case, made cheap: with no other call running, none can be using the
             # buffers (calls that start now find their owner released), so they go at once.
-            if (len(self.active) == 1 and not holds and not self.parked
+            if (len(active) == 1 and not holds and not self.parked
                     and self.generation == _fork_generation and self.pointer != _NULL):
                 if len(buffers) == 1:
-                    _destroy_buffer(self.api.table, buffers[0])
+                    _destroy_buffer(self.table, buffers[0])
                 else:
-                    _destroy_buffers(self.api.table, ffi.new("PJRT_Buffer*[]", buffers),
+                    _destroy_buffers(self.table, ffi.new("PJRT_Buffer*[]", buffers),
                                      len(buffers))
                 return
             self.parked.append((ticket, "buffers", (buffers, holds)))
         finally:
-            self.end(ticket)
+            del active[ticket]
+            if self.parked or self.closed:
+                self.settle()
 
     def release_executable(self, owner_id: int) -> None:
         """Like `release_buffers`, for the executable of ``owner_id``."""

@@ -118,6 +118,68 @@ int pjrt_shim_execute(const PJRT_Api* api, PJRT_LoadedExecutable* executable,
   return 0;
 }
 
+static int64_t shim_now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+int pjrt_shim_call_run(pjrt_shim_call* call) {
+  const PJRT_Api* api = call->api;
+  const void** host_data = call->host_data;
+  size_t n = call->num_arguments;
+  size_t i;
+  int64_t started = shim_now_ns();
+  PJRT_Error* error = NULL;
+  int copies = 0;
+  call->error = NULL;
+  for (i = 0; i < n; ++i) {
+    if (host_data[i] != NULL) {
+      call->arguments[i] = NULL;
+      copies = 1;
+    }
+  }
+  if (copies) {
+    const int64_t* dims = call->host_dims;
+    for (i = 0; i < n && error == NULL; dims += call->host_num_dims[i], ++i) {
+      PJRT_Event* done = NULL;
+      if (host_data[i] == NULL) continue;
+      error = pjrt_shim_buffer_from_host(
+          api, call->client, host_data[i], call->host_types[i],
+          call->host_num_dims[i] ? dims : NULL, call->host_num_dims[i],
+          PJRT_HostBufferSemantics_kImmutableOnlyDuringCall, call->device, NULL,
+          &call->arguments[i], &done);
+      pjrt_shim_event_destroy(api, done); /* none for this semantics */
+    }
+  }
+  if (error == NULL) {
+    PJRT_Buffer* const* argument_list = call->arguments;
+    PJRT_Buffer** output_list = call->outputs;
+    SHIM_ARGS(PJRT_ExecuteOptions, options, SHIM_EXECUTE_OPTIONS_LAST_FIELD);
+    SHIM_ARGS(PJRT_LoadedExecutable_Execute_Args, args, execute_device);
+    options.non_donatable_input_indices = call->non_donatable;
+    options.num_non_donatable_input_indices = call->num_non_donatable;
+    args.executable = call->executable;
+    args.options = &options;
+    args.argument_lists = &argument_list;
+    args.num_devices = 1;
+    args.num_args = n;
+    args.output_lists = &output_list;
+    error = api->PJRT_LoadedExecutable_Execute(&args);
+  }
+  if (copies) {
+    for (i = 0; i < n; ++i) {
+      if (host_data[i] == NULL) continue;
+      host_data[i] = NULL;
+      pjrt_shim_buffer_destroy(api, call->arguments[i]);
+      call->arguments[i] = NULL;
+    }
+  }
+  call->error = error;
+  return (error != NULL ? PJRT_SHIM_CALL_ERROR : 0) |
+         (shim_now_ns() - started > call->slow_ns ? PJRT_SHIM_CALL_SLOW : 0);
+}
+
 static PJRT_Error* shim_await_and_destroy(const PJRT_Api* api,
                                           PJRT_Event* event) {
   SHIM_ARGS(PJRT_Event_Await_Args, await_args, event);

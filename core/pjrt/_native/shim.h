@@ -50,6 +50,48 @@ int pjrt_shim_execute(const PJRT_Api* api, PJRT_LoadedExecutable* executable,
                       PJRT_Device* execute_device,
                       PJRT_Event** complete_events, PJRT_Error** error_out);
 
+/* Everything one call of a single-device executable needs, set up once per
+ * executable (and per concurrent caller) so that a call passes one pointer
+ * through cffi. The caller fills `arguments` (and `host_data`) and reads
+ * `outputs` and `error` back. */
+typedef struct {
+  const PJRT_Api* api;
+  PJRT_Client* client;
+  PJRT_LoadedExecutable* executable;
+  PJRT_Device* device;
+  size_t num_arguments;
+  size_t num_outputs;
+  PJRT_Buffer** arguments;  /* num_arguments; a host value's slot is filled here */
+  PJRT_Buffer** outputs;    /* num_outputs new buffers, owned by the caller */
+  /* Per argument: dense row-major host memory to copy to `device` for this
+   * call alone (kImmutableOnlyDuringCall), or NULL for a buffer already in
+   * `arguments`. Its element type, and dimensions taken in turn from
+   * `host_dims`, are the parameter's: `host_types[i]`, `host_num_dims[i]`. */
+  const void** host_data;
+  const PJRT_Buffer_Type* host_types;
+  const size_t* host_num_dims;
+  const int64_t* host_dims;
+  /* Donated arguments the plugin must copy instead of reusing (numpy reads
+   * them), as PJRT_ExecuteOptions.non_donatable_input_indices. */
+  const int64_t* non_donatable;
+  size_t num_non_donatable;
+  /* A launch that takes longer than this is reported (PJRT_SHIM_CALL_SLOW). */
+  int64_t slow_ns;
+  PJRT_Error* error;        /* the plugin's error, owned by the caller */
+} pjrt_shim_call;
+
+/* Bits of pjrt_shim_call_run's result. */
+typedef enum {
+  PJRT_SHIM_CALL_ERROR = 1,  /* call->error is set; no outputs were made */
+  PJRT_SHIM_CALL_SLOW = 2    /* the copies and launch took longer than slow_ns */
+} pjrt_shim_call_status;
+
+/* Copies the host values of `call` (if any), launches the executable on its
+ * device with every argument, frees the copies again (the plugin keeps what
+ * the launched program reads) and clears `host_data`. Returns 0, or
+ * PJRT_SHIM_CALL_* bits. */
+int pjrt_shim_call_run(pjrt_shim_call* call);
+
 /* Starts a host-to-device copy of a dense row-major array. With
  * kImmutableOnlyDuringCall the plugin copies before returning; with
  * kImmutableUntilTransferCompletes this helper waits for the plugin to finish
