@@ -48,26 +48,33 @@ shape = (size, size) if which == "product" else (size,)
 x = client.buffer_from_pyval(np.ones(shape, np.float32))
 want = float(size) if which == "product" else 2.0
 arguments = [x, x] if which == "product" else [x]
-report = {"limited_before": memory_headroom.limited}
-resource.setrlimit(resource.RLIMIT_AS, (memory_headroom.address_space_used() + (headroom << 20),
-                                        resource.RLIM_INFINITY))
-report["limited"] = memory_headroom.limited
+report = {"limited_before": memory_headroom.address_space_limit() is not None}
+limit = memory_headroom.address_space_used() + (headroom << 20)
+if len(sys.argv) > 8 and sys.argv[8] == "ctypes":  # set behind Python's resource module
+    import ctypes
+    class rlimit(ctypes.Structure):
+        _fields_ = [("cur", ctypes.c_uint64), ("max", ctypes.c_uint64)]
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.setrlimit(resource.RLIMIT_AS, ctypes.byref(rlimit(limit, 2**64 - 1))) == 0
+else:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+report["limited"] = memory_headroom.address_space_limit() is not None
 try:
     (y,) = executable.execute(arguments)
     report["ran"] = bool((np.asarray(y) == want).all())
 except MemoryError as error:
     report["refused"] = str(error)
 resource.setrlimit(resource.RLIMIT_AS, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
-report["limited_after"] = memory_headroom.limited
+report["limited_after"] = memory_headroom.address_space_limit() is not None
 (y,) = executable.execute(arguments)
 report["ran_after"] = bool((np.asarray(y) == want).all())
 print(json.dumps(report), flush=True)
 """
 
 
-def _run(plugin: str, headroom_mib: int, which: str) -> dict:
+def _run(plugin: str, headroom_mib: int, which: str, setter: str = "resource") -> dict:
     result = run_python(CHILD, plugin, cpu_plugin_path(plugin), headroom_mib, which, PRODUCT, N,
-                        SMALL, timeout=300, check=False)
+                        SMALL, setter, timeout=300, check=False)
     assert result.returncode == 0, (f"the child ended with {result.returncode}:\n"
                                     f"{result.stdout[-2000:]}{result.stderr[-4000:]}")
     report = json.loads(result.stdout.strip().splitlines()[-1])
@@ -98,11 +105,18 @@ def test_a_small_launch_is_not_refused_for_a_reserve_it_does_not_need(plugin):
     assert report.get("ran"), report
 
 
-def test_no_limit_costs_one_flag():
+@pytest.mark.parametrize("plugin", sorted(CPU_PLUGINS))
+def test_a_limit_set_behind_pythons_back_is_seen_at_the_next_launch(plugin):
+    # setrlimit called through ctypes: nothing in Python says a limit was set.
+    report = _run(plugin, 64, "product", setter="ctypes")
+    assert "refused" in report, report
+
+
+def test_without_a_limit_there_is_no_headroom_to_check():
     from pjrt._capi import memory_headroom
 
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
         pytest.skip("this test process runs under an address-space limit")
-    assert memory_headroom.limited is False
+    assert memory_headroom.address_space_limit() is None
     assert memory_headroom.headroom() is None

@@ -186,6 +186,9 @@ class LoadedExecutable(ExecutableMetadata):
             self._call_parameters: tuple | None = plan[0] if plan is not None else None
             self._call_fixed: Any = plan[1] if plan is not None else None
             self._calls: list[_Call] = []  # idle ones; see _Call
+            #: Address space one launch needs per device (pjrt._capi.memory_headroom), worked
+            #: out at the first launch.
+            self._launch_need: int | None = None
         except BaseException:
             self._release()
             raise
@@ -544,8 +547,13 @@ class LoadedExecutable(ExecutableMetadata):
 
     def _launch(self, pointer, scratch: "_Scratch", num_devices: int, num_arguments: int,
                 keep: tuple) -> None:
-        if memory_headroom.limited:  # an address-space limit is set (RLIMIT_AS)
-            memory_headroom.check_launch(self, num_devices)
+        need = self._launch_need
+        if need is None:  # the first launch: does this program need the address-space check?
+            need = self._launch_need = memory_headroom.launch_need(self)
+            if need >= memory_headroom.CHECKED_FROM_BYTES:
+                self._call_parameters = None  # every launch takes this path, and is checked
+        if need >= memory_headroom.CHECKED_FROM_BYTES:
+            memory_headroom.check_launch(self, need, num_devices)
         api = self._handle.api
         if not self.launches_inline:
             self.launches_inline = long_runs.launch(self._handle, pointer, scratch, num_devices,

@@ -18,17 +18,14 @@ reserve, up to `ARENA_RESERVE_BYTES` (the address space one new glibc arena take
 launches, which need no fresh arena, are not refused for want of 64 MiB. This is a bound
 measured on XLA's CPU plugins, not a guarantee for every kernel.
 
-Cost: none while no limit is set beyond reading one module flag, `limited`, at the call site.
-The limit is read when this module is imported and again whenever Python's
-``resource.setrlimit`` or ``resource.prlimit`` is called (they are wrapped here to say so); a
-limit set some other way (through ctypes, or by another process's ``prlimit``) is seen after
-the next of those calls or `refresh`.
+Cost: a launch needing less than `CHECKED_FROM_BYTES` per device is never checked (the
+executable decides once, at its first launch, and small ones keep the per-call fast path);
+a bigger one reads the limit (one ``getrlimit`` call) at every launch, and the process's size
+only when a limit is set, so a limit set at any time, by any means, is seen at the next launch.
 """
 from __future__ import annotations
 
-import functools
 import os
-import weakref
 
 try:
     import resource
@@ -40,23 +37,19 @@ except ImportError:  # not a Unix system: no RLIMIT_AS to respect
 #: On the 0.81 CPU build a 64 MiB product ran with 128 MiB left and crashed with 124 MiB.
 ARENA_RESERVE_BYTES = 64 << 20
 
-#: Whether an address-space limit is set (kept current by `refresh`).
-limited = False
-_limit = 0
+#: Launches needing less than this per device are not checked: none was seen to end the
+#: process, and they are the calls made in loops, where a system call each would show.
+CHECKED_FROM_BYTES = 1 << 20
+
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
-#: Bytes each executable needs per device, worked out on its first launch under a limit.
-_needs: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
-
-def refresh() -> None:
-    """Read the address-space limit again."""
-    global limited, _limit
+def address_space_limit() -> int | None:
+    """The soft address-space limit in bytes (``RLIMIT_AS``), or None when none is set."""
     if resource is None:
-        return
+        return None
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
-    limited = soft != resource.RLIM_INFINITY
-    _limit = soft if limited else 0
+    return None if soft == resource.RLIM_INFINITY else soft
 
 
 def address_space_used() -> int:
@@ -68,29 +61,18 @@ def address_space_used() -> int:
 def headroom() -> int | None:
     """Bytes of address space left under the limit; None when no limit is set (or the
     process's size cannot be read)."""
-    if not limited:
+    limit = address_space_limit()
+    if limit is None:
         return None
     try:
-        return _limit - address_space_used()
+        return limit - address_space_used()
     except (OSError, ValueError, IndexError):
         return None
 
 
-def launch_need(executable, num_devices: int) -> int:
-    """Bytes of address space a launch of ``executable`` on ``num_devices`` devices needs
-    beyond what exists already (outputs and temporaries; without the arena reserve)."""
-    try:
-        per_device = _needs[executable]
-    except (KeyError, TypeError):
-        per_device = _per_device_need(executable)
-        try:
-            _needs[executable] = per_device
-        except TypeError:  # not weakly referable: worked out each time
-            pass
-    return per_device * max(num_devices, 1)
-
-
-def _per_device_need(executable) -> int:
+def launch_need(executable) -> int:
+    """Bytes of address space one launch of ``executable`` needs per device beyond what
+    exists already (outputs and temporaries; without the arena reserve)."""
     on_cpu = executable.client.platform == "cpu"
     try:
         stats = executable.get_compiled_memory_stats()
@@ -116,22 +98,23 @@ def _per_device_need(executable) -> int:
         return 0
 
 
-def check_launch(executable, num_devices: int) -> None:
-    """Raise MemoryError if a launch of ``executable`` on ``num_devices`` devices cannot fit
-    in the address space left under the limit. Called only while `limited`."""
+def check_launch(executable, need_per_device: int, num_devices: int) -> None:
+    """Raise MemoryError if a launch of ``executable`` on ``num_devices`` devices, needing
+    ``need_per_device`` bytes on each, cannot fit in the address space left under the limit."""
     left = headroom()
     if left is None:
         return
-    need = launch_need(executable, num_devices)
+    need = need_per_device * max(num_devices, 1)
     reserve = min(need, ARENA_RESERVE_BYTES)
     if need + reserve <= left:
         return
+    limit = address_space_limit() or 0
     raise MemoryError(
         f"not enough address space left to run {_name(executable)}: it needs about "
         f"{_size(need)} for its outputs and temporaries on {num_devices} device(s), plus "
         f"{_size(reserve)} kept for the plugin's own work inside the run, and "
         f"{_size(max(left, 0))} is left under this process's address-space limit "
-        f"(RLIMIT_AS, {_size(_limit)}). The plugin was not called: it can end the process "
+        f"(RLIMIT_AS, {_size(limit)}). The plugin was not called: it can end the process "
         f"when an allocation inside the run fails. Raise the limit or free memory first")
 
 
@@ -146,27 +129,3 @@ def _size(nbytes: int) -> str:
     if nbytes >= 1 << 20:
         return f"{nbytes / (1 << 20):.0f} MiB"
     return f"{nbytes / 1024:.0f} KiB"
-
-
-def _wrap(setter):
-    @functools.wraps(setter)
-    def set_and_refresh(*args, **kwargs):
-        try:
-            return setter(*args, **kwargs)
-        finally:
-            refresh()
-
-    set_and_refresh.__pjrt_refreshes__ = True  # pyright: ignore[reportFunctionMemberAccess]
-    return set_and_refresh
-
-
-def _watch_the_setters() -> None:
-    for name in ("setrlimit", "prlimit"):
-        setter = getattr(resource, name, None)
-        if setter is not None and not getattr(setter, "__pjrt_refreshes__", False):
-            setattr(resource, name, _wrap(setter))
-
-
-if resource is not None:
-    refresh()
-    _watch_the_setters()
