@@ -161,6 +161,7 @@ HAND_BUILT_STRUCTS = {
     ("pjrt.executable_metadata", "PJRT_Program"),
     ("pjrt.ffi", "PJRT_FFI_Register_Handler_Args"),
     ("pjrt.ffi", "XLA_FFI_Error_Create_Args"),
+    ("pjrt.executable", "pjrt_shim_call"),  # our helper's own struct, reused call after call
 }
 
 
