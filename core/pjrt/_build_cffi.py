@@ -52,6 +52,8 @@ _shim_declarations = (NATIVE_DIR / "shim.h").read_text()
 _kv_declarations = (NATIVE_DIR / "kv.h").read_text()
 #: DLPack's structs and the capsule helpers (see pjrt/dlpack.py).
 _dlpack_declarations = (NATIVE_DIR / "dlpack.h").read_text()
+#: The one-call read of a small ready buffer (see pjrt/_host_reads.py); its C uses shim.c's.
+_host_reads_declarations = (NATIVE_DIR / "host_reads.h").read_text()
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(declarations_from_header(_header_text))
@@ -61,6 +63,7 @@ ffibuilder.cdef(_shim_declarations)
 ffibuilder.cdef(_kv_declarations)
 ffibuilder.cdef((NATIVE_DIR / "kv_python.cdef").read_text())
 ffibuilder.cdef(declarations_from_header(_dlpack_declarations))
+ffibuilder.cdef(_host_reads_declarations)
 ffibuilder.set_source(
     "pjrt._pjrt_cffi",
     '#include "pjrt_c_api.h"\n'
@@ -73,7 +76,9 @@ ffibuilder.set_source(
     + "\n"
     + _dlpack_declarations
     + "\n"
-    + (NATIVE_DIR / "dlpack.c").read_text(),
+    + (NATIVE_DIR / "dlpack.c").read_text()
+    + "\n" + _host_reads_declarations + "\n"
+    + (NATIVE_DIR / "host_reads.c").read_text(),
     include_dirs=[str(HEADER_DIR)],
     libraries=["dl"],
     extra_compile_args=["-O2", "-Wall"],
