@@ -14,7 +14,6 @@ slices that Ctrl-C can interrupt, and read again.
 """
 from __future__ import annotations
 
-import math
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -36,19 +35,8 @@ VIEW_THRESHOLD_BYTES = 1 << 16
 _host_read = lib.pjrt_host_read
 _NOT_READY = lib.PJRT_HOST_READ_NOT_READY
 _empty = np.empty
+_asarray = np.asarray
 _from_buffer = ffi.from_buffer
-
-#: shape -> number of elements, for the shapes read so far (a program's outputs come back
-#: with the same shapes call after call); bounded by `_SIZES_KEPT`.
-_sizes: dict[tuple, int] = {}
-_SIZES_KEPT = 1024
-
-
-def _element_count(shape: tuple) -> int:
-    count = math.prod(shape)
-    if len(_sizes) < _SIZES_KEPT:
-        _sizes[shape] = count
-    return count
 
 
 class HostMemory:
@@ -72,11 +60,13 @@ class HostMemory:
 
 
 def read_only(value: np.ndarray) -> np.ndarray:
-    """``value`` (a fresh array nobody else holds) as a view that numpy will never make
-    writeable: ``value`` itself, which owns the memory, is marked read-only first, and numpy
-    refuses to make a view of a read-only owner writeable."""
-    value.setflags(False)
-    return value.view()
+    """``value`` (an array nobody else holds) as a view that can never be made writeable: its
+    base is a read-only memoryview, which numpy will not write through."""
+    try:
+        return np.asarray(memoryview(value).toreadonly())  # pyright: ignore[reportArgumentType]
+    except (ValueError, TypeError):  # dtypes the buffer protocol cannot describe (ml_dtypes)
+        raw = memoryview(value.reshape(-1).view(np.uint8)).toreadonly()  # pyright: ignore[reportArgumentType]
+        return np.frombuffer(raw, dtype=value.dtype).reshape(value.shape)
 
 
 def copy_to_host(api, buffer, destination: np.ndarray, nbytes: int, status=None) -> None:
@@ -136,9 +126,13 @@ class HostReads:
         def addressable_shards(self) -> list: ...
 
     def _value(self) -> np.ndarray:
+        """The value as a read-only numpy array (see `__array__`)."""
         return self.__array__()
 
     def _read(self, handle) -> np.ndarray:
+        """Every read the hot path of `__array__` leaves aside: a cached copy of a shard, large
+        arrays (views of host-resident buffers), shared arrays, shards and multi-device
+        arrays, and the errors of deleted arrays and closed clients. Runs under a ticket."""
         buffers = self.live_buffers()  # a deleted array is not read, even from a cache
         if self._host_copy is not None:
             return self._host_copy
@@ -216,8 +210,11 @@ class HostReads:
                         status = _host_read(api.table, buffers[0], _from_buffer(out), nbytes)
                         if status:  # not computed yet (wait, then copy), or an error
                             copy_to_host(api, buffers[0], out, nbytes, status)
-                        out.setflags(False)  # read_only(), inlined
-                        value = self._host_copy = out.view()
+                        try:  # read_only(), inlined
+                            value = _asarray(memoryview(out).toreadonly())  # pyright: ignore[reportArgumentType]
+                        except (ValueError, TypeError):  # (ml_dtypes)
+                            value = read_only(out)
+                        self._host_copy = value
                         if self._shared:  # exported through DLPack by another thread meanwhile
                             self._host_copy = None
             finally:
