@@ -157,9 +157,20 @@ def main(argv=None) -> int:
             "pjrt execute([a_np, b_np], copy_host_values=True)": dispatch(
                 lambda: execute([a_host, b_host], copy_host_values=True)),
             "pjrt.compile'd program(a_np, b_np)": dispatch(lambda: program(a_host, b_host))}
+    def read_loop(call):
+        """n calls, each result read to numpy (the small read of bench_core's (b))."""
+        def run(n):
+            t0 = perf_ns()
+            for _ in range(n):
+                np.asarray(call())
+            return perf_ns() - t0
+        return run
+
+    runs["pjrt np.asarray(execute([a, b])[0])"] = read_loop(lambda: execute([a, b])[0])
     if f is not None:
         runs["jax f(a, b), device arrays"] = dispatch(lambda: f(ja, jb))
         runs["jax f(a_np, b_np), numpy arrays"] = dispatch(lambda: f(a_host, b_host))
+        runs["jax np.asarray(f(a, b))"] = read_loop(lambda: f(ja, jb))
     whole = interleaved_medians(runs, target, repeats)
 
     # -- the steps of one call, each alone ------------------------------------------------------
@@ -245,6 +256,23 @@ def main(argv=None) -> int:
     step("argument checks, 2 numpy arrays (incl. ffi.from_buffer)",
          lambda: check_arguments((a_host, b_host), True))
 
+    # The pieces of a small read (pjrt/_host_reads.py): one C call copies a ready buffer into
+    # a fresh array, which is handed out read-only.
+    ready = execute([a, b])[0]
+    ready.block_until_ready()
+    ready_buffer, host = ready._buffers[0], np.empty(shape, dtype)
+    host_pointer, host_read = ffi.from_buffer(host), lib.pjrt_host_read
+    step("read: pjrt_host_read of a ready 32-byte buffer (one C call)",
+         lambda: host_read(table, ready_buffer, host_pointer, host.nbytes))
+
+    def fresh_read_only():
+        out = np.empty(shape, dtype)
+        ffi.from_buffer(out)
+        return np.asarray(memoryview(out).toreadonly())
+
+    step("read: np.empty + ffi.from_buffer + read-only memoryview", fresh_read_only)
+    step("read: np.asarray of an already-read Array (cached copy)", lambda: np.asarray(ready))
+
     # -- report -------------------------------------------------------------------------------
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"# pjrt {pjrt.__version__}, jax {jax_version or 'not installed'}; execute of "
@@ -257,7 +285,8 @@ def main(argv=None) -> int:
              "pjrt execute([a_np, b_np], copy_host_values=True)": (
                  "C floor, numpy inputs", "jax f(a_np, b_np), numpy arrays"),
              "pjrt.compile'd program(a_np, b_np)": (
-                 "C floor, numpy inputs", "jax f(a_np, b_np), numpy arrays")}
+                 "C floor, numpy inputs", "jax f(a_np, b_np), numpy arrays"),
+             "pjrt np.asarray(execute([a, b])[0])": (None, "jax np.asarray(f(a, b))")}
     for name, value in whole.items():
         floor_name, jax_name = pairs.get(name, (None, None))
         vs_floor = f"{value / whole[floor_name]:9.2f}x" if floor_name else " " * 10
@@ -266,7 +295,8 @@ def main(argv=None) -> int:
 
     total = whole["pjrt execute([a, b])"]
     print(f"\n{'steps of execute([a, b])':<{width}}  ns/call  share")
-    device_steps = {k: v for k, v in steps.items() if "numpy" not in k}
+    device_steps = {k: v for k, v in steps.items()
+                    if "numpy" not in k and not k.startswith("read:")}
     if destroy_ns is not None and device_steps.get("C: launch + destroy (the floor, as one step)"):
         print(f"{'  (of the C step, the destroy alone)':<{width}}  {destroy_ns:7.0f}")
     for name, value in device_steps.items():
@@ -279,6 +309,13 @@ def main(argv=None) -> int:
     if numpy_step is not None:
         print(f"{'argument checks, 2 numpy arrays (incl. ffi.from_buffer)':<{width}}  "
               f"{numpy_step:7.0f}  (of the numpy call)")
+
+    read_total = whole["pjrt np.asarray(execute([a, b])[0])"]
+    print(f"\n{'steps of a small read (of np.asarray(execute(...)[0]))':<{width}}  ns/call  share")
+    for name, value in steps.items():
+        if name.startswith("read:"):
+            text_value = "    n/a" if value is None else f"{value:7.0f}  {value / read_total:5.0%}"
+            print(f"{name:<{width}}  {text_value}")
 
     profiler = cProfile.Profile()
     profiler.enable()

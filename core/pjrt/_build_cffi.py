@@ -54,6 +54,8 @@ _kv_declarations = (NATIVE_DIR / "kv.h").read_text()
 _dlpack_declarations = (NATIVE_DIR / "dlpack.h").read_text()
 #: One wait for all the shards of a global array (see pjrt/_capi/waits.py).
 _spmd_declarations = (NATIVE_DIR / "spmd.h").read_text()
+#: The one-call read of a small ready buffer (see pjrt/_host_reads.py); its C uses shim.c's.
+_host_reads_declarations = (NATIVE_DIR / "host_reads.h").read_text()
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(declarations_from_header(_header_text))
@@ -64,6 +66,7 @@ ffibuilder.cdef(_kv_declarations)
 ffibuilder.cdef((NATIVE_DIR / "kv_python.cdef").read_text())
 ffibuilder.cdef(declarations_from_header(_dlpack_declarations))
 ffibuilder.cdef(_spmd_declarations)
+ffibuilder.cdef(_host_reads_declarations)
 ffibuilder.set_source(
     "pjrt._pjrt_cffi",
     '#include "pjrt_c_api.h"\n'
@@ -79,6 +82,8 @@ ffibuilder.set_source(
     + (NATIVE_DIR / "dlpack.c").read_text()
     + "\n" + _spmd_declarations + "\n"
     + (NATIVE_DIR / "spmd.c").read_text(),
+    + "\n" + _host_reads_declarations + "\n"
+    + (NATIVE_DIR / "host_reads.c").read_text(),
     include_dirs=[str(HEADER_DIR)],
     libraries=["dl"],
     extra_compile_args=["-O2", "-Wall"],

@@ -6,6 +6,11 @@ CPU plugins device memory is host memory: a large single-device array is read as
 view of the buffer itself (kept alive by `HostMemory`), a small one as a copy cached for
 later reads; a multi-device array is assembled from one copy of each distinct shard. An array
 shared through DLPack is never cached, since its partner may write to the memory.
+
+A small read is the hot path (``np.asarray(executable.execute(...)[0])``): a fresh numpy
+array and one C call (``pjrt_host_read``, in ``_native/host_reads.c``) that checks that the
+value is computed and copies it. A value still being computed is waited for here instead, in
+slices that Ctrl-C can interrupt, and read again.
 """
 from __future__ import annotations
 
@@ -16,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ._pjrt_cffi import ffi, lib
-from .errors import check
+from .errors import check, consume
 from ._capi.waits import wait_buffer_ready
 
 if TYPE_CHECKING:
@@ -26,6 +31,12 @@ if TYPE_CHECKING:
 #: Arrays at least this large are read through a view of host-resident buffers; a copy is
 #: cheaper than setting up the view below it.
 VIEW_THRESHOLD_BYTES = 1 << 16
+
+_host_read = lib.pjrt_host_read
+_NOT_READY = lib.PJRT_HOST_READ_NOT_READY
+_empty = np.empty
+_asarray = np.asarray
+_from_buffer = ffi.from_buffer
 
 
 class HostMemory:
@@ -58,13 +69,31 @@ def read_only(value: np.ndarray) -> np.ndarray:
         return np.frombuffer(raw, dtype=value.dtype).reshape(value.shape)
 
 
+def copy_to_host(api, buffer, destination: np.ndarray, nbytes: int, status=None) -> None:
+    """Copy ``buffer``'s value into ``destination`` (``nbytes`` of memory numpy owns), waiting
+    for the value first if it is still being computed (a wait Ctrl-C can interrupt).
+
+    ``status``, when given, is what a first ``pjrt_host_read`` of the same arguments
+    returned: this finishes that read (its error, if any, is taken over and freed).
+
+    Raises:
+      XlaRuntimeError: the computation producing the value failed, or the copy did.
+    """
+    if status is None:
+        status = _host_read(api.table, buffer, _from_buffer(destination), nbytes)
+    if status == _NOT_READY:
+        wait_buffer_ready(api, buffer)  # raises the computation's error
+        status = _host_read(api.table, buffer, _from_buffer(destination), nbytes)
+        if status == _NOT_READY:  # a plugin whose fired event went back to unfired
+            raise RuntimeError("the plugin reported a buffer not ready after waiting for it")
+    if status:
+        raise consume(api, ffi.cast("PJRT_Error *", status))
+
+
 def buffer_to_host(api, buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
     """A read-only host copy of ``buffer`` (of ``shape`` and ``dtype``), once it is ready."""
     out = np.empty(shape, dtype=dtype)
-    if out.size:
-        check(api, lib.pjrt_shim_buffer_to_host(api.table, buffer, ffi.from_buffer(out), out.nbytes))
-    else:
-        check(api, lib.pjrt_shim_buffer_await_ready(api.table, buffer))
+    copy_to_host(api, buffer, out, out.nbytes)
     return read_only(out)
 
 
@@ -97,17 +126,13 @@ class HostReads:
         def addressable_shards(self) -> list: ...
 
     def _value(self) -> np.ndarray:
-        handle = self._handle
-        ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined on this hot path
-        handle.active[ticket] = None
-        try:
-            return self._read(handle)  # raises once the client is closed
-        finally:
-            del handle.active[ticket]
-            if handle.parked or handle.closed:
-                handle.settle()
+        """The value as a read-only numpy array (see `__array__`)."""
+        return self.__array__()
 
     def _read(self, handle) -> np.ndarray:
+        """Every read the hot path of `__array__` leaves aside: a cached copy of a shard, large
+        arrays (views of host-resident buffers), shared arrays, shards and multi-device
+        arrays, and the errors of deleted arrays and closed clients. Runs under a ticket."""
         buffers = self.live_buffers()  # a deleted array is not read, even from a cache
         if self._host_copy is not None:
             return self._host_copy
@@ -123,12 +148,12 @@ class HostReads:
             self._cache(value)
             return value
         api = handle.api
-        wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
         nbytes = self.nbytes
         if nbytes < VIEW_THRESHOLD_BYTES and not self.shared:
             value = buffer_to_host(api, buffers[0], self.shape, self.dtype)
             self._cache(value)
             return value
+        wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
         address = ffi.new("uintptr_t *")
         check(api, lib.pjrt_shim_buffer_host_address(api.table, buffers[0], nbytes, address))
         if address[0]:
@@ -162,7 +187,40 @@ class HostReads:
         return read_only(out)
 
     def __array__(self, dtype=None, copy=None):
-        value = self._value()
+        # The hot path of every read, written out in one function: each call, attribute
+        # look-up and numpy step here is a measurable share of a small read.
+        value = self._host_copy
+        handle = self._handle
+        if value is None or self._buffers is None or self._parent is not None or handle.closed:
+            ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined
+            handle.active[ticket] = None
+            try:
+                buffers = self._buffers  # read under the ticket: a delete() from now on waits
+                if (value is not None or buffers is None or handle.closed
+                        or self._sharding is not None or self._parent is not None
+                        or self._shared or len(buffers) != 1):
+                    value = self._read(handle)  # raises for a deleted array or closed client
+                else:  # one buffer, not shared: copied if small (and cached, see _cache)
+                    out = _empty(self.shape, self.dtype)
+                    nbytes = out.nbytes
+                    if nbytes >= VIEW_THRESHOLD_BYTES:
+                        value = self._read(handle)
+                    else:
+                        api = handle.api
+                        status = _host_read(api.table, buffers[0], _from_buffer(out), nbytes)
+                        if status:  # not computed yet (wait, then copy), or an error
+                            copy_to_host(api, buffers[0], out, nbytes, status)
+                        try:  # read_only(), inlined
+                            value = _asarray(memoryview(out).toreadonly())  # pyright: ignore[reportArgumentType]
+                        except (ValueError, TypeError):  # (ml_dtypes)
+                            value = read_only(out)
+                        self._host_copy = value
+                        if self._shared:  # exported through DLPack by another thread meanwhile
+                            self._host_copy = None
+            finally:
+                del handle.active[ticket]
+                if handle.parked or handle.closed:
+                    handle.settle()
         if dtype is not None and np.dtype(dtype) != value.dtype:
             if copy is False:
                 raise ValueError(f"converting an Array of {value.dtype} to {np.dtype(dtype)} "

@@ -1,0 +1,22 @@
+/* The C side of a small host read (see pjrt/_host_reads.py): everything a
+ * `np.asarray(array)` of a ready buffer asks of the plugin, in one call.
+ *
+ * This file is read twice: by the C compiler, and by the build script as part
+ * of the cffi declarations, so it holds plain declarations only.
+ */
+
+/* What pjrt_host_read returns when it does not return an error. */
+typedef enum {
+  PJRT_HOST_READ_DONE = 0,      /* the value was copied */
+  PJRT_HOST_READ_NOT_READY = 1  /* still being computed: nothing was copied */
+} pjrt_host_read_status;
+
+/* Copies the value of `buffer` into `destination` (dense row-major, `size`
+ * bytes) if it has been computed, without waiting for it otherwise: checks the
+ * buffer's ready event, then copies as pjrt_shim_buffer_to_host does (a memcpy
+ * when the buffer lives in host memory). Returns PJRT_HOST_READ_DONE,
+ * PJRT_HOST_READ_NOT_READY (the caller waits where Ctrl-C can interrupt it and
+ * calls again), or else the address of the PJRT_Error* of the computation or
+ * of the copy, owned by the caller. `size` 0 only checks readiness and error. */
+intptr_t pjrt_host_read(const PJRT_Api* api, PJRT_Buffer* buffer,
+                        void* destination, size_t size);

@@ -1,0 +1,222 @@
+"""Reading small arrays to numpy (pjrt/_host_reads.py and _native/host_reads.c): one fresh
+numpy array and one C call for a computed value, an interruptible wait for one still being
+computed, a cached read-only copy, and the ownership rules (deletion, closing, threads) kept."""
+from __future__ import annotations
+
+import json
+import sys
+import threading
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import pjrt
+from conftest import cpu_plugin_path, run_python
+from pjrt._pjrt_cffi import ffi, lib
+
+
+def _counting_loop(iterations: int) -> str:
+    """``iterations`` dependent 256 x 256 matmuls; returns the loop counter (a 4-byte value
+    that is ready only when the whole loop is) and one row of the result."""
+    return """
+    func.func public @main(%x: tensor<256x256xf32>) -> (tensor<i32>, tensor<1x256xf32>) {
+      %c0 = stablehlo.constant dense<0> : tensor<i32>
+      %n = stablehlo.constant dense<ITERATIONS> : tensor<i32>
+      %one = stablehlo.constant dense<1> : tensor<i32>
+      %r:2 = stablehlo.while(%i = %c0, %acc = %x) : tensor<i32>, tensor<256x256xf32>
+       cond {
+        %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
+        stablehlo.return %p : tensor<i1>
+      } do {
+        %d = stablehlo.dot_general %acc, %x, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+        %s = stablehlo.tanh %d : tensor<256x256xf32>
+        %j = stablehlo.add %i, %one : tensor<i32>
+        stablehlo.return %j, %s : tensor<i32>, tensor<256x256xf32>
+      }
+      %row = stablehlo.slice %r#1 [0:1, 0:256] : (tensor<256x256xf32>) -> tensor<1x256xf32>
+      return %r#0, %row : tensor<i32>, tensor<1x256xf32>
+    }""".replace("ITERATIONS", str(iterations))
+
+
+@pytest.mark.parametrize("host", [
+    np.arange(8, dtype=np.float32),
+    np.float64(2.5),  # 0-d
+    np.zeros((0, 3), np.int8),  # no elements
+    np.array([[True, False], [False, True]]),
+    np.arange(6, dtype=np.complex64).reshape(2, 3) * (1 + 2j),
+    np.arange(5).astype(ml_dtypes.bfloat16),
+    np.arange(16383, dtype=np.float32),  # just under the size read through a view
+], ids=["f32", "0-d", "empty", "bool", "c64", "bf16", "64KiB-4"])
+def test_small_reads_give_the_value_read_only_and_cached(client, host):
+    array = client.buffer_from_pyval(host)
+    value = np.asarray(array)
+    assert value.dtype == host.dtype and value.shape == host.shape
+    np.testing.assert_array_equal(value, host)
+    assert np.asarray(array) is value  # cached
+    layer = value
+    while isinstance(layer, np.ndarray):  # nor can any array under it be made writeable
+        assert not layer.flags.writeable
+        with pytest.raises(ValueError):
+            layer.flags.writeable = True
+        layer = layer.base
+
+
+def test_a_small_result_still_being_computed_is_waited_for(client):
+    executable = client.compile_and_load(_counting_loop(200))
+    x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
+    count, row = executable.execute([x])
+    was_ready = count.is_ready()
+    assert int(np.asarray(count)) == 200
+    assert row.is_ready() and np.isfinite(np.asarray(row)).all()
+    # 200 dependent 256^3 matmuls take far longer than launching them.
+    assert not was_ready
+
+
+def test_the_c_read_leaves_an_unfinished_buffer_alone(client):
+    """pjrt_host_read copies a computed value and reports one still being computed without
+    waiting or touching the destination."""
+    executable = client.compile_and_load(_counting_loop(200))
+    x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
+    count, _ = executable.execute([x])
+    api = client.raw_handle.api
+    destination = np.full(1, -1, np.int32)
+    status = lib.pjrt_host_read(api.table, count.live_buffers()[0], ffi.from_buffer(destination), 4)
+    assert status == lib.PJRT_HOST_READ_NOT_READY and destination[0] == -1
+    count.block_until_ready()
+    status = lib.pjrt_host_read(api.table, count.live_buffers()[0], ffi.from_buffer(destination), 4)
+    assert status == lib.PJRT_HOST_READ_DONE and destination[0] == 200
+
+
+def test_a_failed_computation_raises_on_every_read(client):
+    """The computation's error comes from the ready event, through the C read."""
+    target = f"host_reads_refuses_{id(client)}"
+
+    def refuse(operands, results, attributes):
+        raise ValueError("refused on purpose")
+
+    pjrt.register_custom_call_target(target, refuse)
+    executable = client.compile_and_load(f"""
+        func.func public @main(%x: tensor<2xf32>) -> tensor<2xf32> {{
+          %y = stablehlo.custom_call @{target}(%x) {{api_version = 4 : i32}} : (tensor<2xf32>) -> tensor<2xf32>
+          return %y : tensor<2xf32>
+        }}""")
+    try:
+        (out,) = executable.execute([client.buffer_from_pyval(np.ones(2, np.float32))])
+    except pjrt.XlaRuntimeError as error:  # this plugin build runs it during the launch
+        assert "refused on purpose" in str(error)
+        return
+    for _ in range(2):  # nothing is cached from a failed read
+        with pytest.raises(pjrt.XlaRuntimeError, match="refused on purpose"):
+            np.asarray(out)
+
+
+def test_a_cached_copy_is_not_read_after_delete_or_close(make_client):
+    own = make_client()
+    deleted = own.buffer_from_pyval(np.arange(3.0))
+    closed = own.buffer_from_pyval(np.arange(3.0))
+    np.asarray(deleted), np.asarray(closed)
+    deleted.delete()
+    with pytest.raises(pjrt.DeletedArrayError):
+        np.asarray(deleted)
+    own.close()
+    with pytest.raises(pjrt.ClosedClientError):
+        np.asarray(closed)
+    with pytest.raises(pjrt.ClosedClientError):
+        closed.item()
+
+
+def test_reads_racing_deletes_in_other_threads(client, tiny):
+    """Each read either gives the value or raises DeletedArrayError, never reads freed
+    memory: the read holds a ticket, so a delete() from another thread waits for it."""
+    a = client.buffer_from_pyval(np.arange(8, dtype=np.float32))
+    b = client.buffer_from_pyval(np.ones(8, dtype=np.float32))
+    expected = np.tanh(np.arange(8, dtype=np.float32) + 1)
+    outcomes = {"read": 0, "deleted": 0}
+    failures: list = []
+    lock = threading.Lock()
+
+    def reader(arrays):
+        for array in arrays:
+            try:
+                value = np.asarray(array)
+            except pjrt.DeletedArrayError:
+                with lock:
+                    outcomes["deleted"] += 1
+                continue
+            if not np.allclose(value, expected, rtol=1e-6):
+                failures.append(value.copy())
+            with lock:
+                outcomes["read"] += 1
+
+    def deleter(arrays):
+        for array in arrays:
+            array.delete()
+
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as the interpreter allows
+    try:
+        for _ in range(20):
+            arrays = [tiny.execute([a, b])[0] for _ in range(100)]
+            threads = [threading.Thread(target=reader, args=(arrays,)),
+                       threading.Thread(target=reader, args=(arrays[::-1],)),
+                       threading.Thread(target=deleter, args=(arrays[50:] + arrays[:50],))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            assert all(array.is_deleted() for array in arrays)
+    finally:
+        sys.setswitchinterval(switch_interval)
+    assert not failures
+    assert outcomes["read"] + outcomes["deleted"] == 20 * 2 * 100
+
+
+def test_a_donated_array_is_not_read_from_its_cache(client):
+    executable = client.compile_and_load("""
+        func.func public @main(%x: tensor<4xf32> {tf.aliasing_output = 0 : i32}) -> tensor<4xf32> {
+          %y = stablehlo.negate %x : tensor<4xf32>
+          return %y : tensor<4xf32>
+        }""")
+    x = client.buffer_from_pyval(np.arange(4, dtype=np.float32))
+    cached = np.asarray(x)  # a copy: x's buffer is not viewed, so it can be donated
+    (y,) = executable.execute([x])
+    np.testing.assert_array_equal(np.asarray(y), -np.arange(4, dtype=np.float32))
+    assert x.is_deleted()
+    with pytest.raises(pjrt.DeletedArrayError, match="donated"):
+        np.asarray(x)
+    np.testing.assert_array_equal(cached, np.arange(4, dtype=np.float32))  # still intact
+
+
+@pytest.mark.slow
+def test_ctrl_c_interrupts_a_small_read_of_an_unfinished_result(cpu_plugin):
+    """np.asarray of a 4-byte result still being computed waits in slices: a KeyboardInterrupt
+    ends it long before the program does, and the value can be read afterwards."""
+    result = run_python(f"""
+        import json, signal, time
+        import numpy as np, pjrt
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        client = pjrt.make_c_api_client("cpu")
+        executable = client.compile_and_load({_counting_loop(12000)!r})  # seconds of work
+        x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
+
+        def interrupt(signum, frame):
+            raise KeyboardInterrupt
+        signal.signal(signal.SIGALRM, interrupt)
+        start = time.monotonic()
+        count, row = executable.execute([x])
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        try:
+            np.asarray(count)
+            interrupted = None
+        except KeyboardInterrupt:
+            interrupted = time.monotonic() - start
+        ready_then = count.is_ready()
+        print(json.dumps({{"interrupted": interrupted, "ready_then": ready_then,
+                          "count": int(np.asarray(count))}}))
+    """, timeout=300)
+    outcome = json.loads(result.stdout.splitlines()[-1])
+    assert outcome["interrupted"] is not None, outcome
+    assert not outcome["ready_then"], outcome
+    assert outcome["interrupted"] < 0.2 + 1.0, outcome
+    assert outcome["count"] == 12000
