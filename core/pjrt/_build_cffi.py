@@ -81,7 +81,7 @@ ffibuilder.set_source(
     + "\n"
     + (NATIVE_DIR / "dlpack.c").read_text()
     + "\n" + _spmd_declarations + "\n"
-    + (NATIVE_DIR / "spmd.c").read_text(),
+    + (NATIVE_DIR / "spmd.c").read_text()
     + "\n" + _host_reads_declarations + "\n"
     + (NATIVE_DIR / "host_reads.c").read_text(),
     include_dirs=[str(HEADER_DIR)],
