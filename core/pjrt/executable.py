@@ -186,9 +186,7 @@ class LoadedExecutable(ExecutableMetadata):
             self._call_parameters: tuple | None = plan[0] if plan is not None else None
             self._call_fixed: Any = plan[1] if plan is not None else None
             self._calls: list[_Call] = []  # idle ones; see _Call
-            #: Address space one launch needs per device (pjrt._capi.memory_headroom), worked
-            #: out at the first launch.
-            self._launch_need: int | None = None
+            self._launch_need: int | None = None  # per device, from the first launch on
         except BaseException:
             self._release()
             raise
@@ -547,13 +545,8 @@ class LoadedExecutable(ExecutableMetadata):
 
     def _launch(self, pointer, scratch: "_Scratch", num_devices: int, num_arguments: int,
                 keep: tuple) -> None:
-        need = self._launch_need
-        if need is None:  # the first launch: does this program need the address-space check?
-            need = self._launch_need = memory_headroom.launch_need(self)
-            if need >= memory_headroom.CHECKED_FROM_BYTES:
-                self._call_parameters = None  # every launch takes this path, and is checked
-        if need >= memory_headroom.CHECKED_FROM_BYTES:
-            memory_headroom.check_launch(self, need, num_devices)
+        if self._launch_need is None or self._launch_need >= memory_headroom.CHECKED_FROM_BYTES:
+            _check_headroom(self, num_devices)
         api = self._handle.api
         if not self.launches_inline:
             self.launches_inline = long_runs.launch(self._handle, pointer, scratch, num_devices,
@@ -610,6 +603,19 @@ def _run_donating(executable: "LoadedExecutable", call: _Call, arguments: Sequen
         return _run_call(call.call)
     finally:
         call.call.non_donatable, call.call.num_non_donatable = _NULL, 0
+
+
+def _check_headroom(executable: "LoadedExecutable", num_devices: int) -> None:
+    """The address-space check of a launch (`pjrt._capi.memory_headroom`). An executable
+    works out its need at its first launch; one needing `CHECKED_FROM_BYTES` or more per
+    device leaves the per-call path, so every launch of it comes here and is checked."""
+    need = executable._launch_need
+    if need is None:
+        need = executable._launch_need = memory_headroom.launch_need(executable)
+        if need >= memory_headroom.CHECKED_FROM_BYTES:
+            executable._call_parameters = None
+    if need >= memory_headroom.CHECKED_FROM_BYTES:
+        memory_headroom.check_launch(executable, need, num_devices)
 
 
 def _after_call(executable: "LoadedExecutable", status: int, call: _Call) -> None:
