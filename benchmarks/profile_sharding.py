@@ -173,8 +173,8 @@ def main(argv=None) -> int:
     record("execute_global: input_shardings + _live_pointer + _check_count",
            loop(lambda _: (executable.input_shardings, executable._live_pointer(),
                            executable._check_count(1))))
-    record("execute_global: per argument: _live_buffers + is_equivalent_to (GSPMD vs itself)",
-           loop(lambda _: (x._live_buffers(), x.sharding.is_equivalent_to(in_sharding, 1))))
+    record("execute_global: per argument: live_buffers + is_equivalent_to (GSPMD vs itself)",
+           loop(lambda _: (x.live_buffers(), x.sharding.is_equivalent_to(in_sharding, 1))))
     record("execute_global: per argument: tuple(shard_shape) (a plain-int shape: from the cache)",
            loop(lambda _: tuple(in_sharding.shard_shape(x.shape))))
 

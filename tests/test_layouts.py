@@ -182,3 +182,60 @@ def test_shape_constructors_match_jaxlib():
 
 def test_format_and_pjrt_names_exist():
     assert pjrt.layouts.Format(None).sharding is None
+
+
+# -- outputs a program lays out other than row-major ------------------------------------------
+
+def _column_major_program(shape: tuple, layout: str) -> str:
+    dims = "x".join(map(str, shape))
+    return f"""
+func.func public @main(%a: tensor<{dims}xf32>) -> (tensor<{dims}xf32> {{mhlo.layout_mode = "{layout}"}}) {{
+  %0 = stablehlo.add %a, %a : tensor<{dims}xf32>
+  return %0 : tensor<{dims}xf32>
+}}"""
+
+
+# Small (copied on read) and large (a view of the buffer on CPU plugins); 2-d and 3-d.
+@pytest.mark.parametrize("shape, layout", [((2, 3), "{0,1}"), ((300, 500), "{0,1}"),
+                                           ((2, 3, 4), "{0,2,1}"), ((4, 5, 6), "{1,0,2}")])
+def test_an_output_laid_out_otherwise_reads_its_logical_value(client, shape, layout):
+    device = client.local_devices()[0]
+    executable = client.compile_and_load(_column_major_program(shape, "{" + layout[1:-1] + "}"),
+                                         [device])
+    assert str(executable.get_output_layouts()[0]) == layout
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    (y,) = executable.execute([client.buffer_from_pyval(x, device)])
+    assert str(y.layout) == layout and y.stored_order is not None
+    np.testing.assert_array_equal(np.asarray(y), 2 * x)
+    np.testing.assert_array_equal(np.asarray(y), 2 * x)  # the cached read too
+    np.testing.assert_array_equal(y.tolist(), (2 * x).tolist())
+    # copies, on this device and another, and DLPack's view, agree
+    import copy
+    np.testing.assert_array_equal(np.asarray(copy.copy(y)), 2 * x)
+    np.testing.assert_array_equal(np.asarray(y.copy_to_device(client.local_devices()[1])), 2 * x)
+    np.testing.assert_array_equal(np.from_dlpack(y), 2 * x)
+    with pytest.raises(ValueError):
+        np.asarray(y)[(0,) * len(shape)] = 1  # still read-only
+
+
+def test_an_output_laid_out_otherwise_is_refused_by_a_program_taking_row_major(client):
+    device = client.local_devices()[0]
+    column = client.compile_and_load(_column_major_program((2, 3), "{0,1}"), [device])
+    row = client.compile_and_load(_column_major_program((2, 3), "default"), [device])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (y,) = column.execute([client.buffer_from_pyval(x, device)])
+    for _ in range(3):  # the first call and the per-call path after it
+        with pytest.raises(ValueError, match=r"laid out as \{0,1\}.*row-major"):
+            row.execute([y])
+    (z,) = row.execute([client.buffer_from_pyval(np.asarray(y), device)])
+    np.testing.assert_array_equal(np.asarray(z), 4 * x)
+    # a row-major output of the same program family still takes the per-call path's values
+    (w,) = row.execute([z])
+    np.testing.assert_array_equal(np.asarray(w), 8 * x)
+
+
+def test_a_row_major_output_stores_row_major(client):
+    device = client.local_devices()[0]
+    row = client.compile_and_load(_column_major_program((2, 3), "default"), [device])
+    (y,) = row.execute([client.buffer_from_pyval(np.ones((2, 3), np.float32), device)])
+    assert y.stored_order is None and str(y.layout) == "{1,0}"

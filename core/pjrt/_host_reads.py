@@ -90,11 +90,24 @@ def copy_to_host(api, buffer, destination: np.ndarray, nbytes: int, status=None)
         raise consume(api, ffi.cast("PJRT_Error *", status))
 
 
-def buffer_to_host(api, buffer, shape: tuple, dtype: np.dtype) -> np.ndarray:
-    """A read-only host copy of ``buffer`` (of ``shape`` and ``dtype``), once it is ready."""
+def buffer_to_host(api, buffer, shape: tuple, dtype: np.dtype,
+                   physical_order: tuple | None = None) -> np.ndarray:
+    """A read-only host copy of ``buffer`` (of ``shape`` and ``dtype``), once it is ready.
+
+    ``physical_order``: the buffer's dimensions from major to minor when its layout is not
+    row-major; the bytes are read in that order and the result is their logical view."""
+    if physical_order is not None:
+        stored = buffer_to_host(api, buffer, tuple(shape[d] for d in physical_order), dtype)
+        return in_logical_order(stored, physical_order)
     out = np.empty(shape, dtype=dtype)
     copy_to_host(api, buffer, out, out.nbytes)
     return read_only(out)
+
+
+def in_logical_order(stored: np.ndarray, physical_order: tuple) -> np.ndarray:
+    """An array stored with its dimensions in ``physical_order`` (major to minor), seen with
+    them in their logical order (a transposed view; read-only stays read-only)."""
+    return stored.transpose(np.argsort(physical_order))
 
 
 class HostReads:
@@ -112,6 +125,7 @@ class HostReads:
         _sharding: Any
         _host_copy: np.ndarray | None
         _host_view: Any
+        _physical_order: tuple | None
         shape: tuple[int, ...]
         dtype: np.dtype
 
@@ -149,8 +163,9 @@ class HostReads:
             return value
         api = handle.api
         nbytes = self.nbytes
+        order = self._physical_order
         if nbytes < VIEW_THRESHOLD_BYTES and not self.shared:
-            value = buffer_to_host(api, buffers[0], self.shape, self.dtype)
+            value = buffer_to_host(api, buffers[0], self.shape, self.dtype, order)
             self._cache(value)
             return value
         wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
@@ -159,10 +174,15 @@ class HostReads:
         if address[0]:
             memory = HostMemory(self, address[0], nbytes)
             self.keep_memory_for(memory)  # before a delete() racing in another thread frees it
-            view = np.asarray(memory).view(self.dtype).reshape(self.shape)
+            if order is None:
+                view = np.asarray(memory).view(self.dtype).reshape(self.shape)
+            else:
+                stored = tuple(self.shape[d] for d in order)
+                view = in_logical_order(np.asarray(memory).view(self.dtype).reshape(stored),
+                                        order)
             self._host_view = weakref.ref(view)
             return view
-        value = buffer_to_host(api, buffers[0], self.shape, self.dtype)
+        value = buffer_to_host(api, buffers[0], self.shape, self.dtype, order)
         self._cache(value)
         return value
 
@@ -198,7 +218,8 @@ class HostReads:
                 buffers = self._buffers  # read under the ticket: a delete() from now on waits
                 if (value is not None or buffers is None or handle.closed
                         or self._sharding is not None or self._parent is not None
-                        or self._shared or len(buffers) != 1):
+                        or self._shared or len(buffers) != 1
+                        or self._physical_order is not None):
                     value = self._read(handle)  # raises for a deleted array or closed client
                 else:  # one buffer, not shared: copied if small (and cached, see _cache)
                     out = _empty(self.shape, self.dtype)

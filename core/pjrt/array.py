@@ -61,10 +61,11 @@ class Array(HostReads):
 
     __slots__ = ("_client", "_handle", "_buffers", "_devices", "shape", "dtype", "_host_copy",
                  "_host_view", "_deleted_reason", "_sharding", "_parent", "_shared",
-                 "__weakref__")
+                 "_physical_order", "__weakref__")
 
     def __init__(self, client: "Client", buffers: list, devices: tuple, shape: tuple,
-                 dtype: np.dtype, host_holds=None, sharding=None, parent: "Array | None" = None):
+                 dtype: np.dtype, host_holds=None, sharding=None, parent: "Array | None" = None,
+                 physical_order: tuple | None = None):
         """Wrap buffers the caller hands over (not for users: arrays come from transfers
         and executions).
 
@@ -75,6 +76,8 @@ class Array(HostReads):
             the buffers may read, kept until the plugin says it is done with it.
           shape: the global shape; dtype: the element type.
           sharding: how the shards lay the array out (a single-device sharding when None).
+          physical_order: for buffers whose layout is not row-major (a program's output
+            compiled to another layout), the dimensions from major to minor; reads honour it.
         """
         self._client = client
         handle = self._handle = client.raw_handle
@@ -88,6 +91,7 @@ class Array(HostReads):
         self._shared = False
         self._sharding = sharding
         self._parent = parent
+        self._physical_order = physical_order
         if parent is None:
             handle.buffers[id(self)] = buffers
             if host_holds:
@@ -97,7 +101,7 @@ class Array(HostReads):
 
     @classmethod
     def _adopt_output(cls, client: "Client", handle, buffer, devices: tuple, shape: tuple,
-                      dtype: np.dtype) -> "Array":
+                      dtype: np.dtype, physical_order: tuple | None = None) -> "Array":
         """``Array(client, [buffer], devices, shape, dtype)`` for an executable's output, made
         without the generic constructor call (``handle`` is ``client.raw_handle``): a program's
         call makes one per output."""
@@ -111,6 +115,7 @@ class Array(HostReads):
         self._host_copy = self._host_view = self._deleted_reason = None
         self._shared = False
         self._sharding = self._parent = None
+        self._physical_order = physical_order
         handle.buffers[id(self)] = buffers
         return self
 
@@ -211,9 +216,6 @@ class Array(HostReads):
                 f"be used (a donated array is consumed by the program it was passed to)")
         return buffers
 
-    #: The former private name of `live_buffers`.
-    _live_buffers = live_buffers
-
     def delete(self) -> None:
         """Free the device memory now. Using the array afterwards raises DeletedArrayError."""
         self._release("deleted")
@@ -223,24 +225,7 @@ class Array(HostReads):
         same devices and with the same sharding (as jax's ``copy.copy`` of an Array). The two
         are independent: deleting or donating one leaves the other intact."""
         with self._handle.calling() as handle:
-            api = handle.api
-            buffers = self.live_buffers()
-            copies, holds = [], []
-            try:
-                for device, buffer in zip(self._devices, buffers):
-                    if api.has("PJRT_Buffer_CopyToDevice"):
-                        copies.append(api.call_new("PJRT_Buffer_CopyToDevice", buffer=buffer,
-                                                   dst_device=device.pointer).dst_buffer)
-                        holds.append(None)
-                    else:  # through the host
-                        host = buffer_to_host(api, buffer, self._shard_shape(), self.dtype)
-                        copied, hold = put_buffer(self._client, host, device, 0)
-                        copies.append(copied)
-                        holds.append(hold)
-            except BaseException:
-                for copied in copies:
-                    lib.pjrt_shim_buffer_destroy(api.table, copied)
-                raise
+            copies, holds = _copy_shards(self, handle.api, self.live_buffers())
             return Array(self._client, copies, self._devices, self.shape, self.dtype, holds,
                          self._sharding)
 
@@ -258,6 +243,12 @@ class Array(HostReads):
         if self._sharding is None:
             return self.shape
         return tuple(self._sharding.shard_shape(self.shape))
+
+    @property
+    def stored_order(self) -> tuple | None:
+        """The buffers' dimensions from major to minor where not row-major (a program's output
+        compiled to another layout), else None; reads give the logical value either way."""
+        return self._physical_order
 
     def is_deleted(self) -> bool:
         """Whether the array was deleted, donated, or its client closed."""
@@ -327,7 +318,7 @@ class Array(HostReads):
         shard_shape = self._sharding.shard_shape(self.shape)
         return [Shard(device, indices[device],
                       Array(self._client, [buffer], (device,), shard_shape, self.dtype,
-                            parent=self))
+                            parent=self, physical_order=self._physical_order))
                 for device, buffer in zip(self._devices, buffers)]
 
     @property
@@ -452,7 +443,7 @@ class Array(HostReads):
             raise ValueError("copy_to_device moves a single-device array; place a global "
                              "array with pjrt.device_put(x, sharding)")
         target_client = device.client
-        if target_client is not self._client:
+        if target_client is not self._client or self._physical_order is not None:
             return target_client.buffer_from_pyval(self._value(), device)
         with self._handle.calling() as handle:
             args = handle.api.call_new("PJRT_Buffer_CopyToDevice", buffer=self.live_buffers()[0],
@@ -475,7 +466,7 @@ class Array(HostReads):
             raise ValueError(f"no device addresses {memory!r}; pick a memory from "
                              f"device.addressable_memories()")
         device = self.device if self.device in devices else devices[0]
-        if memory.client is not self._client:
+        if memory.client is not self._client or self._physical_order is not None:
             return memory.client.buffer_from_pyval(self._value(), device, memory=memory)
         with self._handle.calling() as handle:
             args = handle.api.call_new("PJRT_Buffer_CopyToMemory", buffer=self.live_buffers()[0],
@@ -489,6 +480,32 @@ class Array(HostReads):
             return f"Array(<{self._deleted_reason or 'deleted'}>, shape={self.shape}, dtype={self.dtype})"
         where = ", ".join(str(d) for d in self._devices)
         return f"Array({np.array2string(self._value(), separator=', ')}, dtype={self.dtype}, device={where})"
+
+
+def _copy_shards(array: Array, api, buffers: list) -> tuple[list, list]:
+    """Copies of ``array``'s buffers on the same devices (for `Array.__copy__`), with the host
+    memory each copy may still read. Where they fail, those made so far are freed."""
+    copies: list = []
+    holds: list = []
+    try:
+        for device, buffer in zip(array.shard_devices, buffers):
+            # Not row-major: through the host, as device-side copies of such buffers differ
+            # between plugins (XLA's 0.81 CPU build labels its copy row-major, bytes unchanged).
+            if api.has("PJRT_Buffer_CopyToDevice") and array.stored_order is None:
+                copies.append(api.call_new("PJRT_Buffer_CopyToDevice", buffer=buffer,
+                                           dst_device=device.pointer).dst_buffer)
+                holds.append(None)
+            else:  # through the host
+                host = np.ascontiguousarray(buffer_to_host(
+                    api, buffer, array._shard_shape(), array.dtype, array.stored_order))
+                copied, hold = put_buffer(array.client, host, device, 0)
+                copies.append(copied)
+                holds.append(hold)
+    except BaseException:
+        for copied in copies:
+            lib.pjrt_shim_buffer_destroy(api.table, copied)
+        raise
+    return copies, holds
 
 
 def array_from_host(client: "Client", value, device: "Device | None",

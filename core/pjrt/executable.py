@@ -182,7 +182,8 @@ class LoadedExecutable(ExecutableMetadata):
             self.launches_inline = False  # see pjrt._capi.long_runs: the first launch is off-thread
             self._output_specs: Any = (tuple(zip(self._output_shapes, self._output_dtypes))
                                   if self._output_shapes is not None else None)
-            plan = _call_parameters(self)
+            self._output_orders = _output_orders(self)
+            plan = _call_parameters(self) if not any(self._output_orders) else None
             self._call_parameters: tuple | None = plan[0] if plan is not None else None
             self._call_fixed: Any = plan[1] if plan is not None else None
             self._calls: list[_Call] = []  # idle ones; see _Call
@@ -228,6 +229,8 @@ class LoadedExecutable(ExecutableMetadata):
         if index in self._layout_checks and argument.layout != self._layout_checks[index]:
             raise ValueError(f"argument {index} is laid out as {argument.layout}; the program "
                              f"was compiled to take {self._layout_checks[index]}")
+        if index not in self._layout_checks and argument.stored_order is not None:
+            raise _not_row_major(index, argument)
         if argument._handle is not self._handle:
             raise ValueError(f"argument {index} belongs to another client ({argument.client!r}) "
                              f"than this executable ({self._client!r}); copy it with "
@@ -292,6 +295,7 @@ class LoadedExecutable(ExecutableMetadata):
                     buffers = argument._buffers
                     if (buffers is not None and argument._devices[0] is device
                             and len(buffers) == 1 and argument._parent is None
+                            and argument._physical_order is None
                             and argument.shape == shape
                             and (argument.dtype is dtype or argument.dtype == dtype)):
                         slots[i] = buffers[0]
@@ -375,15 +379,7 @@ class LoadedExecutable(ExecutableMetadata):
             else:
                 self._launch(pointer, scratch, 1, count, ())
             outputs = scratch.outputs
-            client = self._client
-            shapes, output_dtypes = self._output_shapes, self._output_dtypes
-            if shapes is None:
-                return [_array_from_buffer(client, outputs[i], devices)
-                        for i in range(self._num_outputs)]
-            if self._num_outputs == 1:
-                return [Array(client, [outputs[0]], devices, shapes[0], output_dtypes[0])]
-            return [Array(client, [outputs[i]], devices, shapes[i], output_dtypes[i])
-                    for i in range(self._num_outputs)]
+            return self._wrap_outputs(outputs, 0, devices)
         finally:
             if copies is not None:
                 long_runs.free_after(scratch, copies.free)
@@ -484,6 +480,8 @@ class LoadedExecutable(ExecutableMetadata):
                                  f"pjrt.device_put(x, sharding)")
             check_shards(i, argument.shape, argument.dtype, sharding,
                          self._parameter_specs[i] if self._parameter_specs else None)
+            if argument.stored_order is not None and i not in self._layout_checks:
+                raise _not_row_major(i, argument)
             if argument._devices == devices:  # the shards in the program's device order
                 rows.append(buffers)
             else:
@@ -523,7 +521,7 @@ class LoadedExecutable(ExecutableMetadata):
                 shard_shape, dtype = _buffer_metadata(self._client, buffers[0])
                 global_shape = global_shape_of_shards(sharding, shard_shape)
             results.append(Array(self._client, buffers, devices, global_shape, dtype, None,
-                                 sharding))
+                                 sharding, physical_order=self._output_orders[j]))
         return results
 
     def _output_global_shape(self, index: int) -> tuple:
@@ -578,9 +576,9 @@ class LoadedExecutable(ExecutableMetadata):
         shapes, output_dtypes = self._output_shapes, self._output_dtypes
         if shapes is None:
             return [_array_from_buffer(client, outputs[base + i], devices) for i in range(count)]
-        handle = self._handle
+        handle, orders = self._handle, self._output_orders
         return [_adopt_output(client, handle, outputs[base + i], devices, shapes[i],
-                              output_dtypes[i])
+                              output_dtypes[i], orders[i])
                 for i in range(count)]
 
     def __call__(self, *arguments: Array) -> list[Array]:
@@ -603,6 +601,30 @@ def _run_donating(executable: "LoadedExecutable", call: _Call, arguments: Sequen
         return _run_call(call.call)
     finally:
         call.call.non_donatable, call.call.num_non_donatable = _NULL, 0
+
+
+def _not_row_major(index: int, argument: Array) -> ValueError:
+    """The error for an argument stored in another layout than the row-major one the program
+    takes (the plugin would read its bytes in the wrong order)."""
+    return ValueError(
+        f"argument {index} is laid out as {argument.layout} (a program's output compiled to "
+        f"that layout), but this program takes it row-major; pass a row-major copy, e.g. "
+        f"client.buffer_from_pyval(np.asarray(x)), or compile the program to take that layout "
+        f"(CompileOptions.argument_layouts)")
+
+
+def _output_orders(executable: "LoadedExecutable") -> tuple:
+    """Per output, its dimensions from major to minor when the program lays it out other than
+    row-major (an output layout compiled in, e.g. ``mhlo.layout_mode = "{0,1}"``), else None.
+    Reads honour it (see `pjrt._host_reads`); such programs leave the per-call path, whose
+    outputs are row-major."""
+    count = executable._num_outputs
+    try:
+        found = executable.get_output_layouts()
+    except Exception:  # noqa: BLE001 - a plugin that does not say: its default, row-major
+        return (None,) * count
+    orders = tuple(layouts.stored_order(layout) for layout in found)
+    return orders if len(orders) == count else (None,) * count
 
 
 def _check_headroom(executable: "LoadedExecutable", num_devices: int) -> None:

@@ -341,6 +341,17 @@ def executable_layouts(api: _c.Api, executable_pointer, which: str) -> list[PjRt
     return [_read_and_free(api, extension, args.layouts[i], owned=False) for i in range(count)]
 
 
+def stored_order(layout: "PjRtLayout | Layout") -> tuple[int, ...] | None:
+    """The dimensions from major to minor that ``layout`` stores, or None when it is the
+    row-major (default) order."""
+    if isinstance(layout, PjRtLayout):
+        layout = layout.layout
+    minor_to_major = tuple(layout.minor_to_major())
+    if minor_to_major == tuple(range(len(minor_to_major) - 1, -1, -1)):
+        return None
+    return tuple(reversed(minor_to_major))
+
+
 def buffer_layout(api: _c.Api, buffer) -> PjRtLayout:
     """The layout of a buffer's data, through the core API (``PJRT_Buffer_GetMemoryLayout``).
 

@@ -277,7 +277,9 @@ def _reshard(array: Array, sharding: Sharding) -> Array:
     client = _client_of(sharding)
     target = sharding.addressable_devices_indices_map(array.shape)
     sources = {}
-    same_client = client is array.client
+    # Device-side copies keep a layout other than row-major; the new array's shards must all
+    # be laid out alike, so such an array is resharded through the host (row-major).
+    same_client = client is array.client and array.stored_order is None
     if same_client:
         for shard in array.addressable_shards:
             sources.setdefault(_index_key(shard.index), {})[shard.device] = shard
