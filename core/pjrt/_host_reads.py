@@ -126,6 +126,9 @@ class HostReads:
         _host_copy: np.ndarray | None
         _host_view: Any
         _physical_order: tuple | None
+        _buffers: list | None
+        _parent: Any
+        _shared: bool
         shape: tuple[int, ...]
         dtype: np.dtype
 

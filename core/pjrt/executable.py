@@ -106,7 +106,7 @@ def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
     api = executable._handle.api
     copies = api.has("PJRT_Client_BufferFromHostBuffer")
     parameters, types, num_dims, dims = [], [], [], []
-    for i, (shape, dtype) in enumerate(specs):
+    for i, (shape, dtype) in enumerate(specs):  # pyright: ignore[reportGeneralTypeIssues]  (checked above)
         # Host values of the parameter are copied by the C call itself when they are small
         # (larger ones go through staging), dense row-major, of its shape and dtype.
         strides = pjrt_type = None
@@ -180,8 +180,9 @@ class LoadedExecutable(ExecutableMetadata):
             self._output_global_shapes = None
             self._layout_checks = self._read_layout_checks()
             self.launches_inline = False  # see pjrt._capi.long_runs: the first launch is off-thread
-            self._output_specs: Any = (tuple(zip(self._output_shapes, self._output_dtypes))
-                                  if self._output_shapes is not None else None)
+            self._output_specs: Any = (
+                tuple(zip(self._output_shapes, self._output_dtypes or ()))
+                if self._output_shapes is not None else None)
             self._output_orders = _output_orders(self)
             plan = _call_parameters(self) if not any(self._output_orders) else None
             self._call_parameters: tuple | None = plan[0] if plan is not None else None
