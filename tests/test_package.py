@@ -39,7 +39,8 @@ def test_the_version_is_written_once_and_read_from_there():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
     from pjrt import _version
 
-    core = os.path.dirname(os.path.dirname(os.path.abspath(pjrt.__file__)))
+    # The checkout's core package (the tests may run against an installed copy of it).
+    core = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "core")
     with open(os.path.join(core, "pyproject.toml"), "rb") as file:
         project = tomllib.load(file)
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
