@@ -58,7 +58,15 @@ def _setuptools_predates_pep639() -> bool:
 if _building():
     require_c_compiler("pjrt")
 
-BUILD = dict(cffi_modules=["pjrt/_build_cffi.py:ffibuilder"],
+#: The per-call path (pjrt/_native/hot_path.c): a small extension in CPython's own C API,
+#: limited to the stable ABI like the cffi one, so the wheel stays one cp310-abi3 wheel.
+HOT_PATH = setuptools.Extension(
+    "pjrt._hot_path", sources=["pjrt/_native/hot_path.c"],
+    include_dirs=["pjrt/include", "pjrt/_native"],
+    define_macros=[("Py_LIMITED_API", "0x030A0000")], py_limited_api=True,
+    extra_compile_args=["-O2", "-Wall"])
+
+BUILD = dict(cffi_modules=["pjrt/_build_cffi.py:ffibuilder"], ext_modules=[HOT_PATH],
              options={"bdist_wheel": {"py_limited_api": LIMITED_API_TAG}})
 
 if "build_ext" in sys.argv and "--inplace" in sys.argv and _setuptools_predates_pep639():

@@ -22,7 +22,7 @@ CORE = os.path.dirname(os.path.abspath(pjrt.__file__))
 #: modules (``errors``). ``_compile`` is the top internal layer and may import anything.
 ALLOWED = {
     "_wire": {"errors", "dtypes"},
-    "_capi": {"_wire", "errors", "dtypes", "layouts", "_pjrt_cffi"},
+    "_capi": {"_wire", "errors", "dtypes", "layouts", "_pjrt_cffi", "_hot_path"},
     "_loading": {"_capi", "errors", "plugin_logging"},
     "_sharding": {"_wire", "errors", "hlo_sharding", "mesh"},
     "_distributed": {"_capi", "errors", "kv_store", "distributed", "_pjrt_cffi"},

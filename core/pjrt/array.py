@@ -21,6 +21,7 @@ from . import dtypes, layouts
 from ._capi import dlpack_structs as _dlpack
 from ._capi import handles
 from ._host_reads import HostReads, buffer_to_host
+from ._hot_path import ArrayCore
 from ._pjrt_cffi import ffi, lib
 from .device import Device, Memory
 from .errors import ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError, check
@@ -45,7 +46,7 @@ class Shard:
     data: "Array"
 
 
-class Array(HostReads):
+class Array(HostReads, ArrayCore):
     """An array held in device memory.
 
     Attributes:
@@ -59,9 +60,14 @@ class Array(HostReads):
     write to the memory).
     """
 
-    __slots__ = ("_client", "_handle", "_buffers", "_devices", "shape", "dtype", "_host_copy",
-                 "_host_view", "_deleted_reason", "_sharding", "_parent", "_shared",
-                 "_physical_order", "__weakref__")
+    # The fields (``_client``, ``_handle``, ``_buffers``, ``_devices``, ``shape``, ``dtype``,
+    # ``_host_copy``, ``_host_view``, ``_deleted_reason``, ``_sharding``, ``_parent``, ``_shared``,
+    # ``_physical_order``) are ArrayCore's (pjrt._hot_path): they behave as slots, and C reads
+    # them on the per-call path. When an Array is collected, ArrayCore's finaliser marks it
+    # deleted and hands its buffers to the handle, which frees them under its own rules (a
+    # finaliser in C rather than a __del__: one Python frame per Array freed would cost more than
+    # the rest of a small call).
+    __slots__ = ("__weakref__",)
 
     def __init__(self, client: "Client", buffers: list, devices: tuple, shape: tuple,
                  dtype: np.dtype, host_holds=None, sharding=None, parent: "Array | None" = None,
@@ -177,16 +183,6 @@ class Array(HostReads):
         self._buffers = None
         self._deleted_reason = reason
         self._handle.release_when_unviewed(id(self))
-
-    def __del__(self):
-        # A __del__ on this slotted class rather than weakref.finalize: a finaliser object per
-        # Array would cost more than a whole execute. It only hands the buffers to the handle,
-        # which frees them under its own rules. The array is marked deleted first: a __del__
-        # elsewhere in a reference cycle may still reach (and keep) it, and must then get
-        # DeletedArrayError rather than read freed memory.
-        self._buffers = None
-        self._deleted_reason = "garbage-collected"
-        self._handle.release_buffers(id(self))
 
     @property
     def shard_devices(self) -> tuple:

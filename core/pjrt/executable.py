@@ -10,6 +10,7 @@ plugin sees it) and makes a single C call.
 """
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import weakref
@@ -23,6 +24,7 @@ from ._capi import handles
 from ._capi import long_runs
 from ._capi import memory_headroom
 from ._capi.api import HEADER_VERSION
+from ._hot_path import CallPlan
 from ._pjrt_cffi import ffi, lib
 from .array import Array, check_device_sets
 # CompiledMemoryStats is re-exported: its home was this module.
@@ -38,9 +40,7 @@ if TYPE_CHECKING:
 
 _NULL = ffi.NULL
 _execute = lib.pjrt_shim_execute
-_run_call = lib.pjrt_shim_call_run
-_CALL_ERROR = lib.PJRT_SHIM_CALL_ERROR
-_CALL_SLOW = lib.PJRT_SHIM_CALL_SLOW
+_CALL_RUN_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "pjrt_shim_call_run")))
 _adopt_output = Array._adopt_output
 
 
@@ -63,28 +63,25 @@ class _Scratch:
 
 
 class _Call:
-    """One caller's ``pjrt_shim_call`` of a single-device executable (see `LoadedExecutable.execute`).
+    """One caller's ``pjrt_shim_call`` of a single-device executable, in memory cffi owns.
 
-    An executable keeps the idle ones in a list: a call takes one with ``list.pop`` and puts
-    it back with ``append`` (each one step under the GIL), so two threads, or a call made from
-    inside another (a Python custom call), never share one; a caller that finds none makes one.
+    The executable's `CallPlan` keeps the idle ones and hands each to one call at a time, so
+    two threads, or a call made from inside another (a Python custom call), never share one.
     """
 
-    __slots__ = ("call", "arguments", "outputs", "host_data", "fixed", "keep")
+    __slots__ = ("call", "arguments", "outputs", "host_data", "fixed")
 
-    def __init__(self, executable: "LoadedExecutable", count: int, fixed: tuple):
-        num_outputs = executable._num_outputs
-        handle = executable._handle
+    def __init__(self, handle, pointer, device_pointer, num_outputs: int, count: int,
+                 fixed: tuple):
         self.fixed = fixed  # the parameters' host types and dimensions, which call points to
         self.call = call = ffi.new("pjrt_shim_call *")
         self.arguments = ffi.new("PJRT_Buffer*[]", max(count, 1))
         self.outputs = ffi.new("PJRT_Buffer*[]", max(num_outputs, 1))
         self.host_data = ffi.new("void*[]", max(count, 1))
-        self.keep: tuple = ()  # the donated arguments this call does not donate
         call.api = handle.api.table
         call.client = handle.pointer
-        call.executable = executable._pointer
-        call.device = executable._devices[0].pointer
+        call.executable = pointer
+        call.device = device_pointer
         call.num_arguments = count
         call.num_outputs = num_outputs
         call.arguments = self.arguments
@@ -94,10 +91,30 @@ class _Call:
         call.slow_ns = int(long_runs.INLINE_LIMIT_SECONDS * 1e9)
 
 
+def _new_call(handle, pointer, device_pointer, num_outputs: int, count: int,
+              fixed: tuple) -> tuple:
+    """A fresh `_Call` as its `CallPlan` takes it: the owner, its struct's address, and the
+    cffi array the plugin writes the outputs to."""
+    call = _Call(handle, pointer, device_pointer, num_outputs, count, fixed)
+    return call, int(ffi.cast("uintptr_t", call.call)), call.outputs
+
+
+class _LaunchState:
+    """Where a launch runs, for an executable without a `CallPlan` (which keeps the same
+    two fields for its own calls)."""
+
+    __slots__ = ("inline", "live")
+
+    def __init__(self):
+        self.inline = 0  # see pjrt._capi.long_runs: the first launch is off-thread
+        self.live = 1
+
+
 def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
-    """Per parameter ``(index, shape, dtype, strides)`` for the checks of `execute`'s fast
-    path, and the fixed part of its C call; None where every call takes the full checks (several
-    devices, parameters or outputs of unknown shape or dtype, layouts other than row-major)."""
+    """Per parameter ``(shape, dtype, strides)`` for the checks of `execute`'s per-call path
+    (strides None where host values of it are not copied by the call), and the fixed part of its
+    C call; None where every call takes the full checks (several devices, parameters or outputs
+    of unknown shape or dtype, layouts other than row-major)."""
     specs = executable._parameter_specs
     if (len(executable._devices) != 1 or executable._layout_checks
             or executable._output_specs is None or specs is None
@@ -106,7 +123,7 @@ def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
     api = executable._handle.api
     copies = api.has("PJRT_Client_BufferFromHostBuffer")
     parameters, types, num_dims, dims = [], [], [], []
-    for i, (shape, dtype) in enumerate(specs):  # pyright: ignore[reportGeneralTypeIssues]  (checked above)
+    for shape, dtype in specs:  # pyright: ignore[reportGeneralTypeIssues]  (checked above)
         # Host values of the parameter are copied by the C call itself when they are small
         # (larger ones go through staging), dense row-major, of its shape and dtype.
         strides = pjrt_type = None
@@ -117,7 +134,7 @@ def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
                 strides = np.empty(shape, dtype).strides  # row-major's, as numpy writes them
         except (TypeError, ValueError):
             pass  # host values of this parameter take the full path
-        parameters.append((i, shape, dtype, strides))
+        parameters.append((tuple(shape), dtype, strides))
         types.append(pjrt_type or 0)
         num_dims.append(len(shape))
         dims.extend(shape)
@@ -179,15 +196,14 @@ class LoadedExecutable(ExecutableMetadata):
             self._input_shardings = self._output_shardings = None
             self._output_global_shapes = None
             self._layout_checks = self._read_layout_checks()
-            self.launches_inline = False  # see pjrt._capi.long_runs: the first launch is off-thread
             self._output_specs: Any = (
                 tuple(zip(self._output_shapes, self._output_dtypes or ()))
                 if self._output_shapes is not None else None)
             self._output_orders = _output_orders(self)
-            plan = _call_parameters(self) if not any(self._output_orders) else None
-            self._call_parameters: tuple | None = plan[0] if plan is not None else None
-            self._call_fixed: Any = plan[1] if plan is not None else None
-            self._calls: list[_Call] = []  # idle ones; see _Call
+            parameters = _call_parameters(self) if not any(self._output_orders) else None
+            #: The per-call path of `execute` (None: every call takes the full one).
+            self._plan: Any = _make_plan(self, *parameters) if parameters is not None else None
+            self._launch_state: Any = self._plan if self._plan is not None else _LaunchState()
             self._launch_need: int | None = None  # per device, from the first launch on
         except BaseException:
             self._release()
@@ -210,7 +226,19 @@ class LoadedExecutable(ExecutableMetadata):
     def _release(self) -> None:
         # Cleared before the handle is released: a call that starts after this sees it.
         self._pointer = self._executable = _NULL
+        state = getattr(self, "_launch_state", None)
+        if state is not None:
+            state.live = 0
         self._handle.release_executable(id(self))
+
+    @property
+    def launches_inline(self) -> bool:
+        """Whether the next launch runs on the calling thread (see `pjrt._capi.long_runs`)."""
+        return bool(self._launch_state.inline)
+
+    @launches_inline.setter
+    def launches_inline(self, value: bool) -> None:
+        self._launch_state.inline = 1 if value else 0
 
     def delete(self) -> None:
         """Unload the executable; later calls raise RuntimeError. Calls running in other
@@ -273,71 +301,15 @@ class LoadedExecutable(ExecutableMetadata):
           DeletedArrayError: an argument was deleted or donated before.
           XlaRuntimeError: the plugin failed to launch the program.
         """
-        # The fast path: arguments that are what the parameters are (live single-device Arrays,
-        # or small numpy arrays copied by the call) pass their buffer or memory straight into
-        # one C call (copies, launch, freeing the copies), under a ticket on the client taken
-        # before any pointer is read. Anything else, and every error, takes _execute_checked.
-        parameters = self._call_parameters
-        if parameters is None or not self.launches_inline or len(arguments) != len(parameters):
-            return self._execute_checked(arguments, copy_host_values)
-        handle = self._handle
-        ticket = next(handle.tickets)
-        handle.active[ticket] = None
-        try:
-            try:
-                call = self._calls.pop()
-            except IndexError:
-                call = _Call(self, len(parameters), self._call_fixed)
-            slots = call.arguments
-            device = self._devices[0]
-            views = None
-            for (i, shape, dtype, strides), argument in zip(parameters, arguments):
-                if type(argument) is Array:
-                    buffers = argument._buffers
-                    if (buffers is not None and argument._devices[0] is device
-                            and len(buffers) == 1 and argument._parent is None
-                            and argument._physical_order is None
-                            and argument.shape == shape
-                            and (argument.dtype is dtype or argument.dtype == dtype)):
-                        slots[i] = buffers[0]
-                        continue
-                elif (copy_host_values and type(argument) is np.ndarray and strides is not None
-                      and argument.shape == shape and argument.strides == strides
-                      and (argument.dtype is dtype or argument.dtype == dtype)):
-                    view = ffi.from_buffer(argument)
-                    call.host_data[i] = view
-                    views = [view] if views is None else views + [view]
-                    continue
-                break
-            else:
-                if self._pointer != _NULL and not handle.closed:
-                    donated = self._donated
-                    if donated:
-                        status = _run_donating(self, call, arguments)
-                    else:
-                        status = _run_call(call.call)
-                    if status:
-                        _after_call(self, status, call)
-                    if donated:
-                        _consume_donated(donated, [arguments], call.keep)
-                    outputs = call.outputs
-                    specs = self._output_specs
-                    if len(specs) == 1:
-                        shape, dtype = specs[0]
-                        result = [_adopt_output(self._client, handle, outputs[0], self._devices,
-                                                shape, dtype)]
-                    else:
-                        result = self._wrap_outputs(outputs, 0, self._devices)
-                    self._calls.append(call)
-                    return result
-            if views is not None:
-                for k in range(len(parameters)):
-                    call.host_data[k] = _NULL
-            self._calls.append(call)
-        finally:
-            del handle.active[ticket]
-            if handle.parked or handle.closed:
-                handle.settle()
+        # The per-call path (pjrt._hot_path.CallPlan.run): live single-device Arrays and small
+        # numpy arrays that are what the parameters are go straight into one C call (checks,
+        # ticket, host copies, launch, output Arrays). It answers None for anything else, having
+        # done nothing, and the full path below checks everything and reports every error.
+        plan = self._plan
+        if plan is not None:
+            outputs = plan.run(arguments, copy_host_values)
+            if outputs is not None:
+                return outputs
         return self._execute_checked(arguments, copy_host_values)
 
     def _execute_checked(self, arguments: Sequence, copy_host_values: bool) -> list[Array]:
@@ -590,18 +562,36 @@ class LoadedExecutable(ExecutableMetadata):
         return f"LoadedExecutable(outputs={self._num_outputs}, devices=[{devices}])"
 
 
-def _run_donating(executable: "LoadedExecutable", call: _Call, arguments: Sequence) -> int:
-    """`pjrt_shim_call_run` for a program that donates parameters: the donated Arrays
-    are checked first (see `_prepare_donations`), and those numpy reads are copied."""
-    keep = call.keep = _prepare_donations(executable._donated, [arguments])
-    if not keep:
-        return _run_call(call.call)
-    indices = ffi.new("int64_t[]", keep)
-    call.call.non_donatable, call.call.num_non_donatable = indices, len(keep)
-    try:
-        return _run_call(call.call)
-    finally:
-        call.call.non_donatable, call.call.num_non_donatable = _NULL, 0
+def _make_plan(executable: "LoadedExecutable", parameters: tuple, fixed: tuple) -> CallPlan:
+    """The `CallPlan` of a single-device executable whose parameters and outputs are all
+    known (see `_call_parameters`). It holds no reference to the executable, whose unloading
+    it learns through ``live``."""
+    handle = executable._handle
+    device = executable._devices[0]
+    donated = executable._donated
+    new_call = functools.partial(_new_call, handle, executable._pointer, device.pointer,
+                                 executable._num_outputs, len(parameters), fixed)
+    return CallPlan(handle, executable._client, device, Array, np.ndarray, parameters,
+                    tuple(executable._output_specs), donated, new_call,
+                    functools.partial(_prepare_call_donations, donated),
+                    functools.partial(_consume_call_donations, donated),
+                    functools.partial(_raise_call_error, handle.api), _CALL_RUN_ADDRESS)
+
+
+def _prepare_call_donations(donated: tuple, arguments: Sequence) -> tuple:
+    """`_prepare_donations` for one `CallPlan` call."""
+    return _prepare_donations(donated, [arguments])
+
+
+def _consume_call_donations(donated: tuple, arguments: Sequence, keep: tuple) -> None:
+    """`_consume_donated` for one `CallPlan` call."""
+    _consume_donated(donated, [arguments], keep)
+
+
+def _raise_call_error(api, call: _Call) -> None:
+    """Raise the plugin's error of a `CallPlan` call (taking it out of the call struct)."""
+    error, call.call.error = call.call.error, _NULL
+    raise consume(api, error)
 
 
 def _not_row_major(index: int, argument: Array) -> ValueError:
@@ -636,20 +626,9 @@ def _check_headroom(executable: "LoadedExecutable", num_devices: int) -> None:
     if need is None:
         need = executable._launch_need = memory_headroom.launch_need(executable)
         if need >= memory_headroom.CHECKED_FROM_BYTES:
-            executable._call_parameters = None
+            executable._plan = None
     if need >= memory_headroom.CHECKED_FROM_BYTES:
         memory_headroom.check_launch(executable, need, num_devices)
-
-
-def _after_call(executable: "LoadedExecutable", status: int, call: _Call) -> None:
-    """What `pjrt_shim_call_run` reported besides success: a launch that ran long (the next
-    ones go through a worker, see `pjrt._capi.long_runs`), or the plugin's error."""
-    if status & _CALL_SLOW:
-        executable.launches_inline = False
-    if status & _CALL_ERROR:
-        error, call.call.error = call.call.error, _NULL
-        executable._calls.append(call)
-        raise consume(executable._handle.api, error)
 
 
 def _check_output_layouts(executable: "LoadedExecutable") -> tuple:

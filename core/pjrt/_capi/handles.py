@@ -33,6 +33,7 @@ import weakref
 from typing import Callable
 
 from .api import Api
+from .._hot_path import HandleCore, configure as _configure_hot_path
 from .._pjrt_cffi import ffi, lib
 from ..errors import ClosedClientError, check
 from .waits import skip_native_teardown_at_exit
@@ -40,6 +41,13 @@ from .waits import skip_native_teardown_at_exit
 _NULL = ffi.NULL
 _destroy_buffer = lib.pjrt_shim_buffer_destroy
 _destroy_buffers = lib.pjrt_shim_buffers_destroy
+
+# The C side of the hot path (pjrt._hot_path) frees an Array's buffer itself when the Array is
+# collected: it gets the buffer's address through this cffi slot, and frees it with the same
+# helper as release_buffers below.
+_address_slot = ffi.new("PJRT_Buffer*[1]")
+_configure_hot_path(_address_slot, int(ffi.cast("uintptr_t", _address_slot)),
+                    int(ffi.cast("uintptr_t", ffi.addressof(lib, "pjrt_shim_buffer_destroy"))))
 
 #: Incremented in a child process after ``fork()``; a handle made in another generation
 #: belongs to the parent.
@@ -74,7 +82,7 @@ def fork_generation() -> int:
     return _fork_generation
 
 
-class ClientHandle:
+class ClientHandle(HandleCore):
     """Owns one ``PJRT_Client*`` and every buffer and executable made through it.
 
     Attributes:
@@ -86,14 +94,15 @@ class ClientHandle:
       executables: owner id -> ``(PJRT_LoadedExecutable*, PJRT_Executable*)``.
     """
 
-    __slots__ = ("api", "table", "pointer", "closed", "closed_reason", "buffers", "executables",
-                 "viewed", "released_while_viewed", "holds", "pending_holds", "active", "tickets", "parked",
-                 "generation", "keep_alive", "_lock", "__weakref__")
+    # The fields are HandleCore's (pjrt._hot_path), where C reads them when an Array is freed;
+    # they behave as slots.
+    __slots__ = ("__weakref__",)
 
     def __init__(self, api: Api, pointer):
         self.api = api
         #: ``api.table``, read on every buffer freed
         self.table = api.table
+        self._table_address = int(ffi.cast("uintptr_t", api.table))
         self.pointer = pointer
         self.closed = False
         #: What a call on a closed client is told.
