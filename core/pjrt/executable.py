@@ -41,6 +41,7 @@ if TYPE_CHECKING:
 _NULL = ffi.NULL
 _execute = lib.pjrt_shim_execute
 _CALL_RUN_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "pjrt_shim_call_run")))
+_EXECUTE_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "pjrt_shim_execute")))
 _adopt_output = Array._adopt_output
 
 
@@ -72,11 +73,12 @@ class _Call:
     __slots__ = ("call", "arguments", "outputs", "host_data", "fixed")
 
     def __init__(self, handle, pointer, device_pointer, num_outputs: int, count: int,
-                 fixed: tuple):
+                 fixed: tuple, num_devices: int = 1):
         self.fixed = fixed  # the parameters' host types and dimensions, which call points to
         self.call = call = ffi.new("pjrt_shim_call *")
-        self.arguments = ffi.new("PJRT_Buffer*[]", max(count, 1))
-        self.outputs = ffi.new("PJRT_Buffer*[]", max(num_outputs, 1))
+        # Device-major, as PJRT_LoadedExecutable_Execute takes them on several devices.
+        self.arguments = ffi.new("PJRT_Buffer*[]", max(count * num_devices, 1))
+        self.outputs = ffi.new("PJRT_Buffer*[]", max(num_outputs * num_devices, 1))
         self.host_data = ffi.new("void*[]", max(count, 1))
         call.api = handle.api.table
         call.client = handle.pointer
@@ -92,10 +94,10 @@ class _Call:
 
 
 def _new_call(handle, pointer, device_pointer, num_outputs: int, count: int,
-              fixed: tuple) -> tuple:
+              fixed: tuple, num_devices: int = 1) -> tuple:
     """A fresh `_Call` as its `CallPlan` takes it: the owner, its struct's address, and the
     cffi array the plugin writes the outputs to."""
-    call = _Call(handle, pointer, device_pointer, num_outputs, count, fixed)
+    call = _Call(handle, pointer, device_pointer, num_outputs, count, fixed, num_devices)
     return call, int(ffi.cast("uintptr_t", call.call)), call.outputs
 
 
@@ -204,6 +206,9 @@ class LoadedExecutable(ExecutableMetadata):
             #: The per-call path of `execute` (None: every call takes the full one).
             self._plan: Any = _make_plan(self, *parameters) if parameters is not None else None
             self._launch_state: Any = self._plan if self._plan is not None else _LaunchState()
+            #: `execute_global`'s, made after its first call (see `_make_global_plan`).
+            self._global_plan: Any = None
+            self._global_plan_wanted = len(self._devices) > 1
             self._launch_need: int | None = None  # per device, from the first launch on
         except BaseException:
             self._release()
@@ -401,7 +406,6 @@ class LoadedExecutable(ExecutableMetadata):
                 results[i][d] = array
         return ExecuteResults(results)
 
-    @handles.native_method
     def execute_global(self, arguments: Sequence[Array], *,
                        copy_host_values: bool = False) -> list[Array]:
         """Run on every device with global Arrays laid out as `input_shardings` say;
@@ -416,6 +420,36 @@ class LoadedExecutable(ExecutableMetadata):
           ValueError: an argument's sharding or shape does not match the parameter's.
           TypeError: wrong number of arguments, or not an Array.
         """
+        outputs = self.execute_laid_out(arguments)
+        if outputs is None:
+            outputs = self._execute_global_checked(arguments, copy_host_values)
+            if self._global_plan_wanted:
+                self._make_global_plan()
+        return outputs
+
+    def execute_laid_out(self, arguments: Sequence[Array]) -> list[Array] | None:
+        """`execute_global` for the call made in loops: every argument a global Array whose
+        shards sit on the executable's devices, in their order, with a sharding that lays it
+        out as the parameter needs (the parameter's own, or one seen equivalent to it before).
+        Returns the outputs, or None, having done nothing, when the call needs anything
+        else (placing, resharding, host values, or the checks that word an error): then call
+        `execute_global`. Available once `execute_global` has run once."""
+        plan = self._global_plan
+        return plan.run(arguments, False) if plan is not None else None
+
+    def _make_global_plan(self) -> None:
+        self._global_plan_wanted = False
+        plan = _make_global_plan(self)
+        if plan is None:
+            return
+        plan.inline = self._launch_state.inline
+        self._launch_state = plan
+        self._global_plan = plan
+        if self._pointer == _NULL:  # unloaded meanwhile by another thread (see _release)
+            plan.live = 0
+
+    @handles.native_method
+    def _execute_global_checked(self, arguments: Sequence, copy_host_values: bool) -> list[Array]:
         pointer = self._live_pointer()
         if self._signature is None:
             raise UnsupportedFeatureError(
@@ -571,11 +605,61 @@ def _make_plan(executable: "LoadedExecutable", parameters: tuple, fixed: tuple) 
     donated = executable._donated
     new_call = functools.partial(_new_call, handle, executable._pointer, device.pointer,
                                  executable._num_outputs, len(parameters), fixed)
-    return CallPlan(handle, executable._client, device, Array, np.ndarray, parameters,
-                    tuple(executable._output_specs), donated, new_call,
+    return CallPlan(handle, executable._client, executable._devices, Array, np.ndarray,
+                    parameters, tuple(executable._output_specs), donated, new_call,
                     functools.partial(_prepare_call_donations, donated),
                     functools.partial(_consume_call_donations, donated),
                     functools.partial(_raise_call_error, handle.api), _CALL_RUN_ADDRESS)
+
+
+#: The most devices a `CallPlan` spans (hot_path.c's MAX_DEVICES).
+_PLAN_MAX_DEVICES = 64
+
+
+def _make_global_plan(executable: "LoadedExecutable") -> CallPlan | None:
+    """The `CallPlan` of `execute_global`, for a program on several devices of this process
+    whose outputs are all known and row-major; None for any other. Its arguments are global
+    Arrays whose shardings `_fits_parameter` approved once (shardings are immutable)."""
+    devices = executable._devices
+    if (executable._output_shapes is None or executable._signature is None
+            or executable._global_devices is not None or any(executable._output_orders)
+            or not 1 < len(devices) <= _PLAN_MAX_DEVICES):
+        return None
+    try:
+        shardings = tuple(executable.input_shardings)
+        outputs = tuple((executable._output_global_shape(j), executable._output_dtypes[j],
+                         sharding)
+                        for j, sharding in enumerate(executable.output_shardings))
+    except Exception:  # noqa: BLE001 - shardings this path cannot hold: calls take the full one
+        return None
+    handle = executable._handle
+    donated = executable._donated
+    count = len(shardings)
+    fixed = (_NULL, _NULL, _NULL)  # no host values on this path
+    new_call = functools.partial(_new_call, handle, executable._pointer, _NULL,
+                                 executable._num_outputs, count, fixed, len(devices))
+    return CallPlan(handle, executable._client, devices, Array, np.ndarray,
+                    (((), None, None),) * count,
+                    outputs, donated, new_call,
+                    functools.partial(_prepare_call_donations, donated),
+                    functools.partial(_consume_call_donations, donated),
+                    functools.partial(_raise_call_error, handle.api), _EXECUTE_ADDRESS,
+                    functools.partial(_fits_parameter, shardings, executable._parameter_specs))
+
+
+def _fits_parameter(shardings: tuple, specs: tuple | None, index: int, argument: Array) -> bool:
+    """Whether a global Array is laid out as parameter ``index`` needs: its sharding is the
+    parameter's or an equivalent one, and its shards have the parameter's shape and dtype."""
+    sharding = shardings[index]
+    try:
+        mine = argument.sharding
+        if mine is not sharding and not mine.is_equivalent_to(sharding, argument.ndim):
+            return False
+        check_shards(index, argument.shape, argument.dtype, sharding,
+                     specs[index] if specs else None)
+    except Exception:  # noqa: BLE001 - any doubt: the full path checks and words the error
+        return False
+    return True
 
 
 def _prepare_call_donations(donated: tuple, arguments: Sequence) -> tuple:
@@ -626,7 +710,8 @@ def _check_headroom(executable: "LoadedExecutable", num_devices: int) -> None:
     if need is None:
         need = executable._launch_need = memory_headroom.launch_need(executable)
         if need >= memory_headroom.CHECKED_FROM_BYTES:
-            executable._plan = None
+            executable._plan = executable._global_plan = None
+            executable._global_plan_wanted = False
     if need >= memory_headroom.CHECKED_FROM_BYTES:
         memory_headroom.check_launch(executable, need, num_devices)
 

@@ -75,8 +75,10 @@ class CompiledProgram:
                     raise
                 raise mismatch from None
         else:
-            outputs = self.executable.execute_global(self._place_global(arguments),
-                                                     copy_host_values=True)
+            outputs = self.executable.execute_laid_out(arguments)
+            if outputs is None:
+                outputs = self.executable.execute_global(self._place_global(arguments),
+                                                         copy_host_values=True)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _device_mismatch(self, arguments) -> DeviceAssignmentMismatchError | None:

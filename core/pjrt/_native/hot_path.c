@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "pjrt_c_api.h"
 #include "shim.h"
@@ -73,6 +74,12 @@ PyAPI_FUNC(void) PyBuffer_Release(Py_buffer* view);
 #endif
 
 typedef int (*call_run_fn)(pjrt_shim_call*);
+typedef int (*execute_fn)(const PJRT_Api*, PJRT_LoadedExecutable*, PJRT_Buffer**, size_t,
+                          size_t, PJRT_Buffer**, size_t, const int64_t*, size_t,
+                          PJRT_Device*, PJRT_Event**, PJRT_Error**);
+
+/* The most devices whose buffers C frees itself (more go through Python). */
+#define MAX_DEVICES 64
 typedef void (*buffer_destroy_fn)(const PJRT_Api*, PJRT_Buffer*);
 
 /* Set once by configure(). */
@@ -242,6 +249,10 @@ typedef struct {
    * reused by another one while cached). */
   PyObject* address_source;
   PJRT_Buffer* address;
+  /* The same for an array of several buffers: the tuple of their cdata, and
+   * their addresses (PyMem memory). */
+  PyObject* address_sources;
+  PJRT_Buffer** addresses;
 } ArrayCore;
 
 #define ARRAY_FIELD(name, field) \
@@ -266,7 +277,7 @@ static PyMemberDef array_members[] = {
   apply(client) apply(handle) apply(buffers) apply(devices) apply(shape)   \
   apply(dtype) apply(host_copy) apply(host_view) apply(deleted_reason)     \
   apply(sharding) apply(parent) apply(shared) apply(physical_order)        \
-  apply(address_source)
+  apply(address_source) apply(address_sources)
 
 static int array_traverse(PyObject* op, visitproc visit, void* arg) {
   ArrayCore* self = (ArrayCore*)op;
@@ -282,6 +293,8 @@ static int array_clear(PyObject* op) {
 #define CLEAR_FIELD(field) Py_CLEAR(self->field);
   ARRAY_FIELDS(CLEAR_FIELD)
 #undef CLEAR_FIELD
+  PyMem_Free(self->addresses);
+  self->addresses = NULL;
   return 0;
 }
 
@@ -309,6 +322,49 @@ static PJRT_Buffer* buffer_address(ArrayCore* array, PyObject* buffer) {
   return address;
 }
 
+/* The addresses of the array's `count` buffers (`buffers`, a list), written
+ * to out[d * stride]. Returns 0, or -1 with an exception set. */
+static int buffer_addresses(ArrayCore* array, PyObject* buffers, Py_ssize_t count,
+                            PJRT_Buffer** out, Py_ssize_t stride) {
+  if (count == 1) {
+    PJRT_Buffer* address = buffer_address(array, PyList_GetItem(buffers, 0));
+    out[0] = address;
+    return address == NULL ? -1 : 0;
+  }
+  PyObject* sources = array->address_sources;
+  int cached = sources != NULL && array->addresses != NULL && PyTuple_Size(sources) == count;
+  for (Py_ssize_t d = 0; cached && d < count; ++d) {
+    cached = PyList_GetItem(buffers, d) == PyTuple_GetItem(sources, d);
+  }
+  if (!cached) {
+    PyObject* fresh = PyList_AsTuple(buffers);
+    PJRT_Buffer** addresses = PyMem_Malloc(count * sizeof(PJRT_Buffer*));
+    if (fresh == NULL || addresses == NULL) {
+      Py_XDECREF(fresh);
+      PyMem_Free(addresses);
+      if (!PyErr_Occurred()) {
+        PyErr_NoMemory();
+      }
+      return -1;
+    }
+    for (Py_ssize_t d = 0; d < count; ++d) {
+      if (PyObject_SetItem(address_slot, index_zero, PyTuple_GetItem(fresh, d)) < 0) {
+        Py_DECREF(fresh);
+        PyMem_Free(addresses);
+        return -1;
+      }
+      addresses[d] = address_slot_memory[0];
+    }
+    Py_XSETREF(array->address_sources, fresh);
+    PyMem_Free(array->addresses);
+    array->addresses = addresses;
+  }
+  for (Py_ssize_t d = 0; d < count; ++d) {
+    out[d * stride] = array->addresses[d];
+  }
+  return 0;
+}
+
 /* ClientHandle.release_buffers(id(array)) for the common case (one buffer,
  * no other call running, nothing parked, no host memory held, client open):
  * the same steps, without Python frames. Returns 1 when done, 0 when the
@@ -330,11 +386,12 @@ static int release_owned_buffer(ArrayCore* array, PyObject* owner_id) {
   if (buffers == NULL) {
     return 1; /* nothing registered: a shard, or freed already */
   }
-  if (!PyList_CheckExact(buffers) || PyList_Size(buffers) != 1) {
+  Py_ssize_t count = PyList_CheckExact(buffers) ? PyList_Size(buffers) : 0;
+  if (count < 1 || count > MAX_DEVICES) {
     return 0;
   }
-  PJRT_Buffer* address = buffer_address(array, PyList_GetItem(buffers, 0));
-  if (address == NULL) {
+  PJRT_Buffer* addresses[MAX_DEVICES];
+  if (buffer_addresses(array, buffers, count, addresses, 1) < 0) {
     PyErr_Clear();
     return 0;
   }
@@ -348,8 +405,8 @@ static int release_owned_buffer(ArrayCore* array, PyObject* owner_id) {
       PyDict_GetItem(handle->viewed, owner_id) != NULL) {
     status = PyDict_DelItem(handle->viewed, owner_id);
   }
-  if (status == 0) {
-    buffer_destroy((const PJRT_Api*)(uintptr_t)handle->table_address, address);
+  for (Py_ssize_t d = 0; status == 0 && d < count; ++d) {
+    buffer_destroy((const PJRT_Api*)(uintptr_t)handle->table_address, addresses[d]);
   }
   Py_DECREF(buffers);
   end_call(handle, ticket);
@@ -420,10 +477,11 @@ typedef struct {
   int inline_;   /* launches run on the calling thread (see pjrt._capi.long_runs) */
   Py_ssize_t num_parameters;
   Py_ssize_t num_outputs;
+  Py_ssize_t num_devices;
   PyObject* handle;
   PyObject* client;
-  PyObject* device;
-  PyObject* devices;
+  PyObject* device;             /* devices[0] */
+  PyObject* devices;            /* the executable's, in its order */
   PyObject* array_type;
   PyObject* ndarray_type;
   PyObject* parameter_shapes;   /* tuple */
@@ -431,14 +489,21 @@ typedef struct {
   char* host_ok;                /* per parameter: host values may be copied */
   Py_ssize_t* host_dims;        /* per parameter: ndim entries, then ndim strides */
   Py_ssize_t* host_offsets;     /* where each parameter's entries start */
-  PyObject* output_shapes;      /* tuple */
+  PyObject* output_shapes;      /* tuple (global shapes) */
   PyObject* output_dtypes;      /* tuple */
+  PyObject* output_shardings;   /* tuple; None each on one device */
+  /* Several devices: per parameter, the last (sharding, shape, dtype) `accept`
+   * approved (a tuple, or NULL): an argument with that very sharding object
+   * and that shape and dtype is laid out as the parameter needs. */
+  PyObject* accept;
+  PyObject** accepted;
   PyObject* donated;            /* tuple of parameter indices */
   PyObject* new_call;
   PyObject* prepare_donations;
   PyObject* consume_donated;
   PyObject* raise_error;
-  call_run_fn call_run;
+  call_run_fn call_run;         /* one device: pjrt_shim_call_run */
+  execute_fn execute;           /* several: pjrt_shim_execute */
   CallEntry** pool;
   Py_ssize_t pool_size;
   Py_ssize_t pool_capacity;
@@ -535,10 +600,83 @@ static int same(PyObject* value, PyObject* expected) {
   return equal;
 }
 
-/* Places argument i into the call: 1 when it can go this way, 0 when not. */
+/* Whether `array`'s shards sit on the plan's devices, in the plan's order. */
+static int on_plan_devices(CallPlan* plan, ArrayCore* array) {
+  PyObject* devices = array->devices;
+  if (devices == plan->devices) {
+    return 1;
+  }
+  if (devices == NULL || !PyTuple_CheckExact(devices) ||
+      PyTuple_Size(devices) != plan->num_devices) {
+    return 0;
+  }
+  for (Py_ssize_t d = 0; d < plan->num_devices; ++d) {
+    if (PyTuple_GetItem(devices, d) != PyTuple_GetItem(plan->devices, d)) {
+      return 0;
+    }
+  }
+  return 1;
+}
+
+/* Places global argument i of a program on several devices: 1 when it can go
+ * this way, 0 when not, -1 on error. */
+static int place_global_argument(CallPlan* plan, CallEntry* entry, Py_ssize_t i,
+                                 PyObject* argument) {
+  if ((PyObject*)Py_TYPE(argument) != plan->array_type) {
+    return 0;
+  }
+  ArrayCore* array = (ArrayCore*)argument;
+  if (array->parent != Py_None || array->physical_order != Py_None ||
+      array->sharding == NULL || array->sharding == Py_None || array->shape == NULL ||
+      array->dtype == NULL || !on_plan_devices(plan, array)) {
+    return 0;
+  }
+  PyObject* accepted = plan->accepted[i];
+  if (accepted == NULL || PyTuple_GetItem(accepted, 0) != array->sharding ||
+      !same(array->shape, PyTuple_GetItem(accepted, 1)) ||
+      !same(array->dtype, PyTuple_GetItem(accepted, 2))) {
+    /* Python says whether this sharding lays the argument out as the parameter
+     * needs (the sharding objects are immutable, so the answer is kept). */
+    PyObject* index = PyLong_FromSsize_t(i);
+    PyObject* answer =
+        index ? PyObject_CallFunctionObjArgs(plan->accept, index, argument, NULL) : NULL;
+    Py_XDECREF(index);
+    if (answer == NULL) {
+      return -1;
+    }
+    int fits = answer == Py_True;
+    Py_DECREF(answer);
+    if (!fits) {
+      return 0;
+    }
+    PyObject* entry_tuple = PyTuple_Pack(3, array->sharding, array->shape, array->dtype);
+    if (entry_tuple == NULL) {
+      return -1;
+    }
+    Py_XSETREF(plan->accepted[i], entry_tuple);
+  }
+  /* Read after the Python call above, which may let other threads run. */
+  PyObject* buffers = array->buffers;
+  if (buffers == NULL || !PyList_CheckExact(buffers) ||
+      PyList_Size(buffers) != plan->num_devices) {
+    return 0;
+  }
+  if (buffer_addresses(array, buffers, plan->num_devices, entry->call->arguments + i,
+                       plan->num_parameters) < 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  return 1;
+}
+
+/* Places argument i into the call: 1 when it can go this way, 0 when not, -1
+ * on error. */
 static int place_argument(CallPlan* plan, CallEntry* entry, Py_ssize_t i,
                           PyObject* argument, int copy_host_values) {
   pjrt_shim_call* call = entry->call;
+  if (plan->num_devices != 1) {
+    return place_global_argument(plan, entry, i, argument);
+  }
   if ((PyObject*)Py_TYPE(argument) == plan->array_type) {
     ArrayCore* array = (ArrayCore*)argument;
     PyObject* buffers = array->buffers;
@@ -594,27 +732,45 @@ static int place_argument(CallPlan* plan, CallEntry* entry, Py_ssize_t i,
   return 1;
 }
 
-/* A new Array for output k of a finished call, owning its buffer. */
-static PyObject* adopt_output(CallPlan* plan, CallEntry* entry, Py_ssize_t k) {
-  PyTypeObject* type = (PyTypeObject*)plan->array_type;
-  /* (cffi arrays are mappings to the C API, not sequences) */
-  PyObject* index = PyLong_FromSsize_t(k);
+/* The cdata of the plugin's output at `position` of the call's output array
+ * (cffi arrays are mappings to the C API, not sequences). */
+static PyObject* output_buffer(CallEntry* entry, Py_ssize_t position) {
+  PyObject* index = PyLong_FromSsize_t(position);
   PyObject* buffer = index != NULL ? PyObject_GetItem(entry->outputs, index) : NULL;
   Py_XDECREF(index);
-  if (buffer == NULL) {
-    return NULL;
-  }
-  PyObject* buffers = PyList_New(1);
+  return buffer;
+}
+
+/* A new Array for output k of a finished call, owning its buffers (one per
+ * device, found device-major in the call's output array). */
+static PyObject* adopt_output(CallPlan* plan, CallEntry* entry, Py_ssize_t k) {
+  PyTypeObject* type = (PyTypeObject*)plan->array_type;
+  Py_ssize_t count = plan->num_devices;
+  PyObject* buffers = PyList_New(count);
   if (buffers == NULL) {
-    Py_DECREF(buffer);
     return NULL;
   }
-  Py_INCREF(buffer);
-  PyList_SetItem(buffers, 0, buffer); /* steals the new reference */
-  PyObject* made = ((allocfunc)PyType_GetSlot(type, Py_tp_alloc))(type, 0);
+  for (Py_ssize_t d = 0; d < count; ++d) {
+    PyObject* buffer = output_buffer(entry, d * plan->num_outputs + k);
+    if (buffer == NULL) {
+      Py_DECREF(buffers);
+      return NULL;
+    }
+    PyList_SetItem(buffers, d, buffer); /* steals the new reference */
+  }
+  PyObject* sources = count == 1 ? NULL : PyList_AsTuple(buffers);
+  PJRT_Buffer** addresses = count == 1 ? NULL : PyMem_Malloc(count * sizeof(PJRT_Buffer*));
+  PyObject* made = NULL;
+  if (count == 1 || (sources != NULL && addresses != NULL)) {
+    made = ((allocfunc)PyType_GetSlot(type, Py_tp_alloc))(type, 0);
+  }
   if (made == NULL) {
     Py_DECREF(buffers);
-    Py_DECREF(buffer);
+    Py_XDECREF(sources);
+    PyMem_Free(addresses);
+    if (!PyErr_Occurred()) {
+      PyErr_NoMemory();
+    }
     return NULL;
   }
   ArrayCore* array = (ArrayCore*)made;
@@ -626,14 +782,24 @@ static PyObject* adopt_output(CallPlan* plan, CallEntry* entry, Py_ssize_t k) {
   SET(host_copy, Py_None);
   SET(host_view, Py_None);
   SET(deleted_reason, Py_None);
-  SET(sharding, Py_None);
+  SET(sharding, PyTuple_GetItem(plan->output_shardings, k));
   SET(parent, Py_None);
   SET(physical_order, Py_None);
   SET(shared, Py_False);
 #undef SET
   array->buffers = buffers;
-  array->address_source = buffer; /* the reference taken above */
-  array->address = entry->call->outputs[k];
+  if (count == 1) {
+    PyObject* buffer = PyList_GetItem(buffers, 0);
+    Py_INCREF(buffer);
+    array->address_source = buffer;
+    array->address = entry->call->outputs[k];
+  } else {
+    for (Py_ssize_t d = 0; d < count; ++d) {
+      addresses[d] = entry->call->outputs[d * plan->num_outputs + k];
+    }
+    array->address_sources = sources;
+    array->addresses = addresses;
+  }
   /* Registered before `_handle` is set: until then a failure here leaves an
    * array whose finaliser does nothing, and the buffer to the caller. */
   PyObject* owner_id = PyLong_FromVoidPtr(made);
@@ -668,11 +834,37 @@ static PyObject* adopt_outputs(CallPlan* plan, CallEntry* entry) {
   }
   HandleCore* handle = (HandleCore*)plan->handle;
   for (; k < plan->num_outputs; ++k) {
-    buffer_destroy((const PJRT_Api*)(uintptr_t)handle->table_address,
-                   entry->call->outputs[k]);
+    for (Py_ssize_t d = 0; d < plan->num_devices; ++d) {
+      buffer_destroy((const PJRT_Api*)(uintptr_t)handle->table_address,
+                     entry->call->outputs[d * plan->num_outputs + k]);
+    }
   }
   Py_XDECREF(outputs);
   return NULL;
+}
+
+static int64_t now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* pjrt_shim_call_run's counterpart for a program on several devices (no host
+ * values): the same PJRT_SHIM_CALL_* bits; out of host memory is an error
+ * with call->error NULL. */
+static int launch_on_devices(CallPlan* plan, pjrt_shim_call* call) {
+  PJRT_Error* error = NULL;
+  int failed;
+  int64_t started = now_ns();
+  Py_BEGIN_ALLOW_THREADS
+  failed = plan->execute(call->api, call->executable, call->arguments,
+                         (size_t)plan->num_devices, call->num_arguments, call->outputs,
+                         call->num_outputs, call->non_donatable, call->num_non_donatable,
+                         NULL, NULL, &error);
+  Py_END_ALLOW_THREADS
+  call->error = error;
+  return (failed || error != NULL ? PJRT_SHIM_CALL_ERROR : 0) |
+         (now_ns() - started > call->slow_ns ? PJRT_SHIM_CALL_SLOW : 0);
 }
 
 /* Runs the prepared call, donating what the program donates. Returns the
@@ -705,14 +897,22 @@ static PyObject* launch(CallPlan* plan, CallEntry* entry, PyObject* arguments) {
     call->num_non_donatable = (size_t)count;
   }
   int status;
-  Py_BEGIN_ALLOW_THREADS
-  status = plan->call_run(call);
-  Py_END_ALLOW_THREADS
+  if (plan->num_devices == 1) {
+    Py_BEGIN_ALLOW_THREADS
+    status = plan->call_run(call);
+    Py_END_ALLOW_THREADS
+  } else {
+    status = launch_on_devices(plan, call);
+  }
   call->non_donatable = NULL;
   call->num_non_donatable = 0;
   let_go_of_host_values(plan, entry);
   if (status & PJRT_SHIM_CALL_SLOW) {
     plan->inline_ = 0;
+  }
+  if ((status & PJRT_SHIM_CALL_ERROR) && call->error == NULL) {
+    Py_XDECREF(keep);
+    return PyErr_NoMemory();
   }
   if (status & PJRT_SHIM_CALL_ERROR) {
     /* Takes call->error and raises it. */
@@ -769,12 +969,14 @@ static PyObject* plan_run(PyObject* op, PyObject* const* args, Py_ssize_t nargs)
     return NULL;
   }
   int placed = 1;
-  for (Py_ssize_t i = 0; i < count && placed; ++i) {
+  for (Py_ssize_t i = 0; i < count && placed > 0; ++i) {
     PyObject* argument =
         is_list ? PyList_GetItem(arguments, i) : PyTuple_GetItem(arguments, i);
     placed = place_argument(plan, entry, i, argument, copy_host_values);
   }
-  if (placed && plan->live && handle->closed == Py_False) {
+  if (placed < 0) {
+    let_go_of_host_values(plan, entry);
+  } else if (placed && plan->live && handle->closed == Py_False) {
     result = launch(plan, entry, arguments);
   } else {
     let_go_of_host_values(plan, entry);
@@ -810,27 +1012,39 @@ static PyMemberDef plan_members[] = {
      "whether launches run on the calling thread (see pjrt._capi.long_runs)"},
     {NULL, 0, 0, 0, NULL}};
 
-/* CallPlan(handle, client, device, array_type, ndarray_type, parameters,
+/* CallPlan(handle, client, devices, array_type, ndarray_type, parameters,
  *          outputs, donated, new_call, prepare_donations, consume_donated,
- *          raise_error, call_run_address)
+ *          raise_error, launch_address, accept=None)
+ * devices: the executable's devices, in its order.
  * parameters: per parameter (shape, dtype, strides or None: host values of it
- * are not copied by the call); outputs: per output (shape, dtype). */
+ *   are not copied by the call); on several devices only their number counts.
+ * outputs: per output (global shape, dtype, sharding or None).
+ * launch_address: pjrt_shim_call_run on one device, pjrt_shim_execute on
+ *   several, where accept(index, argument) -> bool says whether a global
+ *   argument's sharding, shape and dtype are the parameter's. */
 static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
-  PyObject *handle, *client, *device, *array_type, *ndarray_type, *parameters, *outputs,
-      *donated, *new_call, *prepare, *consume, *raise_error, *call_run;
+  PyObject *handle, *client, *devices, *array_type, *ndarray_type, *parameters, *outputs,
+      *donated, *new_call, *prepare, *consume, *raise_error, *launch_address;
+  PyObject* accept = Py_None;
   if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
     PyErr_SetString(PyExc_TypeError, "CallPlan takes positional arguments");
     return NULL;
   }
-  if (!PyArg_ParseTuple(args, "O!OOO!O!O!O!O!OOOOO!", HandleCore_Type, &handle, &client,
-                        &device, &PyType_Type, &array_type, &PyType_Type, &ndarray_type,
-                        &PyTuple_Type, &parameters, &PyTuple_Type, &outputs, &PyTuple_Type,
-                        &donated, &new_call, &prepare, &consume, &raise_error, &PyLong_Type,
-                        &call_run)) {
+  if (!PyArg_ParseTuple(args, "O!OO!O!O!O!O!O!OOOOO!|O", HandleCore_Type, &handle, &client,
+                        &PyTuple_Type, &devices, &PyType_Type, &array_type, &PyType_Type,
+                        &ndarray_type, &PyTuple_Type, &parameters, &PyTuple_Type, &outputs,
+                        &PyTuple_Type, &donated, &new_call, &prepare, &consume, &raise_error,
+                        &PyLong_Type, &launch_address, &accept)) {
     return NULL;
   }
+  Py_ssize_t num_devices = PyTuple_Size(devices);
   if (!PyType_IsSubtype((PyTypeObject*)array_type, ArrayCore_Type)) {
     PyErr_SetString(PyExc_TypeError, "array_type must derive from ArrayCore");
+    return NULL;
+  }
+  if (num_devices < 1 || num_devices > MAX_DEVICES || (num_devices > 1 && accept == Py_None)) {
+    PyErr_SetString(PyExc_ValueError,
+                    "a plan needs 1 to MAX_DEVICES devices, and accept on several");
     return NULL;
   }
   CallPlan* plan = (CallPlan*)((allocfunc)PyType_GetSlot(type, Py_tp_alloc))(type, 0);
@@ -840,13 +1054,20 @@ static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) 
   Py_ssize_t count = PyTuple_Size(parameters);
   plan->num_parameters = count;
   plan->num_outputs = PyTuple_Size(outputs);
+  plan->num_devices = num_devices;
   plan->live = 1;
   plan->inline_ = 0;
-  plan->call_run = (call_run_fn)PyLong_AsVoidPtr(call_run);
+  void* launch = PyLong_AsVoidPtr(launch_address);
+  if (num_devices == 1) {
+    plan->call_run = (call_run_fn)launch;
+  } else {
+    plan->execute = (execute_fn)launch;
+  }
 #define KEEP(field, value) (Py_INCREF(value), plan->field = (value))
   KEEP(handle, handle);
   KEEP(client, client);
-  KEEP(device, device);
+  KEEP(devices, devices);
+  KEEP(device, PyTuple_GetItem(devices, 0));
   KEEP(array_type, array_type);
   KEEP(ndarray_type, ndarray_type);
   KEEP(donated, donated);
@@ -854,17 +1075,20 @@ static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) 
   KEEP(prepare_donations, prepare);
   KEEP(consume_donated, consume);
   KEEP(raise_error, raise_error);
+  KEEP(accept, accept);
 #undef KEEP
-  plan->devices = PyTuple_Pack(1, device);
   plan->parameter_shapes = PyTuple_New(count);
   plan->parameter_dtypes = PyTuple_New(count);
   plan->output_shapes = PyTuple_New(plan->num_outputs);
   plan->output_dtypes = PyTuple_New(plan->num_outputs);
+  plan->output_shardings = PyTuple_New(plan->num_outputs);
   plan->host_ok = PyMem_Calloc(count + 1, 1);
   plan->host_offsets = PyMem_Calloc(count + 1, sizeof(Py_ssize_t));
-  if (plan->call_run == NULL || plan->devices == NULL || plan->parameter_shapes == NULL ||
-      plan->parameter_dtypes == NULL || plan->output_shapes == NULL ||
-      plan->output_dtypes == NULL || plan->host_ok == NULL || plan->host_offsets == NULL) {
+  plan->accepted = PyMem_Calloc(count + 1, sizeof(PyObject*));
+  if (launch == NULL || plan->parameter_shapes == NULL || plan->parameter_dtypes == NULL ||
+      plan->output_shapes == NULL || plan->output_dtypes == NULL ||
+      plan->output_shardings == NULL || plan->host_ok == NULL ||
+      plan->host_offsets == NULL || plan->accepted == NULL) {
     goto fail;
   }
   Py_ssize_t total = 0;
@@ -886,7 +1110,7 @@ static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) 
   if (plan->host_dims == NULL) {
     goto fail;
   }
-  for (Py_ssize_t i = 0; i < count; ++i) {
+  for (Py_ssize_t i = 0; i < count && num_devices == 1; ++i) {
     PyObject* parameter = PyTuple_GetItem(parameters, i);
     PyObject* shape = PyTuple_GetItem(parameter, 0);
     PyObject* strides = PyTuple_GetItem(parameter, 2);
@@ -910,13 +1134,16 @@ static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) 
   }
   for (Py_ssize_t k = 0; k < plan->num_outputs; ++k) {
     PyObject *shape, *dtype;
-    if (!PyArg_ParseTuple(PyTuple_GetItem(outputs, k), "OO", &shape, &dtype)) {
+    PyObject* sharding = Py_None;
+    if (!PyArg_ParseTuple(PyTuple_GetItem(outputs, k), "OO|O", &shape, &dtype, &sharding)) {
       goto fail;
     }
     Py_INCREF(shape);
     PyTuple_SetItem(plan->output_shapes, k, shape);
     Py_INCREF(dtype);
     PyTuple_SetItem(plan->output_dtypes, k, dtype);
+    Py_INCREF(sharding);
+    PyTuple_SetItem(plan->output_shardings, k, sharding);
   }
   return (PyObject*)plan;
 fail:
@@ -933,6 +1160,12 @@ static void plan_dealloc(PyObject* op) {
   for (Py_ssize_t i = 0; i < plan->pool_size; ++i) {
     entry_free(plan->pool[i]);
   }
+  if (plan->accepted != NULL) {
+    for (Py_ssize_t i = 0; i < plan->num_parameters; ++i) {
+      Py_XDECREF(plan->accepted[i]);
+    }
+  }
+  PyMem_Free(plan->accepted);
   PyMem_Free(plan->pool);
   PyMem_Free(plan->host_ok);
   PyMem_Free(plan->host_dims);
@@ -947,17 +1180,19 @@ static void plan_dealloc(PyObject* op) {
   Py_XDECREF(plan->parameter_dtypes);
   Py_XDECREF(plan->output_shapes);
   Py_XDECREF(plan->output_dtypes);
+  Py_XDECREF(plan->output_shardings);
   Py_XDECREF(plan->donated);
   Py_XDECREF(plan->new_call);
   Py_XDECREF(plan->prepare_donations);
   Py_XDECREF(plan->consume_donated);
   Py_XDECREF(plan->raise_error);
+  Py_XDECREF(plan->accept);
   ((freefunc)PyType_GetSlot(type, Py_tp_free))(op);
   Py_DECREF(type);
 }
 
 static PyType_Slot plan_slots[] = {
-    {Py_tp_doc, "A single-device executable's per-call path (see pjrt.executable)."},
+    {Py_tp_doc, "An executable's per-call path (see pjrt.executable)."},
     {Py_tp_new, plan_new},
     {Py_tp_dealloc, plan_dealloc},
     {Py_tp_methods, plan_methods},
