@@ -36,12 +36,16 @@
  *                              PJRT_Buffer_Type number is TYPE);
  *       hang_execute[:NAME]    PJRT_LoadedExecutable_Execute never returns
  *                              (only for executables whose name contains NAME);
+ *       fail_execute[:NAME]    PJRT_LoadedExecutable_Execute returns an error
+ *                              from the second launch of each executable on
+ *                              (whose name contains NAME), so that a host has
+ *                              seen it run once;
  *       abort_create           PJRT_Client_Create prints a line on stderr and
  *                              aborts the process.
  *       slow_client_create[:SECONDS]  PJRT_Client_Create sleeps SECONDS (default
  *                              an hour) before it answers, as a plugin looking
  *                              for hardware or servers that are not there.
- *   abort_compile, corrupt_to_host, hang_execute and abort_create need
+ *   abort_compile, corrupt_to_host, hang_execute, fail_execute and abort_create need
  *   PJRT_FAULT_DELEGATE (this plugin compiles nothing); slow_client_create needs it
  *   unset.
  */
@@ -784,7 +788,63 @@ static int executable_matches(PJRT_LoadedExecutable* loaded) {
   return matches;
 }
 
+/* The errors this plugin made while forwarding to a delegate (fail_execute),
+ * told apart from the delegate's by the three error entries below. */
+static PJRT_Error* g_own_errors[64];
+static int g_num_own_errors;
+
+static int is_own_error(const PJRT_Error* error) {
+  for (int i = 0; i < g_num_own_errors; ++i) {
+    if (g_own_errors[i] == error) return 1;
+  }
+  return 0;
+}
+
+static PJRT_Error* own_error(PJRT_Error* error) {
+  if (g_num_own_errors < 64) g_own_errors[g_num_own_errors++] = error;
+  return error;
+}
+
+static void forward_Error_Destroy(PJRT_Error_Destroy_Args* args) {
+  if (is_own_error(args->error)) {
+    impl_PJRT_Error_Destroy(args);
+  } else {
+    g_delegate->PJRT_Error_Destroy(args);
+  }
+}
+
+static void forward_Error_Message(PJRT_Error_Message_Args* args) {
+  if (is_own_error(args->error)) {
+    impl_PJRT_Error_Message(args);
+  } else {
+    g_delegate->PJRT_Error_Message(args);
+  }
+}
+
+static PJRT_Error* forward_Error_GetCode(PJRT_Error_GetCode_Args* args) {
+  if (is_own_error(args->error)) return impl_PJRT_Error_GetCode(args);
+  return g_delegate->PJRT_Error_GetCode(args);
+}
+
+/* Whether `loaded` has been launched before (fail_execute); remembers up to 64. */
+static int launched_before(PJRT_LoadedExecutable* loaded) {
+  static PJRT_LoadedExecutable* seen[64];
+  static int num_seen;
+  for (int i = 0; i < num_seen; ++i) {
+    if (seen[i] == loaded) return 1;
+  }
+  if (num_seen < 64) seen[num_seen++] = loaded;
+  return 0;
+}
+
 static PJRT_Error* fault_LoadedExecutable_Execute(PJRT_LoadedExecutable_Execute_Args* args) {
+  if (fault_is("fail_execute") && executable_matches(args->executable) &&
+      launched_before(args->executable)) {
+    return own_error(make_error(
+        PJRT_Error_Code_INTERNAL,
+        "fault plugin: PJRT_LoadedExecutable_Execute failed (PJRT_FAULT=%s)",
+        getenv("PJRT_FAULT")));
+  }
   if (fault_is("hang_execute") && executable_matches(args->executable)) {
     fprintf(stderr, "fault plugin: hanging in PJRT_LoadedExecutable_Execute (PJRT_FAULT=%s)\n",
             getenv("PJRT_FAULT"));
@@ -841,6 +901,11 @@ static const PJRT_Api* delegating_table(const char* path) {
   REPLACE(PJRT_Client_Compile, fault_Client_Compile)
   REPLACE(PJRT_LoadedExecutable_Execute, fault_LoadedExecutable_Execute)
   REPLACE(PJRT_Buffer_ToHostBuffer, fault_Buffer_ToHostBuffer)
+  if (fault_is("fail_execute")) {
+    REPLACE(PJRT_Error_Destroy, forward_Error_Destroy)
+    REPLACE(PJRT_Error_Message, forward_Error_Message)
+    REPLACE(PJRT_Error_GetCode, forward_Error_GetCode)
+  }
 #undef REPLACE
   return &g_table.api;
 }
