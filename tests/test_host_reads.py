@@ -13,30 +13,17 @@ import pytest
 
 import pjrt
 from conftest import cpu_plugin_path, run_python
+from long_programs import matmul_loop
 from pjrt._pjrt_cffi import ffi, lib
 
 
 def _counting_loop(iterations: int) -> str:
-    """``iterations`` dependent 256 x 256 matmuls; returns the loop counter (a 4-byte value
-    that is ready only when the whole loop is) and one row of the result."""
-    return """
-    func.func public @main(%x: tensor<256x256xf32>) -> (tensor<i32>, tensor<1x256xf32>) {
-      %c0 = stablehlo.constant dense<0> : tensor<i32>
-      %n = stablehlo.constant dense<ITERATIONS> : tensor<i32>
-      %one = stablehlo.constant dense<1> : tensor<i32>
-      %r:2 = stablehlo.while(%i = %c0, %acc = %x) : tensor<i32>, tensor<256x256xf32>
-       cond {
-        %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
-        stablehlo.return %p : tensor<i1>
-      } do {
-        %d = stablehlo.dot_general %acc, %x, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
-        %s = stablehlo.tanh %d : tensor<256x256xf32>
-        %j = stablehlo.add %i, %one : tensor<i32>
-        stablehlo.return %j, %s : tensor<i32>, tensor<256x256xf32>
-      }
-      %row = stablehlo.slice %r#1 [0:1, 0:256] : (tensor<256x256xf32>) -> tensor<1x256xf32>
-      return %r#0, %row : tensor<i32>, tensor<1x256xf32>
-    }""".replace("ITERATIONS", str(iterations))
+    """`matmul_loop` returning the loop counter (a 4-byte value that is ready only when the
+    whole loop is) and one row of the result."""
+    return matmul_loop(
+        iterations,
+        then="%row = stablehlo.slice %r#1 [0:1, 0:256] : (tensor<256x256xf32>) -> tensor<1x256xf32>",
+        returns="%r#0, %row : tensor<i32>, tensor<1x256xf32>")
 
 
 @pytest.mark.parametrize("host", [

@@ -11,29 +11,9 @@ import pytest
 import pjrt
 from conftest import cpu_plugin_path, run_python
 from fixtures import programs
+from long_programs import matmul_loop
 
 TINY = programs.get("tiny_tanh")
-
-
-def _long_loop(iterations: int) -> str:
-    """``iterations`` dependent 256 x 256 matmuls: a program that runs for a while."""
-    return """
-    func.func public @main(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {
-      %c0 = stablehlo.constant dense<0> : tensor<i32>
-      %n = stablehlo.constant dense<ITERATIONS> : tensor<i32>
-      %one = stablehlo.constant dense<1> : tensor<i32>
-      %r:2 = stablehlo.while(%i = %c0, %acc = %x) : tensor<i32>, tensor<256x256xf32>
-       cond {
-        %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
-        stablehlo.return %p : tensor<i1>
-      } do {
-        %d = stablehlo.dot_general %acc, %x, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
-        %s = stablehlo.tanh %d : tensor<256x256xf32>
-        %j = stablehlo.add %i, %one : tensor<i32>
-        stablehlo.return %j, %s : tensor<i32>, tensor<256x256xf32>
-      }
-      return %r#1 : tensor<256x256xf32>
-    }""".replace("ITERATIONS", str(iterations))
 
 
 def _nested_conditionals(depth: int) -> str:
@@ -53,7 +33,7 @@ def _nested_conditionals(depth: int) -> str:
 
 def test_execution_is_asynchronous_and_reading_waits(client):
     """A long program: execute returns before its output is computed; np.asarray waits."""
-    executable = client.compile_and_load(_long_loop(200))
+    executable = client.compile_and_load(matmul_loop(200))
     x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
     (out,) = executable.execute([x])
     was_ready = out.is_ready()
@@ -74,7 +54,7 @@ def test_ctrl_c_interrupts_a_wait_and_the_result_arrives_later(cpu_plugin):
         import numpy as np, pjrt
         pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
         client = pjrt.make_c_api_client("cpu")
-        executable = client.compile_and_load({_long_loop(12000)!r})  # ~2 s on an idle machine
+        executable = client.compile_and_load({matmul_loop(12000)!r})  # ~2 s on an idle machine
         x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
 
         def interrupt(signum, frame):
@@ -108,13 +88,13 @@ def test_a_global_array_is_ready_once_every_shard_is(client):
     """block_until_ready() on an array of several shards waits for all of them at once (one
     native wait); each shard then holds its own device's result."""
     devices = client.devices()[:4]
-    compiled = pjrt.compile(_long_loop(20), devices, replicated=True)
+    compiled = pjrt.compile(matmul_loop(20), devices, replicated=True)
     x = np.stack([np.full((256, 256), 0.001 * (i + 1), np.float32) for i in range(4)])
     out = compiled(x)
     assert len(out.addressable_shards) == 4
     assert out.block_until_ready() is out
     assert out.is_ready() and all(s.data.is_ready() for s in out.addressable_shards)
-    one = pjrt.compile(_long_loop(20), devices[0])
+    one = pjrt.compile(matmul_loop(20), devices[0])
     for i, shard in enumerate(out.addressable_shards):
         np.testing.assert_allclose(np.asarray(shard.data), np.asarray(one(x[i])), rtol=1e-5)
     # Ready already: the same wait returns at once, and again after the array is read.
@@ -134,7 +114,7 @@ def test_ctrl_c_interrupts_a_wait_on_a_global_array(cpu_plugin):
         import numpy as np, pjrt
         pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
         client = pjrt.make_c_api_client("cpu", {{"cpu_device_count": 2}})
-        compiled = pjrt.compile({_long_loop(6000)!r}, client.devices()[:2], replicated=True)
+        compiled = pjrt.compile({matmul_loop(6000)!r}, client.devices()[:2], replicated=True)
         x = np.full((2, 256, 256), 0.01, np.float32)
 
         def interrupt(signum, frame):
