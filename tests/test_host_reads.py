@@ -3,7 +3,6 @@ numpy array and one C call for a computed value, an interruptible wait for one s
 computed, a cached read-only copy, and the ownership rules (deletion, closing, threads) kept."""
 from __future__ import annotations
 
-import json
 import sys
 import threading
 
@@ -12,7 +11,8 @@ import numpy as np
 import pytest
 
 import pjrt
-from conftest import cpu_plugin_path, run_python
+from conftest import cpu_plugin_path
+from interrupt_helpers import assert_interrupted, run_cpu_child
 from long_programs import matmul_loop
 from pjrt._pjrt_cffi import ffi, lib
 
@@ -179,31 +179,17 @@ def test_a_donated_array_is_not_read_from_its_cache(client):
 def test_ctrl_c_interrupts_a_small_read_of_an_unfinished_result(cpu_plugin):
     """np.asarray of a 4-byte result still being computed waits in slices: a KeyboardInterrupt
     ends it long before the program does, and the value can be read afterwards."""
-    result = run_python(f"""
-        import json, signal, time
-        import numpy as np, pjrt
-        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+    reports = run_cpu_child(cpu_plugin_path(cpu_plugin.name), f"""
         client = pjrt.make_c_api_client("cpu")
         executable = client.compile_and_load({_counting_loop(12000)!r})  # seconds of work
         x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
-
-        def interrupt(signum, frame):
-            raise KeyboardInterrupt
-        signal.signal(signal.SIGALRM, interrupt)
-        start = time.monotonic()
         count, row = executable.execute([x])
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        try:
-            np.asarray(count)
-            interrupted = None
-        except KeyboardInterrupt:
-            interrupted = time.monotonic() - start
+        interrupt("read", lambda: np.asarray(count), inside="event")
         ready_then = count.is_ready()
-        print(json.dumps({{"interrupted": interrupted, "ready_then": ready_then,
+        print(json.dumps({{"case": "after", "ready_then": ready_then,
                           "count": int(np.asarray(count))}}))
-    """, timeout=300)
-    outcome = json.loads(result.stdout.splitlines()[-1])
-    assert outcome["interrupted"] is not None, outcome
-    assert not outcome["ready_then"], outcome
-    assert outcome["interrupted"] < 0.2 + 1.0, outcome
-    assert outcome["count"] == 12000
+    """)
+    assert_interrupted(reports["read"])
+    after = reports["after"]
+    assert not after["ready_then"], after
+    assert after["count"] == 12000
