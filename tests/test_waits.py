@@ -3,7 +3,9 @@ is heard, and compilation on a large-stack worker thread, on the real CPU plugin
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -89,6 +91,74 @@ def test_a_global_array_is_ready_once_every_shard_is(client):
     out.delete()
     with pytest.raises(pjrt.DeletedArrayError):
         out.block_until_ready()
+
+
+def _release_once_waiting(gate: threading.Event, function: str, seconds: float = 60) -> None:
+    """Set ``gate`` once the main thread is inside ``function`` (seen from its current frame),
+    or after ``seconds`` in any case."""
+    main = threading.main_thread().ident
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(main)
+        if frame is not None and frame.f_code.co_name == function:
+            break
+        time.sleep(0.005)
+    gate.set()
+
+
+def test_a_failed_shard_raises_its_error_from_the_wait_on_a_global_array(client):
+    """A shard whose computation fails after the launch: the one native wait on every shard
+    raises that shard's error (of the first failed shard, in device order, when several
+    fail), again on a later wait, and the other shards, the executable and the client go on
+    working.
+
+    The failure comes from a Python custom call after a loop, so XLA's CPU plugin runs the
+    program asynchronously and the error reaches pjrt through the shards' ready events; the
+    failing shards' handler holds back until the caller is inside the wait, so the error
+    arrives while it waits (through the event's callback), not before."""
+    target = f"waits_refuses_shards_{id(client)}"
+    gate = threading.Event()
+
+    def refuse_shards_2_and_3(operands, results, attributes):
+        shard = int(operands[0].flat[0])  # each shard's x holds its index
+        if shard >= 2:
+            gate.wait(60)
+            raise ValueError(f"shard {shard} refused on purpose")
+        results[0][...] = operands[1]
+
+    pjrt.register_custom_call_target(target, refuse_shards_2_and_3)
+    text = matmul_loop(20, then=(
+        f"%y = stablehlo.custom_call @{target}(%x, %r#1) {{api_version = 4 : i32}} : "
+        f"(tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>"),
+        returns="%y : tensor<256x256xf32>")
+    compiled = pjrt.compile(text, client.devices()[:4], replicated=True)
+    x = np.stack([np.full((256, 256), i, np.float32) for i in range(4)])
+    releaser = threading.Thread(target=_release_once_waiting, args=(gate, "wait_buffers_ready"),
+                                daemon=True)
+    try:
+        out = compiled(x)  # the launch succeeds: the failure comes later
+        assert not out.is_ready()
+        releaser.start()
+        with pytest.raises(pjrt.XlaRuntimeError, match="shard 2 refused on purpose") as caught:
+            out.block_until_ready()
+    finally:
+        gate.set()
+    assert "shard 3" not in str(caught.value)
+    # Every event has fired now: a second wait finds the same error without waiting.
+    with pytest.raises(pjrt.XlaRuntimeError, match="shard 2 refused on purpose"):
+        out.block_until_ready()
+    with pytest.raises(pjrt.XlaRuntimeError, match="shard 2 refused on purpose"):
+        np.asarray(out)
+    shards = [shard.data for shard in out.addressable_shards]
+    np.testing.assert_array_equal(np.asarray(shards[0]), np.zeros((256, 256), np.float32))
+    np.testing.assert_allclose(np.asarray(shards[1]), np.ones((256, 256), np.float32), rtol=1e-6)
+    with pytest.raises(pjrt.XlaRuntimeError, match="shard 3 refused on purpose"):
+        shards[3].block_until_ready()
+    # The executable runs again where no shard fails, and the client goes on.
+    again = compiled(np.zeros((4, 256, 256), np.float32))
+    np.testing.assert_array_equal(np.asarray(again), np.zeros((4, 256, 256), np.float32))
+    program = pjrt.compile(TINY.read_text(), client.devices()[0])
+    programs.check_outputs(TINY, [np.asarray(program(*TINY.inputs()))])
 
 
 @pytest.mark.slow
