@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import pjrt
-from conftest import cpu_plugin_path, run_python
+from conftest import child_env, cpu_plugin_path, run_python
 from fixtures import programs
 from interrupt_helpers import assert_interrupted, run_cpu_child
 from long_programs import matmul_loop
@@ -106,6 +106,31 @@ def _release_once_waiting(gate: threading.Event, function: str, seconds: float =
     gate.set()
 
 
+def _refusing_from_shard_2(gate: threading.Event):
+    """A custom-call handler for `_program_calling`: the shards whose x holds 2 or more
+    wait for ``gate``, then fail; the others return the loop's matrix."""
+    def handler(operands, results, attributes):
+        shard = int(operands[0].flat[0])
+        if shard >= 2:
+            gate.wait(60)
+            raise ValueError(f"shard {shard} refused on purpose")
+        results[0][...] = operands[1]
+    return handler
+
+
+def _program_calling(target: str) -> str:
+    """A short `matmul_loop` whose result goes through the custom call ``target`` with x; run
+    replicated, with each shard's x filled with its index."""
+    return matmul_loop(20, then=(
+        f"%y = stablehlo.custom_call @{target}(%x, %r#1) {{api_version = 4 : i32}} : "
+        f"(tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>"),
+        returns="%y : tensor<256x256xf32>")
+
+
+#: The input of `_program_calling` on 4 devices: each shard's x holds its index.
+SHARD_INDICES = np.stack([np.full((256, 256), i, np.float32) for i in range(4)])
+
+
 def test_a_failed_shard_raises_its_error_from_the_wait_on_a_global_array(client):
     """A shard whose computation fails after the launch: the one native wait on every shard
     raises that shard's error (of the first failed shard, in device order, when several
@@ -118,25 +143,12 @@ def test_a_failed_shard_raises_its_error_from_the_wait_on_a_global_array(client)
     arrives while it waits (through the event's callback), not before."""
     target = f"waits_refuses_shards_{id(client)}"
     gate = threading.Event()
-
-    def refuse_shards_2_and_3(operands, results, attributes):
-        shard = int(operands[0].flat[0])  # each shard's x holds its index
-        if shard >= 2:
-            gate.wait(60)
-            raise ValueError(f"shard {shard} refused on purpose")
-        results[0][...] = operands[1]
-
-    pjrt.register_custom_call_target(target, refuse_shards_2_and_3)
-    text = matmul_loop(20, then=(
-        f"%y = stablehlo.custom_call @{target}(%x, %r#1) {{api_version = 4 : i32}} : "
-        f"(tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>"),
-        returns="%y : tensor<256x256xf32>")
-    compiled = pjrt.compile(text, client.devices()[:4], replicated=True)
-    x = np.stack([np.full((256, 256), i, np.float32) for i in range(4)])
+    pjrt.register_custom_call_target(target, _refusing_from_shard_2(gate))
+    compiled = pjrt.compile(_program_calling(target), client.devices()[:4], replicated=True)
     releaser = threading.Thread(target=_release_once_waiting, args=(gate, "wait_buffers_ready"),
                                 daemon=True)
     try:
-        out = compiled(x)  # the launch succeeds: the failure comes later
+        out = compiled(SHARD_INDICES)  # the launch succeeds: the failure comes later
         assert not out.is_ready()
         releaser.start()
         with pytest.raises(pjrt.XlaRuntimeError, match="shard 2 refused on purpose") as caught:
@@ -159,6 +171,52 @@ def test_a_failed_shard_raises_its_error_from_the_wait_on_a_global_array(client)
     np.testing.assert_array_equal(np.asarray(again), np.zeros((4, 256, 256), np.float32))
     program = pjrt.compile(TINY.read_text(), client.devices()[0])
     programs.check_outputs(TINY, [np.asarray(program(*TINY.inputs()))])
+
+
+def test_a_failed_shard_raises_its_error_from_a_plugin_without_on_ready(built, cpu_plugin):
+    """As above, through a plugin that has no ``PJRT_Event_OnReady`` (the fault plugin
+    forwarding to XLA's CPU plugin, with that entry left out): the wait awaits each shard's
+    event in turn and keeps the first failed shard's error. In a child process, which loads
+    the fault plugin with its own settings."""
+    result = run_python("""
+        import json, sys, threading
+        import numpy as np, pjrt
+        from test_waits import (SHARD_INDICES, _program_calling, _refusing_from_shard_2,
+                                _release_once_waiting)
+
+        pjrt.load_pjrt_plugin_dynamically("cpu", sys.argv[1])
+        client = pjrt.make_c_api_client("cpu", {"cpu_device_count": 4})
+        report = {"on_ready": client.raw_handle.api.has("PJRT_Event_OnReady")}
+        gate = threading.Event()
+        pjrt.register_custom_call_target("refuse", _refusing_from_shard_2(gate))
+        compiled = pjrt.compile(_program_calling("refuse"), client.devices()[:4],
+                                replicated=True)
+        out = compiled(SHARD_INDICES)
+        report["ready_at_launch"] = out.is_ready()
+        threading.Thread(target=_release_once_waiting, args=(gate, "wait_buffers_ready"),
+                         daemon=True).start()
+        report["errors"] = []
+        for _ in range(2):
+            try:
+                out.block_until_ready()
+                report["errors"].append(None)
+            except pjrt.XlaRuntimeError as error:
+                report["errors"].append(str(error))
+        gate.set()
+        report["shard 1"] = np.asarray(out.addressable_shards[1].data).tolist()[0][:4]
+        report["again"] = np.asarray(compiled(np.zeros((4, 256, 256), np.float32))).tolist()[3][0][:4]
+        print(json.dumps(report))
+    """, built.fault_plugin, env=child_env(
+        drop=("PJRT_FAULT",), PJRT_FAULT_DELEGATE=cpu_plugin_path(cpu_plugin.name),
+        PJRT_FAULT="no_on_ready"), timeout=300)
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["on_ready"] is False, report
+    assert report["ready_at_launch"] is False, report
+    for error in report["errors"]:
+        assert error is not None and "shard 2 refused on purpose" in error, report
+        assert "shard 3" not in error, report
+    assert report["shard 1"] == [1.0] * 4, report
+    assert report["again"] == [0.0] * 4, report
 
 
 @pytest.mark.slow

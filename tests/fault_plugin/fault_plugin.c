@@ -41,7 +41,9 @@
  *       slow_client_create[:SECONDS]  PJRT_Client_Create sleeps SECONDS (default
  *                              an hour) before it answers, as a plugin looking
  *                              for hardware or servers that are not there.
- *   abort_compile, corrupt_to_host, hang_execute and abort_create need
+ *       no_on_ready            the table has no PJRT_Event_OnReady, as a plugin
+ *                              older than it: events can only be awaited.
+ *   abort_compile, corrupt_to_host, hang_execute, abort_create and no_on_ready need
  *   PJRT_FAULT_DELEGATE (this plugin compiles nothing); slow_client_create needs it
  *   unset.
  */
@@ -842,6 +844,7 @@ static const PJRT_Api* delegating_table(const char* path) {
   REPLACE(PJRT_LoadedExecutable_Execute, fault_LoadedExecutable_Execute)
   REPLACE(PJRT_Buffer_ToHostBuffer, fault_Buffer_ToHostBuffer)
 #undef REPLACE
+  if (fault_is("no_on_ready")) g_table.api.PJRT_Event_OnReady = NULL;
   return &g_table.api;
 }
 
