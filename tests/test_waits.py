@@ -219,6 +219,42 @@ def test_a_failed_shard_raises_its_error_from_a_plugin_without_on_ready(built, c
     assert report["again"] == [0.0] * 4, report
 
 
+def test_ctrl_c_before_a_shard_fails_leaves_its_error_to_the_next_wait(cpu_plugin):
+    """A wait on a global array interrupted while two shards are still running: when they
+    then fail, the abandoned wait's state takes their errors and frees them with itself (the
+    last shard to finish frees it), and a new wait raises the first failed shard's error. In
+    a child process, where the signal cannot reach pytest."""
+    reports = run_cpu_child(cpu_plugin_path(cpu_plugin.name), """
+        import threading
+        from test_waits import SHARD_INDICES, _program_calling, _refusing_from_shard_2
+
+        client = pjrt.make_c_api_client("cpu", {"cpu_device_count": 4})
+        gate = threading.Event()  # shards 2 and 3 run until it is set
+        pjrt.register_custom_call_target("refuse", _refusing_from_shard_2(gate))
+        compiled = pjrt.compile(_program_calling("refuse"), client.devices()[:4],
+                                replicated=True)
+        out = compiled(SHARD_INDICES)
+        interrupt("wait", out.block_until_ready, inside="shards")
+        gate.set()
+        errors = []
+        for _ in range(2):
+            try:
+                out.block_until_ready()
+                errors.append(None)
+            except pjrt.XlaRuntimeError as error:
+                errors.append(str(error))
+        again = np.asarray(compiled(np.zeros((4, 256, 256), np.float32)))
+        print(json.dumps({"case": "after", "errors": errors,
+                          "again": bool((again == 0).all())}))
+    """)
+    assert_interrupted(reports["wait"])
+    after = reports["after"]
+    for error in after["errors"]:
+        assert error is not None and "shard 2 refused on purpose" in error, after
+        assert "shard 3" not in error, after
+    assert after["again"], after
+
+
 @pytest.mark.slow
 def test_ctrl_c_interrupts_a_wait_on_a_global_array(cpu_plugin):
     """As above, for the shared wait on every shard of a global array: the interrupted wait's
