@@ -14,6 +14,7 @@ call then never ended spun until the parent's time limit. Here:
   dies (`pjrt._capi.parent_watch`).
 * `run_child_process` runs the child in a process group of its own and kills the group
   whatever happens, so nothing is left spinning after a failure or a time-out.
+* `run_cpu_child` puts the two together for a script that uses one of the CPU plugins.
 """
 from __future__ import annotations
 
@@ -21,9 +22,13 @@ import json
 import os
 import signal
 import subprocess
+import sys
+import textwrap
 import time
 
 import pytest
+
+from conftest import child_env
 
 #: Seconds a KeyboardInterrupt may take to reach the caller once the signal is sent to a child
 #: that is inside the call (the wait slices are 50 ms; the rest is a loaded machine).
@@ -43,9 +48,11 @@ _ih_end_with_parent(_ih_os.getppid())  # a killed test process leaves nothing sp
 #: Where a blocking call waits, as (a function on the caller's stack, the innermost one):
 #: "worker" for a native call on one of pjrt's worker threads (a launch the plugin runs
 #: inline, a compile, a client creation, a backend coming up), "event" for a sliced wait on a
-#: plugin event (block_until_ready, a read to the host).
+#: plugin event (block_until_ready, a read to the host), "shards" for the one wait on every
+#: shard of a global array (its block_until_ready).
 _IH_INSIDE = {"worker": ("call_off_thread", "wait"),
-              "event": ("wait_for_waiter", "wait_for_waiter")}
+              "event": ("wait_for_waiter", "wait_for_waiter"),
+              "shards": ("wait_buffers_ready", "wait_buffers_ready")}
 
 
 def _ih_is_inside(thread_id, inside):
@@ -165,3 +172,19 @@ def run_child_process(command: list[str], *, env: dict, timeout: float
         _kill_group(process)
     elapsed = time.monotonic() - start
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), elapsed
+
+
+def run_cpu_child(plugin_path: str, body: str, *, timeout: float = 300) -> dict:
+    """Run ``body`` (dedented) in a fresh interpreter after `CHILD_SOURCE`, with ``json``,
+    ``np`` and ``pjrt`` imported and the plugin library ``plugin_path`` loaded as "cpu",
+    through `run_child_process`; fail unless it exits with 0; its reports by case."""
+    prelude = textwrap.dedent(f"""
+        import json
+        import numpy as np, pjrt
+        pjrt.load_pjrt_plugin_dynamically("cpu", {plugin_path!r})
+    """)
+    command = [sys.executable, "-c", CHILD_SOURCE + prelude + textwrap.dedent(body)]
+    result, _ = run_child_process(command, env=child_env(), timeout=timeout)
+    assert result.returncode == 0, (f"the child exited with code {result.returncode}:\n"
+                                    f"{result.stdout[-2000:]}{result.stderr[-4000:]}")
+    return child_reports(result.stdout)

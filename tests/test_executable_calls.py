@@ -162,3 +162,38 @@ def test_donation_after_the_first_call(client):
     (out,) = executable.execute([ones, y], copy_host_values=True)
     np.testing.assert_array_equal(np.asarray(out), ones * 3)
     np.testing.assert_array_equal(ones, np.ones(4, np.float32))
+
+
+DONATING_THREE = """
+func.func public @main(%a: tensor<4xf32> {tf.aliasing_output = 0 : i32}, %b: tensor<4xf32>, %c: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.add %a, %b : tensor<4xf32>
+  %1 = stablehlo.add %0, %c : tensor<4xf32>
+  return %1 : tensor<4xf32>
+}"""
+
+
+def test_refused_donations_leave_nothing_behind_for_the_next_call(client):
+    """A donated Array also passed in another slot is refused before the launch, every time
+    (here 50 times in a row, some with a host value in the last slot); the Array stays
+    intact, and the next proper call runs with its own arguments only (none of a refused
+    call's slots or host values) and donates."""
+    executable = client.compile_and_load(DONATING_THREE)
+    ones = np.ones(4, np.float32)
+    executable.execute([client.buffer_from_pyval(ones * k) for k in (1, 2, 3)])
+    assert executable.launches_inline  # the per-call path from here on
+    x, other = client.buffer_from_pyval(ones), client.buffer_from_pyval(ones * 50)
+    host = np.full(4, 100, np.float32)
+    for attempt in range(50):
+        last = host if attempt % 2 else other
+        with pytest.raises(ValueError, match="argument 0 is donated to the program and also "
+                                             "passed as argument 1"):
+            executable.execute([x, x, last], copy_host_values=True)
+        assert not x.is_deleted()
+    y, z = client.buffer_from_pyval(ones * 2), client.buffer_from_pyval(ones * 3)
+    for want in (ones * 6, ones * 11):  # twice: the second call reuses the first one's struct
+        (out,) = executable.execute([x, y, z])
+        np.testing.assert_array_equal(np.asarray(out), want)  # x + 2 + 3
+        assert x.is_deleted() and not y.is_deleted() and not z.is_deleted()
+        x = out  # donated in turn by the next call
+    np.testing.assert_array_equal(np.asarray(other), ones * 50)
+

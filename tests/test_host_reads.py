@@ -3,7 +3,6 @@ numpy array and one C call for a computed value, an interruptible wait for one s
 computed, a cached read-only copy, and the ownership rules (deletion, closing, threads) kept."""
 from __future__ import annotations
 
-import json
 import sys
 import threading
 
@@ -12,31 +11,19 @@ import numpy as np
 import pytest
 
 import pjrt
-from conftest import cpu_plugin_path, run_python
+from conftest import cpu_plugin_path
+from interrupt_helpers import assert_interrupted, run_cpu_child
+from long_programs import matmul_loop
 from pjrt._pjrt_cffi import ffi, lib
 
 
 def _counting_loop(iterations: int) -> str:
-    """``iterations`` dependent 256 x 256 matmuls; returns the loop counter (a 4-byte value
-    that is ready only when the whole loop is) and one row of the result."""
-    return """
-    func.func public @main(%x: tensor<256x256xf32>) -> (tensor<i32>, tensor<1x256xf32>) {
-      %c0 = stablehlo.constant dense<0> : tensor<i32>
-      %n = stablehlo.constant dense<ITERATIONS> : tensor<i32>
-      %one = stablehlo.constant dense<1> : tensor<i32>
-      %r:2 = stablehlo.while(%i = %c0, %acc = %x) : tensor<i32>, tensor<256x256xf32>
-       cond {
-        %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
-        stablehlo.return %p : tensor<i1>
-      } do {
-        %d = stablehlo.dot_general %acc, %x, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
-        %s = stablehlo.tanh %d : tensor<256x256xf32>
-        %j = stablehlo.add %i, %one : tensor<i32>
-        stablehlo.return %j, %s : tensor<i32>, tensor<256x256xf32>
-      }
-      %row = stablehlo.slice %r#1 [0:1, 0:256] : (tensor<256x256xf32>) -> tensor<1x256xf32>
-      return %r#0, %row : tensor<i32>, tensor<1x256xf32>
-    }""".replace("ITERATIONS", str(iterations))
+    """`matmul_loop` returning the loop counter (a 4-byte value that is ready only when the
+    whole loop is) and one row of the result."""
+    return matmul_loop(
+        iterations,
+        then="%row = stablehlo.slice %r#1 [0:1, 0:256] : (tensor<256x256xf32>) -> tensor<1x256xf32>",
+        returns="%r#0, %row : tensor<i32>, tensor<1x256xf32>")
 
 
 @pytest.mark.parametrize("host", [
@@ -192,31 +179,17 @@ def test_a_donated_array_is_not_read_from_its_cache(client):
 def test_ctrl_c_interrupts_a_small_read_of_an_unfinished_result(cpu_plugin):
     """np.asarray of a 4-byte result still being computed waits in slices: a KeyboardInterrupt
     ends it long before the program does, and the value can be read afterwards."""
-    result = run_python(f"""
-        import json, signal, time
-        import numpy as np, pjrt
-        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+    reports = run_cpu_child(cpu_plugin_path(cpu_plugin.name), f"""
         client = pjrt.make_c_api_client("cpu")
         executable = client.compile_and_load({_counting_loop(12000)!r})  # seconds of work
         x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
-
-        def interrupt(signum, frame):
-            raise KeyboardInterrupt
-        signal.signal(signal.SIGALRM, interrupt)
-        start = time.monotonic()
         count, row = executable.execute([x])
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        try:
-            np.asarray(count)
-            interrupted = None
-        except KeyboardInterrupt:
-            interrupted = time.monotonic() - start
+        interrupt("read", lambda: np.asarray(count), inside="event")
         ready_then = count.is_ready()
-        print(json.dumps({{"interrupted": interrupted, "ready_then": ready_then,
+        print(json.dumps({{"case": "after", "ready_then": ready_then,
                           "count": int(np.asarray(count))}}))
-    """, timeout=300)
-    outcome = json.loads(result.stdout.splitlines()[-1])
-    assert outcome["interrupted"] is not None, outcome
-    assert not outcome["ready_then"], outcome
-    assert outcome["interrupted"] < 0.2 + 1.0, outcome
-    assert outcome["count"] == 12000
+    """)
+    assert_interrupted(reports["read"])
+    after = reports["after"]
+    assert not after["ready_then"], after
+    assert after["count"] == 12000

@@ -3,37 +3,20 @@ is heard, and compilation on a large-stack worker thread, on the real CPU plugin
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
 
 import pjrt
-from conftest import cpu_plugin_path, run_python
+from conftest import child_env, cpu_plugin_path, run_python
 from fixtures import programs
+from interrupt_helpers import assert_interrupted, run_cpu_child
+from long_programs import matmul_loop
 
 TINY = programs.get("tiny_tanh")
-
-
-def _long_loop(iterations: int) -> str:
-    """``iterations`` dependent 256 x 256 matmuls: a program that runs for a while."""
-    return """
-    func.func public @main(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {
-      %c0 = stablehlo.constant dense<0> : tensor<i32>
-      %n = stablehlo.constant dense<ITERATIONS> : tensor<i32>
-      %one = stablehlo.constant dense<1> : tensor<i32>
-      %r:2 = stablehlo.while(%i = %c0, %acc = %x) : tensor<i32>, tensor<256x256xf32>
-       cond {
-        %p = stablehlo.compare LT, %i, %n : (tensor<i32>, tensor<i32>) -> tensor<i1>
-        stablehlo.return %p : tensor<i1>
-      } do {
-        %d = stablehlo.dot_general %acc, %x, contracting_dims = [1] x [0] : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
-        %s = stablehlo.tanh %d : tensor<256x256xf32>
-        %j = stablehlo.add %i, %one : tensor<i32>
-        stablehlo.return %j, %s : tensor<i32>, tensor<256x256xf32>
-      }
-      return %r#1 : tensor<256x256xf32>
-    }""".replace("ITERATIONS", str(iterations))
 
 
 def _nested_conditionals(depth: int) -> str:
@@ -53,7 +36,7 @@ def _nested_conditionals(depth: int) -> str:
 
 def test_execution_is_asynchronous_and_reading_waits(client):
     """A long program: execute returns before its output is computed; np.asarray waits."""
-    executable = client.compile_and_load(_long_loop(200))
+    executable = client.compile_and_load(matmul_loop(200))
     x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
     (out,) = executable.execute([x])
     was_ready = out.is_ready()
@@ -66,55 +49,40 @@ def test_execution_is_asynchronous_and_reading_waits(client):
 
 @pytest.mark.slow
 def test_ctrl_c_interrupts_a_wait_and_the_result_arrives_later(cpu_plugin):
-    """A KeyboardInterrupt (here from a timer signal) ends block_until_ready() within a wait
-    slice, long before the program is done; the program goes on, its output can be read later,
-    and the client keeps working. In a child process, where the signal cannot reach pytest."""
-    result = run_python(f"""
-        import json, signal, time
-        import numpy as np, pjrt
-        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+    """A KeyboardInterrupt ends block_until_ready() within a wait slice, long before the
+    program is done; the program goes on, its output can be read later, and the client keeps
+    working. In a child process, where the signal cannot reach pytest."""
+    reports = run_cpu_child(cpu_plugin_path(cpu_plugin.name), f"""
         client = pjrt.make_c_api_client("cpu")
-        executable = client.compile_and_load({_long_loop(12000)!r})  # ~2 s on an idle machine
+        executable = client.compile_and_load({matmul_loop(12000)!r})  # ~2 s on an idle machine
         x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
-
-        def interrupt(signum, frame):
-            raise KeyboardInterrupt
-        signal.signal(signal.SIGALRM, interrupt)
-        start = time.monotonic()
         (out,) = executable.execute([x])
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        try:
-            out.block_until_ready()
-            interrupted = None
-        except KeyboardInterrupt:
-            interrupted = time.monotonic() - start
+        interrupt("wait", out.block_until_ready, inside="event")
         ready_then = out.is_ready()
         value = np.asarray(out)
-        total = time.monotonic() - start
         tiny = pjrt.compile({TINY.read_text()!r}, client.devices()[0])
         again = np.asarray(tiny(np.ones(8, np.float32), np.ones(8, np.float32)))
-        print(json.dumps({{"interrupted": interrupted, "ready_then": ready_then, "total": total,
+        print(json.dumps({{"case": "after", "ready_then": ready_then,
                           "finite": bool(np.isfinite(value).all()), "again": float(again[0])}}))
-    """, timeout=300)
-    outcome = json.loads(result.stdout.splitlines()[-1])
-    assert outcome["interrupted"] is not None, outcome
-    assert not outcome["ready_then"], outcome  # the wait ended before the program did
-    assert outcome["interrupted"] < 0.2 + 1.0, outcome  # within a second of the signal
-    assert outcome["finite"]
-    np.testing.assert_allclose(outcome["again"], np.tanh(2.0), rtol=1e-6)
+    """)
+    assert_interrupted(reports["wait"])  # within a slice or so of the first signal
+    after = reports["after"]
+    assert not after["ready_then"], after  # the wait ended before the program did
+    assert after["finite"], after
+    np.testing.assert_allclose(after["again"], np.tanh(2.0), rtol=1e-6)
 
 
 def test_a_global_array_is_ready_once_every_shard_is(client):
     """block_until_ready() on an array of several shards waits for all of them at once (one
     native wait); each shard then holds its own device's result."""
     devices = client.devices()[:4]
-    compiled = pjrt.compile(_long_loop(20), devices, replicated=True)
+    compiled = pjrt.compile(matmul_loop(20), devices, replicated=True)
     x = np.stack([np.full((256, 256), 0.001 * (i + 1), np.float32) for i in range(4)])
     out = compiled(x)
     assert len(out.addressable_shards) == 4
     assert out.block_until_ready() is out
     assert out.is_ready() and all(s.data.is_ready() for s in out.addressable_shards)
-    one = pjrt.compile(_long_loop(20), devices[0])
+    one = pjrt.compile(matmul_loop(20), devices[0])
     for i, shard in enumerate(out.addressable_shards):
         np.testing.assert_allclose(np.asarray(shard.data), np.asarray(one(x[i])), rtol=1e-5)
     # Ready already: the same wait returns at once, and again after the array is read.
@@ -125,42 +93,190 @@ def test_a_global_array_is_ready_once_every_shard_is(client):
         out.block_until_ready()
 
 
+def _release_once_waiting(gate: threading.Event, function: str, seconds: float = 60) -> None:
+    """Set ``gate`` once the main thread is inside ``function`` (seen from its current frame),
+    or after ``seconds`` in any case."""
+    main = threading.main_thread().ident
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(main)
+        if frame is not None and frame.f_code.co_name == function:
+            break
+        time.sleep(0.005)
+    gate.set()
+
+
+def _refusing_from_shard_2(gate: threading.Event):
+    """A custom-call handler for `_program_calling`: the shards whose x holds 2 or more
+    wait for ``gate``, then fail; the others return the loop's matrix."""
+    def handler(operands, results, attributes):
+        shard = int(operands[0].flat[0])
+        if shard >= 2:
+            gate.wait(60)
+            raise ValueError(f"shard {shard} refused on purpose")
+        results[0][...] = operands[1]
+    return handler
+
+
+def _program_calling(target: str) -> str:
+    """A short `matmul_loop` whose result goes through the custom call ``target`` with x; run
+    replicated, with each shard's x filled with its index."""
+    return matmul_loop(20, then=(
+        f"%y = stablehlo.custom_call @{target}(%x, %r#1) {{api_version = 4 : i32}} : "
+        f"(tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>"),
+        returns="%y : tensor<256x256xf32>")
+
+
+#: The input of `_program_calling` on 4 devices: each shard's x holds its index.
+SHARD_INDICES = np.stack([np.full((256, 256), i, np.float32) for i in range(4)])
+
+
+def test_a_failed_shard_raises_its_error_from_the_wait_on_a_global_array(client):
+    """A shard whose computation fails after the launch: the one native wait on every shard
+    raises that shard's error (of the first failed shard, in device order, when several
+    fail), again on a later wait, and the other shards, the executable and the client go on
+    working.
+
+    The failure comes from a Python custom call after a loop, so XLA's CPU plugin runs the
+    program asynchronously and the error reaches pjrt through the shards' ready events; the
+    failing shards' handler holds back until the caller is inside the wait, so the error
+    arrives while it waits (through the event's callback), not before."""
+    target = f"waits_refuses_shards_{id(client)}"
+    gate = threading.Event()
+    pjrt.register_custom_call_target(target, _refusing_from_shard_2(gate))
+    compiled = pjrt.compile(_program_calling(target), client.devices()[:4], replicated=True)
+    releaser = threading.Thread(target=_release_once_waiting, args=(gate, "wait_buffers_ready"),
+                                daemon=True)
+    try:
+        out = compiled(SHARD_INDICES)  # the launch succeeds: the failure comes later
+        assert not out.is_ready()
+        releaser.start()
+        with pytest.raises(pjrt.XlaRuntimeError, match="shard 2 refused on purpose") as caught:
+            out.block_until_ready()
+    finally:
+        gate.set()
+    assert "shard 3" not in str(caught.value)
+    # Every event has fired now: a second wait finds the same error without waiting.
+    with pytest.raises(pjrt.XlaRuntimeError, match="shard 2 refused on purpose"):
+        out.block_until_ready()
+    with pytest.raises(pjrt.XlaRuntimeError, match="shard 2 refused on purpose"):
+        np.asarray(out)
+    shards = [shard.data for shard in out.addressable_shards]
+    np.testing.assert_array_equal(np.asarray(shards[0]), np.zeros((256, 256), np.float32))
+    np.testing.assert_allclose(np.asarray(shards[1]), np.ones((256, 256), np.float32), rtol=1e-6)
+    with pytest.raises(pjrt.XlaRuntimeError, match="shard 3 refused on purpose"):
+        shards[3].block_until_ready()
+    # The executable runs again where no shard fails, and the client goes on.
+    again = compiled(np.zeros((4, 256, 256), np.float32))
+    np.testing.assert_array_equal(np.asarray(again), np.zeros((4, 256, 256), np.float32))
+    program = pjrt.compile(TINY.read_text(), client.devices()[0])
+    programs.check_outputs(TINY, [np.asarray(program(*TINY.inputs()))])
+
+
+def test_a_failed_shard_raises_its_error_from_a_plugin_without_on_ready(built, cpu_plugin):
+    """As above, through a plugin that has no ``PJRT_Event_OnReady`` (the fault plugin
+    forwarding to XLA's CPU plugin, with that entry left out): the wait awaits each shard's
+    event in turn and keeps the first failed shard's error. In a child process, which loads
+    the fault plugin with its own settings."""
+    result = run_python("""
+        import json, sys, threading
+        import numpy as np, pjrt
+        from test_waits import (SHARD_INDICES, _program_calling, _refusing_from_shard_2,
+                                _release_once_waiting)
+
+        pjrt.load_pjrt_plugin_dynamically("cpu", sys.argv[1])
+        client = pjrt.make_c_api_client("cpu", {"cpu_device_count": 4})
+        report = {"on_ready": client.raw_handle.api.has("PJRT_Event_OnReady")}
+        gate = threading.Event()
+        pjrt.register_custom_call_target("refuse", _refusing_from_shard_2(gate))
+        compiled = pjrt.compile(_program_calling("refuse"), client.devices()[:4],
+                                replicated=True)
+        out = compiled(SHARD_INDICES)
+        report["ready_at_launch"] = out.is_ready()
+        threading.Thread(target=_release_once_waiting, args=(gate, "wait_buffers_ready"),
+                         daemon=True).start()
+        report["errors"] = []
+        for _ in range(2):
+            try:
+                out.block_until_ready()
+                report["errors"].append(None)
+            except pjrt.XlaRuntimeError as error:
+                report["errors"].append(str(error))
+        gate.set()
+        report["shard 1"] = np.asarray(out.addressable_shards[1].data).tolist()[0][:4]
+        report["again"] = np.asarray(compiled(np.zeros((4, 256, 256), np.float32))).tolist()[3][0][:4]
+        print(json.dumps(report))
+    """, built.fault_plugin, env=child_env(
+        drop=("PJRT_FAULT",), PJRT_FAULT_DELEGATE=cpu_plugin_path(cpu_plugin.name),
+        PJRT_FAULT="no_on_ready"), timeout=300)
+    report = json.loads(result.stdout.splitlines()[-1])
+    assert report["on_ready"] is False, report
+    assert report["ready_at_launch"] is False, report
+    for error in report["errors"]:
+        assert error is not None and "shard 2 refused on purpose" in error, report
+        assert "shard 3" not in error, report
+    assert report["shard 1"] == [1.0] * 4, report
+    assert report["again"] == [0.0] * 4, report
+
+
+def test_ctrl_c_before_a_shard_fails_leaves_its_error_to_the_next_wait(cpu_plugin):
+    """A wait on a global array interrupted while two shards are still running: when they
+    then fail, the abandoned wait's state takes their errors and frees them with itself (the
+    last shard to finish frees it), and a new wait raises the first failed shard's error. In
+    a child process, where the signal cannot reach pytest."""
+    reports = run_cpu_child(cpu_plugin_path(cpu_plugin.name), """
+        import threading
+        from test_waits import SHARD_INDICES, _program_calling, _refusing_from_shard_2
+
+        client = pjrt.make_c_api_client("cpu", {"cpu_device_count": 4})
+        gate = threading.Event()  # shards 2 and 3 run until it is set
+        pjrt.register_custom_call_target("refuse", _refusing_from_shard_2(gate))
+        compiled = pjrt.compile(_program_calling("refuse"), client.devices()[:4],
+                                replicated=True)
+        out = compiled(SHARD_INDICES)
+        interrupt("wait", out.block_until_ready, inside="shards")
+        gate.set()
+        errors = []
+        for _ in range(2):
+            try:
+                out.block_until_ready()
+                errors.append(None)
+            except pjrt.XlaRuntimeError as error:
+                errors.append(str(error))
+        again = np.asarray(compiled(np.zeros((4, 256, 256), np.float32)))
+        print(json.dumps({"case": "after", "errors": errors,
+                          "again": bool((again == 0).all())}))
+    """)
+    assert_interrupted(reports["wait"])
+    after = reports["after"]
+    for error in after["errors"]:
+        assert error is not None and "shard 2 refused on purpose" in error, after
+        assert "shard 3" not in error, after
+    assert after["again"], after
+
+
 @pytest.mark.slow
 def test_ctrl_c_interrupts_a_wait_on_a_global_array(cpu_plugin):
     """As above, for the shared wait on every shard of a global array: the interrupted wait's
     state is freed by the last shard to finish, and exit meets nothing left over."""
-    result = run_python(f"""
-        import json, signal, time
-        import numpy as np, pjrt
-        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+    reports = run_cpu_child(cpu_plugin_path(cpu_plugin.name), f"""
         client = pjrt.make_c_api_client("cpu", {{"cpu_device_count": 2}})
-        compiled = pjrt.compile({_long_loop(6000)!r}, client.devices()[:2], replicated=True)
+        compiled = pjrt.compile({matmul_loop(6000)!r}, client.devices()[:2], replicated=True)
         x = np.full((2, 256, 256), 0.01, np.float32)
-
-        def interrupt(signum, frame):
-            raise KeyboardInterrupt
-        signal.signal(signal.SIGALRM, interrupt)
-        start = time.monotonic()
         out = compiled(x)
-        signal.setitimer(signal.ITIMER_REAL, 0.2)
-        try:
-            out.block_until_ready()
-            interrupted = None
-        except KeyboardInterrupt:
-            interrupted = time.monotonic() - start
+        interrupt("wait", out.block_until_ready, inside="shards")
         ready_then = out.is_ready()
         out.block_until_ready()
         value = np.asarray(out)
         second = compiled(x * 0)
-        print(json.dumps({{"interrupted": interrupted, "ready_then": ready_then,
+        print(json.dumps({{"case": "after", "ready_then": ready_then,
                           "finite": bool(np.isfinite(value).all()),
                           "zeros": bool((np.asarray(second) == 0).all())}}))
-    """, timeout=300)
-    outcome = json.loads(result.stdout.splitlines()[-1])
-    assert outcome["interrupted"] is not None, outcome
-    assert not outcome["ready_then"], outcome
-    assert outcome["interrupted"] < 0.2 + 1.0, outcome
-    assert outcome["finite"] and outcome["zeros"], outcome
+    """)
+    assert_interrupted(reports["wait"])
+    after = reports["after"]
+    assert not after["ready_then"], after
+    assert after["finite"] and after["zeros"], after
 
 
 @pytest.mark.slow

@@ -45,7 +45,10 @@
  *       slow_client_create[:SECONDS]  PJRT_Client_Create sleeps SECONDS (default
  *                              an hour) before it answers, as a plugin looking
  *                              for hardware or servers that are not there.
- *   abort_compile, corrupt_to_host, hang_execute, fail_execute and abort_create need
+ *       no_on_ready            the table has no PJRT_Event_OnReady, as a plugin
+ *                              older than it: events can only be awaited.
+ *   abort_compile, corrupt_to_host, hang_execute, fail_execute, abort_create and
+ *   no_on_ready need
  *   PJRT_FAULT_DELEGATE (this plugin compiles nothing); slow_client_create needs it
  *   unset.
  */
@@ -907,6 +910,7 @@ static const PJRT_Api* delegating_table(const char* path) {
     REPLACE(PJRT_Error_GetCode, forward_Error_GetCode)
   }
 #undef REPLACE
+  if (fault_is("no_on_ready")) g_table.api.PJRT_Event_OnReady = NULL;
   return &g_table.api;
 }
 
