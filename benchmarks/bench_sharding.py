@@ -345,8 +345,9 @@ def bench_dispatch(libs: dict, settings: Settings, notes: list[str]) -> list[Row
 
 
 def c_floor(lib, compiled, x, expected) -> Callable[[int], int]:
-    """A loop of the bare C launch of ``compiled`` on ``x``'s buffers (pjrt's private
-    internals, as ``profile_execute.py`` uses them): what any Python host pays at least."""
+    """A loop of the bare C launch of ``compiled`` on ``x``'s buffers, and the freeing of
+    each call's outputs (pjrt's private internals, as ``profile_execute.py`` uses them): two
+    cffi calls per call, what any Python host pays at least."""
     from pjrt._pjrt_cffi import ffi
     from pjrt._pjrt_cffi import lib as c
 
@@ -356,33 +357,30 @@ def c_floor(lib, compiled, x, expected) -> Callable[[int], int]:
     by_device = dict(zip(x._devices, x._buffers))
     devices = executable._devices
     count = len(devices)
+    null = ffi.NULL
+    launch, destroy = c.pjrt_shim_execute, c.pjrt_shim_buffers_destroy
 
     def run(n):
-        scratch = executable._scratch(1, count)
-        try:
-            for d, device in enumerate(devices):
-                scratch.arguments[d] = by_device[device]
-            previous = None
-            t0 = perf_ns()
-            for _ in range(n):
-                executable._launch(pointer, scratch, count, 1, ())
-                outputs = [scratch.outputs[d] for d in range(count)]
-                if previous is not None:
-                    for buffer in previous:
-                        c.pjrt_shim_buffer_destroy(table, buffer)
-                previous = outputs
-            for buffer in previous:
-                c.pjrt_shim_buffer_await_ready(table, buffer)
-            elapsed = perf_ns() - t0
-            first = previous[0]
-            value = np.empty(1, np.float32)
-            c.pjrt_shim_buffer_to_host(table, first, ffi.from_buffer(value), 4)
-            assert value[0] == expected[0], value   # device 0's shard is x[0:1]
-            for buffer in previous:
-                c.pjrt_shim_buffer_destroy(table, buffer)
-            return elapsed
-        finally:
-            scratch.busy = False
+        arguments = ffi.new("PJRT_Buffer*[]", [by_device[d] for d in devices])
+        slots = [ffi.new("PJRT_Buffer*[]", count), ffi.new("PJRT_Buffer*[]", count)]
+        error = ffi.new("PJRT_Error **")
+        previous = None
+        t0 = perf_ns()
+        for i in range(n):
+            outputs = slots[i & 1]  # the previous call's outputs are in the other one
+            launch(table, pointer, arguments, count, 1, outputs, 1, null, 0, null, null, error)
+            if previous is not None:
+                destroy(table, previous, count)
+            previous = outputs
+        for d in range(count):
+            c.pjrt_shim_buffer_await_ready(table, previous[d])
+        elapsed = perf_ns() - t0
+        assert error[0] == null
+        value = np.empty(1, np.float32)
+        c.pjrt_shim_buffer_to_host(table, previous[0], ffi.from_buffer(value), 4)
+        assert value[0] == expected[0], value   # device 0's shard is x[0:1]
+        destroy(table, previous, count)
+        return elapsed
 
     return run
 

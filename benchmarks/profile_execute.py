@@ -8,10 +8,10 @@ alongside when it is installed, it reports:
   ``PJRT_Buffer_Destroy`` when the result goes), pjrt's ``execute`` and jax's jitted dispatch,
   with device-resident inputs and with small numpy inputs (``copy_host_values=True``, what a
   ``pjrt.compile``'d program passes, and the ``pjrt.compile``'d call itself);
-* **the steps of one call**, each timed alone by doing what ``execute`` does, with its share of
-  the whole call: the ticket on the client, taking and returning the call struct, the argument
-  checks, the C launch, building the output Array and freeing it (Python, then the C destroy),
-  and what is left (the call itself, the argument and result lists);
+* **the steps of one call**, each timed alone, with its share of the whole call: the C launch
+  and destroy (the floor), the rest of the C path (``CallPlan.run``: checks, ticket, output
+  Array made and freed), and what is left (the Python method ``execute``, the argument and
+  result lists);
 * a cProfile of the plain loop.
 
 The loops of the side-by-side rows are interleaved, so drift in the machine's speed hits all of
@@ -122,13 +122,14 @@ def main(argv=None) -> int:
         return run
 
     # -- the C floor: the shim's launch with a prefilled struct, then the result's destroy --------
-    from pjrt.executable import _Call
+    from pjrt.executable import _Call, _call_parameters
 
-    floor_call = _Call(exe, 2, exe._call_fixed)
+    fixed = _call_parameters(exe)[1]
+    floor_call = _Call(handle, exe._pointer, device.pointer, 1, 2, fixed)
     floor_call.arguments[0], floor_call.arguments[1] = a._buffers[0], b._buffers[0]
     struct, outputs = floor_call.call, floor_call.outputs
     # Its own struct: a call that copies host values leaves their argument slots empty.
-    host_call = _Call(exe, 2, exe._call_fixed)
+    host_call = _Call(handle, exe._pointer, device.pointer, 1, 2, fixed)
     host_struct, host_outputs, host_data = host_call.call, host_call.outputs, host_call.host_data
     run_call, destroy = lib.pjrt_shim_call_run, lib.pjrt_shim_buffer_destroy
     a_view, b_view = ffi.from_buffer(a_host), ffi.from_buffer(b_host)
@@ -187,43 +188,8 @@ def main(argv=None) -> int:
             steps[name] = None
             print(f"# {name}: n/a ({type(error).__name__}: {error})", file=sys.stderr)
 
-    def ticket():
-        t = next(handle.tickets)
-        handle.active[t] = None
-        del handle.active[t]
-        if handle.parked or handle.closed:
-            handle.settle()
-
-    def take_call():
-        calls = exe._calls
-        try:
-            call = calls.pop()
-        except IndexError:
-            call = _Call(exe, 2, exe._call_fixed)
-        calls.append(call)
-
-    parameters = exe._call_parameters
-    slots = floor_call.arguments
-
-    def check_arguments(arguments=(a, b), copy=False):
-        """The fast path's checks of each argument, as execute makes them."""
-        views = None
-        for (i, p_shape, p_dtype, strides), argument in zip(parameters, arguments):
-            if type(argument) is Array:
-                buffers = argument._buffers
-                if (buffers is not None and argument._devices[0] is device
-                        and len(buffers) == 1 and argument._parent is None
-                        and argument.shape == p_shape
-                        and (argument.dtype is p_dtype or argument.dtype == p_dtype)):
-                    slots[i] = buffers[0]
-                    continue
-            elif (copy and type(argument) is np.ndarray and strides is not None
-                  and argument.shape == p_shape and argument.strides == strides
-                  and (argument.dtype is p_dtype or argument.dtype == p_dtype)):
-                view = ffi.from_buffer(argument)
-                views = [view] if views is None else views + [view]
-                continue
-            raise AssertionError("the fast path would not take these arguments")
+    plan = exe._plan
+    run_plan = plan.run
 
     def launch():
         run_call(struct)
@@ -240,10 +206,11 @@ def main(argv=None) -> int:
 
     null_buffer = ffi.new("PJRT_Buffer*[]", 1)[0]  # NULL: the shim's destroy returns at once
 
-    step("ticket on the client (take, return)", ticket)
-    step("call struct from the executable's list (pop, append)", take_call)
-    step("argument checks, 2 device Arrays", check_arguments)
     step("C: launch + destroy (the floor, as one step)", launch)
+    step("C path: CallPlan.run([a, b]) + freeing its output (all of it C)",
+         lambda: run_plan([a, b], False))
+    step("C path with 2 numpy arrays: CallPlan.run([a_np, b_np])",
+         lambda: run_plan([a_host, b_host], True))
     clock = interleaved_medians({"": loop(perf_ns)}, target, repeats)[""] - empty
     try:
         destroy_ns = max(0.0, interleaved_medians({"": c_destroy_alone}, target, repeats)[""]
@@ -251,10 +218,8 @@ def main(argv=None) -> int:
     except Exception as error:  # noqa: BLE001
         destroy_ns = None
         print(f"# C destroy: n/a ({error})", file=sys.stderr)
-    step("output Array: construct + free (Python; C destroy of NULL)",
+    step("output Array, full path: construct + free (Python; C destroy of NULL)",
          lambda: [Array(client, [null_buffer], devices, shape, dtype)])
-    step("argument checks, 2 numpy arrays (incl. ffi.from_buffer)",
-         lambda: check_arguments((a_host, b_host), True))
 
     # The pieces of a small read (pjrt/_host_reads.py): one C call copies a ready buffer into
     # a fresh array, which is handed out read-only.
@@ -296,18 +261,24 @@ def main(argv=None) -> int:
     total = whole["pjrt execute([a, b])"]
     print(f"\n{'steps of execute([a, b])':<{width}}  ns/call  share")
     device_steps = {k: v for k, v in steps.items()
-                    if "numpy" not in k and not k.startswith("read:")}
+                    if "numpy" not in k and not k.startswith("read:") and "full path" not in k}
+    c_path = device_steps.pop("C path: CallPlan.run([a, b]) + freeing its output (all of it C)",
+                              None)
+    floor_step = device_steps.get("C: launch + destroy (the floor, as one step)")
+    if c_path is not None and floor_step is not None:
+        device_steps["C path around the launch (checks, ticket, output Array made, freed)"] = (
+            max(0.0, c_path - floor_step))
     if destroy_ns is not None and device_steps.get("C: launch + destroy (the floor, as one step)"):
         print(f"{'  (of the C step, the destroy alone)':<{width}}  {destroy_ns:7.0f}")
     for name, value in device_steps.items():
         text_value = "    n/a" if value is None else f"{value:7.0f}  {value / total:5.0%}"
         print(f"{name:<{width}}  {text_value}")
     rest = total - sum(v for v in device_steps.values() if v is not None)
-    print(f"{'rest (the call, argument and result lists, reads)':<{width}}  {rest:7.0f}  "
-          f"{rest / total:5.0%}")
-    numpy_step = steps["argument checks, 2 numpy arrays (incl. ffi.from_buffer)"]
+    print(f"{'rest (the Python method execute, the argument and result lists)':<{width}}  "
+          f"{rest:7.0f}  {rest / total:5.0%}")
+    numpy_step = steps["C path with 2 numpy arrays: CallPlan.run([a_np, b_np])"]
     if numpy_step is not None:
-        print(f"{'argument checks, 2 numpy arrays (incl. ffi.from_buffer)':<{width}}  "
+        print(f"{'C path with 2 numpy arrays: CallPlan.run([a_np, b_np])':<{width}}  "
               f"{numpy_step:7.0f}  (of the numpy call)")
 
     read_total = whole["pjrt np.asarray(execute([a, b])[0])"]
