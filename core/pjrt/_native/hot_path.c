@@ -946,33 +946,40 @@ static PyObject* plan_run(PyObject* op, PyObject* const* args, Py_ssize_t nargs)
     PyErr_SetString(PyExc_TypeError, "run(arguments, copy_host_values)");
     return NULL;
   }
-  PyObject* arguments = args[0];
   int copy_host_values = args[1] == Py_True;
-  int is_list = PyList_CheckExact(arguments);
-  if (!plan->inline_ || !plan->live || (!is_list && !PyTuple_CheckExact(arguments))) {
+  if (!plan->inline_ || !plan->live ||
+      (!PyList_CheckExact(args[0]) && !PyTuple_CheckExact(args[0]))) {
     Py_RETURN_NONE;
   }
-  Py_ssize_t count = is_list ? PyList_Size(arguments) : PyTuple_Size(arguments);
+  /* A tuple of the arguments, held for the whole call: Python code that runs
+   * meanwhile (a collection, `accept`) cannot change or free them under us. */
+  PyObject* arguments =
+      PyList_CheckExact(args[0]) ? PyList_AsTuple(args[0]) : (Py_INCREF(args[0]), args[0]);
+  if (arguments == NULL) {
+    return NULL;
+  }
+  Py_ssize_t count = PyTuple_Size(arguments);
   if (count != plan->num_parameters) {
+    Py_DECREF(arguments);
     Py_RETURN_NONE;
   }
   HandleCore* handle = (HandleCore*)plan->handle;
   /* Every pointer is read after the ticket is taken (see pjrt._capi.handles). */
   PyObject* ticket = begin_call(handle);
   if (ticket == NULL) {
+    Py_DECREF(arguments);
     return NULL;
   }
   PyObject* result = NULL;
   CallEntry* entry = take_entry(plan);
   if (entry == NULL) {
     end_call(handle, ticket);
+    Py_DECREF(arguments);
     return NULL;
   }
   int placed = 1;
   for (Py_ssize_t i = 0; i < count && placed > 0; ++i) {
-    PyObject* argument =
-        is_list ? PyList_GetItem(arguments, i) : PyTuple_GetItem(arguments, i);
-    placed = place_argument(plan, entry, i, argument, copy_host_values);
+    placed = place_argument(plan, entry, i, PyTuple_GetItem(arguments, i), copy_host_values);
   }
   if (placed < 0) {
     let_go_of_host_values(plan, entry);
@@ -985,6 +992,7 @@ static PyObject* plan_run(PyObject* op, PyObject* const* args, Py_ssize_t nargs)
   }
   put_entry(plan, entry);
   end_call(handle, ticket);
+  Py_DECREF(arguments);
   return result;
 }
 
