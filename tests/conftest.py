@@ -275,6 +275,27 @@ def run_python(source: str, *args: str, env: dict | None = None, timeout: float 
     return result
 
 
+def failures_in_threads(work, count: int = 4) -> list:
+    """Run ``work(seed)`` for seeds ``0 .. count - 1`` in as many threads at once; the
+    exceptions they raised (the test asserts there are none)."""
+    import threading
+
+    failures: list = []
+
+    def guarded(seed):
+        try:
+            work(seed)
+        except BaseException as error:  # noqa: BLE001 - reported by the calling test
+            failures.append(error)
+
+    threads = [threading.Thread(target=guarded, args=(seed,)) for seed in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return failures
+
+
 # -- jax, the oracle --------------------------------------------------------------------------
 
 JAX_DEVICE_COUNT = 8

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import gc
 import json
-import threading
 
 import numpy as np
 import pytest
 
 import pjrt
-from conftest import child_env, cpu_plugin_path, run_python
+from conftest import child_env, cpu_plugin_path, failures_in_threads, run_python
 
 NUM_DEVICES = 8
 
@@ -157,25 +156,17 @@ def test_donation_on_the_path(client):
 def test_threads_calling_one_program_each_get_their_own_results(spmd):
     compiled, hosts, own, named = spmd
     compiled(*own)
-    failures = []
 
     def work(seed):
-        try:
-            rng = np.random.default_rng(seed)
-            for _ in range(30):
-                x = rng.standard_normal(16).astype(np.float32)
-                placed = pjrt.device_put(x, compiled.input_shardings[0])
-                first, second = compiled(placed, own[1])
-                np.testing.assert_allclose(np.asarray(first), x * 2 + hosts[1], rtol=1e-5)
-                np.testing.assert_allclose(np.asarray(second), x - hosts[1], rtol=1e-5)
-        except BaseException as error:  # noqa: BLE001 - reported by the main thread
-            failures.append(error)
+        rng = np.random.default_rng(seed)
+        for _ in range(30):
+            x = rng.standard_normal(16).astype(np.float32)
+            placed = pjrt.device_put(x, compiled.input_shardings[0])
+            first, second = compiled(placed, own[1])
+            np.testing.assert_allclose(np.asarray(first), x * 2 + hosts[1], rtol=1e-5)
+            np.testing.assert_allclose(np.asarray(second), x - hosts[1], rtol=1e-5)
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    failures = failures_in_threads(work)
     assert not failures, failures
 
 

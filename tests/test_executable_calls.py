@@ -2,13 +2,12 @@
 inline, and every other argument still checked (or copied) as before."""
 from __future__ import annotations
 
-import threading
-
 import numpy as np
 import pytest
 
 import pjrt
 from pjrt._capi import long_runs
+from conftest import failures_in_threads
 from fixtures import programs
 
 TINY = programs.get("tiny_tanh")
@@ -95,27 +94,19 @@ def test_deleted_executable_and_closed_client_raise(make_client):
 
 def test_threads_calling_one_executable_each_get_their_own_results(client, tiny):
     _warm(tiny, *(client.buffer_from_pyval(v) for v in TINY.inputs()))
-    failures = []
 
     def work(seed):
         rng = np.random.default_rng(seed)
-        try:
-            for k in range(150):
-                a_host = rng.standard_normal(8).astype(np.float32)
-                b_host = rng.standard_normal(8).astype(np.float32)
-                arguments = ([client.buffer_from_pyval(a_host), b_host] if k % 2
-                             else [a_host, client.buffer_from_pyval(b_host)])
-                (out,) = tiny.execute(arguments, copy_host_values=True)
-                np.testing.assert_allclose(np.asarray(out), _expected(a_host, b_host), rtol=1e-5,
-                                           atol=1e-6)
-        except Exception as error:  # noqa: BLE001 - reported by the main thread
-            failures.append(error)
+        for k in range(150):
+            a_host = rng.standard_normal(8).astype(np.float32)
+            b_host = rng.standard_normal(8).astype(np.float32)
+            arguments = ([client.buffer_from_pyval(a_host), b_host] if k % 2
+                         else [a_host, client.buffer_from_pyval(b_host)])
+            (out,) = tiny.execute(arguments, copy_host_values=True)
+            np.testing.assert_allclose(np.asarray(out), _expected(a_host, b_host), rtol=1e-5,
+                                       atol=1e-6)
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    failures = failures_in_threads(work)
     assert not failures, failures[0]
 
 
