@@ -34,19 +34,71 @@ def _counting_loop(iterations: int) -> str:
     np.arange(6, dtype=np.complex64).reshape(2, 3) * (1 + 2j),
     np.arange(5).astype(ml_dtypes.bfloat16),
     np.arange(16383, dtype=np.float32),  # just under the size read through a view
-], ids=["f32", "0-d", "empty", "bool", "c64", "bf16", "64KiB-4"])
+    np.int8(-5),  # one byte
+    np.array([True]),  # one byte, 1-d
+    np.float16(1.5),  # two bytes
+    np.arange(24, dtype=np.int16).reshape(2, 3, 4),
+], ids=["f32", "0-d", "empty", "bool", "c64", "bf16", "64KiB-4", "i8-0d", "bool-1", "f16-0d",
+        "i16-3d"])
 def test_small_reads_give_the_value_read_only_and_cached(client, host):
     array = client.buffer_from_pyval(host)
     value = np.asarray(array)
     assert value.dtype == host.dtype and value.shape == host.shape
     np.testing.assert_array_equal(value, host)
     assert np.asarray(array) is value  # cached
+    _assert_nothing_writeable_under(value)
+
+
+def _assert_nothing_writeable_under(value: np.ndarray) -> None:
+    """No array in ``value``'s base chain can be made writeable, and the memory at the bottom
+    is exported read-only, with no writeable object behind it either."""
     layer = value
-    while isinstance(layer, np.ndarray):  # nor can any array under it be made writeable
+    while isinstance(layer, np.ndarray):
         assert not layer.flags.writeable
         with pytest.raises(ValueError):
             layer.flags.writeable = True
         layer = layer.base
+    while layer is not None:
+        assert memoryview(layer).readonly
+        layer = getattr(layer, "obj", None)  # a memoryview's exporter
+        if isinstance(layer, np.ndarray):
+            assert not layer.flags.writeable
+
+
+def test_program_results_of_every_rank_read_as_their_values(client):
+    """The fast path of a fresh result: one-byte, two-byte, 0-d, 1-d and n-d outputs of one
+    program, each read read-only and cached."""
+    executable = client.compile_and_load("""
+        func.func public @main(%x: tensor<2x3xi16>) -> (tensor<i8>, tensor<i1>, tensor<f16>,
+                                                       tensor<6xi16>, tensor<2x3xi16>) {
+          %c = stablehlo.constant dense<-7> : tensor<i8>
+          %t = stablehlo.constant dense<true> : tensor<i1>
+          %h = stablehlo.constant dense<2.5> : tensor<f16>
+          %v = stablehlo.reshape %x : (tensor<2x3xi16>) -> tensor<6xi16>
+          %n = stablehlo.negate %x : tensor<2x3xi16>
+          return %c, %t, %h, %v, %n : tensor<i8>, tensor<i1>, tensor<f16>, tensor<6xi16>, tensor<2x3xi16>
+        }""")
+    x = np.arange(6, dtype=np.int16).reshape(2, 3)
+    expected = [np.int8(-7), np.bool_(True), np.float16(2.5), x.reshape(6), -x]
+    for _ in range(3):
+        outputs = executable.execute([client.buffer_from_pyval(x)])
+        for output, want in zip(outputs, expected):
+            value = np.asarray(output)
+            assert value.dtype == want.dtype and value.shape == np.shape(want)
+            np.testing.assert_array_equal(value, want)
+            assert np.asarray(output) is value
+            _assert_nothing_writeable_under(value)
+
+
+def test_one_byte_reads_leave_shared_bytes_objects_alone(client):
+    """The copy of a small value is written into a bytes object made for it alone, never into
+    one Python shares (the one-byte and empty bytes are singletons: a write into one would
+    change every ``b"\\x00"`` in the process)."""
+    for host in (np.int8(-1), np.uint8(255), np.array([True]), np.zeros(0, np.uint8),
+                 np.array([[0x7f]], np.int8)):
+        np.asarray(client.buffer_from_pyval(host))
+    assert b"\x00"[0] == 0 and bytes(1) == b"\x00" and len(b"") == 0
+    assert b"\x00" * 2 == bytes(2)
 
 
 def test_a_small_result_still_being_computed_is_waited_for(client):

@@ -7,13 +7,16 @@ view of the buffer itself (kept alive by `HostMemory`), a small one as a copy ca
 later reads; a multi-device array is assembled from one copy of each distinct shard. An array
 shared through DLPack is never cached, since its partner may write to the memory.
 
-A small read is the hot path (``np.asarray(executable.execute(...)[0])``): a fresh numpy
-array and one C call (``pjrt_host_read``, in ``_native/host_reads.c``) that checks that the
-value is computed and copies it. A value still being computed is waited for here instead, in
-slices that Ctrl-C can interrupt, and read again.
+A small read is the hot path (``np.asarray(executable.execute(...)[0])``): one fresh
+``bytes`` object that one C call (``pjrt_host_read``, in ``_native/host_reads.c``) fills after
+checking that the value is computed, and one numpy array over it. The bytes are the array's
+base: numpy cannot make such an array writeable, and no writeable object lies under it. A value
+still being computed is waited for here instead, in slices that Ctrl-C can interrupt, and read
+again.
 """
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -34,9 +37,10 @@ VIEW_THRESHOLD_BYTES = 1 << 16
 
 _host_read = lib.pjrt_host_read
 _NOT_READY = lib.PJRT_HOST_READ_NOT_READY
-_empty = np.empty
-_asarray = np.asarray
-_from_buffer = ffi.from_buffer
+_ndarray = np.ndarray
+_frombuffer = np.frombuffer
+_prod = math.prod
+_ZERO = b"\0"
 
 
 class HostMemory:
@@ -69,9 +73,21 @@ def read_only(value: np.ndarray) -> np.ndarray:
         return np.frombuffer(raw, dtype=value.dtype).reshape(value.shape)
 
 
-def copy_to_host(api, buffer, destination: np.ndarray, nbytes: int, status=None) -> None:
-    """Copy ``buffer``'s value into ``destination`` (``nbytes`` of memory numpy owns), waiting
-    for the value first if it is still being computed (a wait Ctrl-C can interrupt).
+def private_bytes(nbytes: int) -> bytes:
+    """A new ``bytes`` object of ``nbytes`` zeros that nothing else refers to, for C to fill
+    before it is shared (as CPython's own constructors fill theirs).
+
+    ``b"\\0" * n`` is the cheapest way to make one, but gives back ``b"\\0"`` itself for
+    ``n == 1`` and the shared empty bytes for 0; ``bytes(n)`` makes a new object for any
+    ``n >= 1``. Nothing is ever written into an empty one."""
+    return _ZERO * nbytes if nbytes > 1 else bytes(nbytes)
+
+
+def copy_to_host(api, buffer, destination, nbytes: int, status=None) -> None:
+    """Copy ``buffer``'s value into ``destination`` (``nbytes`` of memory: a buffer cffi can
+    pass as a pointer, such as a `private_bytes` object or ``ffi.from_buffer`` of a numpy
+    array), waiting for the value first if it is still being computed (a wait Ctrl-C can
+    interrupt).
 
     ``status``, when given, is what a first ``pjrt_host_read`` of the same arguments
     returned: this finishes that read (its error, if any, is taken over and freed).
@@ -80,10 +96,10 @@ def copy_to_host(api, buffer, destination: np.ndarray, nbytes: int, status=None)
       XlaRuntimeError: the computation producing the value failed, or the copy did.
     """
     if status is None:
-        status = _host_read(api.table, buffer, _from_buffer(destination), nbytes)
+        status = _host_read(api.table, buffer, destination, nbytes)
     if status == _NOT_READY:
         wait_buffer_ready(api, buffer)  # raises the computation's error
-        status = _host_read(api.table, buffer, _from_buffer(destination), nbytes)
+        status = _host_read(api.table, buffer, destination, nbytes)
         if status == _NOT_READY:  # a plugin whose fired event went back to unfired
             raise RuntimeError("the plugin reported a buffer not ready after waiting for it")
     if status:
@@ -99,9 +115,12 @@ def buffer_to_host(api, buffer, shape: tuple, dtype: np.dtype,
     if physical_order is not None:
         stored = buffer_to_host(api, buffer, tuple(shape[d] for d in physical_order), dtype)
         return in_logical_order(stored, physical_order)
-    out = np.empty(shape, dtype=dtype)
-    copy_to_host(api, buffer, out, out.nbytes)
-    return read_only(out)
+    nbytes = dtype.itemsize
+    for extent in shape:
+        nbytes *= extent
+    raw = private_bytes(nbytes)
+    copy_to_host(api, buffer, raw, nbytes)
+    return _ndarray(shape, dtype, raw)
 
 
 def in_logical_order(stored: np.ndarray, physical_order: tuple) -> np.ndarray:
@@ -209,35 +228,48 @@ class HostReads:
                 out[shard.index] = shard.data._value()
         return read_only(out)
 
+    def _read_under_ticket(self) -> np.ndarray:
+        """`_read` between ``ClientHandle.begin`` and ``end``: every read but the first read of
+        a small single-device array (which `__array__` does itself)."""
+        handle = self._handle
+        ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined
+        handle.active[ticket] = None
+        try:
+            return self._read(handle)  # raises for a deleted array or closed client
+        finally:
+            del handle.active[ticket]
+            if handle.parked or handle.closed:
+                handle.settle()
+
     def __array__(self, dtype=None, copy=None):
         # The hot path of every read, written out in one function: each call, attribute
         # look-up and numpy step here is a measurable share of a small read.
         value = self._host_copy
         handle = self._handle
-        if value is None or self._buffers is None or self._parent is not None or handle.closed:
+        if value is None:
             ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined
             handle.active[ticket] = None
             try:
                 buffers = self._buffers  # read under the ticket: a delete() from now on waits
-                if (value is not None or buffers is None or handle.closed
-                        or self._sharding is not None or self._parent is not None
-                        or self._shared or len(buffers) != 1
+                if (buffers is None or handle.closed or self._sharding is not None
+                        or self._parent is not None or self._shared or len(buffers) != 1
                         or self._physical_order is not None):
                     value = self._read(handle)  # raises for a deleted array or closed client
                 else:  # one buffer, not shared: copied if small (and cached, see _cache)
-                    out = _empty(self.shape, self.dtype)
-                    nbytes = out.nbytes
+                    shape = self.shape
+                    element = self.dtype
+                    vector = len(shape) == 1
+                    nbytes = (shape[0] if vector else _prod(shape)) * element.itemsize
                     if nbytes >= VIEW_THRESHOLD_BYTES:
                         value = self._read(handle)
-                    else:
-                        api = handle.api
-                        status = _host_read(api.table, buffers[0], _from_buffer(out), nbytes)
+                    else:  # private_bytes(), inlined
+                        raw = _ZERO * nbytes if nbytes > 1 else bytes(nbytes)
+                        status = _host_read(handle.table, buffers[0], raw, nbytes)
                         if status:  # not computed yet (wait, then copy), or an error
-                            copy_to_host(api, buffers[0], out, nbytes, status)
-                        try:  # read_only(), inlined
-                            value = _asarray(memoryview(out).toreadonly())  # pyright: ignore[reportArgumentType]
-                        except (ValueError, TypeError):  # (ml_dtypes)
-                            value = read_only(out)
+                            copy_to_host(handle.api, buffers[0], raw, nbytes, status)
+                        # (np.frombuffer parses its arguments faster than np.ndarray)
+                        value = (_frombuffer(raw, element) if vector
+                                 else _ndarray(shape, element, raw))
                         self._host_copy = value
                         if self._shared:  # exported through DLPack by another thread meanwhile
                             self._host_copy = None
@@ -245,6 +277,8 @@ class HostReads:
                 del handle.active[ticket]
                 if handle.parked or handle.closed:
                     handle.settle()
+        elif self._buffers is None or self._parent is not None or handle.closed:
+            value = self._read_under_ticket()  # a deleted array is not read from its cache
         if dtype is not None and np.dtype(dtype) != value.dtype:
             if copy is False:
                 raise ValueError(f"converting an Array of {value.dtype} to {np.dtype(dtype)} "

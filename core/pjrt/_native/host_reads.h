@@ -17,6 +17,9 @@ typedef enum {
  * when the buffer lives in host memory). Returns PJRT_HOST_READ_DONE,
  * PJRT_HOST_READ_NOT_READY (the caller waits where Ctrl-C can interrupt it and
  * calls again), or else the address of the PJRT_Error* of the computation or
- * of the copy, owned by the caller. `size` 0 only checks readiness and error. */
+ * of the copy, owned by the caller. `size` 0 only checks readiness and error.
+ * Python passes a `bytes` object made for this read alone as `destination`
+ * (cffi hands over its character array; see private_bytes in
+ * pjrt/_host_reads.py), or ffi.from_buffer of a numpy array. */
 intptr_t pjrt_host_read(const PJRT_Api* api, PJRT_Buffer* buffer,
                         void* destination, size_t size);
