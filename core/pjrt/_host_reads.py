@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ._hot_path import configure_reads, read_small as _read_small
 from ._pjrt_cffi import ffi, lib
 from .errors import check, consume
 from ._capi.waits import wait_buffer_ready
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 VIEW_THRESHOLD_BYTES = 1 << 16
 
 _host_read = lib.pjrt_host_read
+configure_reads(int(ffi.cast("uintptr_t", ffi.addressof(lib, "pjrt_host_read"))),
+                VIEW_THRESHOLD_BYTES)
 _NOT_READY = lib.PJRT_HOST_READ_NOT_READY
 _ndarray = np.ndarray
 _frombuffer = np.frombuffer
@@ -246,7 +249,15 @@ class HostReads:
         # look-up and numpy step here is a measurable share of a small read.
         value = self._host_copy
         handle = self._handle
-        if value is None:
+        if value is None and (raw := _read_small(self)) is not None:
+            # The first read of a small computed value: copied in C (pjrt._hot_path.read_small)
+            shape = self.shape
+            value = (_frombuffer(raw, self.dtype) if len(shape) == 1
+                     else _ndarray(shape, self.dtype, raw))
+            self._host_copy = value
+            if self._shared:  # exported through DLPack by another thread meanwhile
+                self._host_copy = None
+        elif value is None:
             ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined
             handle.active[ticket] = None
             try:

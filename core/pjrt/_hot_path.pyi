@@ -27,3 +27,9 @@ class CallPlan:
 
 def configure(address_slot: Any, address_slot_address: int,
               buffer_destroy_address: int) -> None: ...
+
+
+def read_small(array: Any) -> bytes | None: ...
+
+
+def configure_reads(host_read_address: int, view_threshold_bytes: int) -> None: ...

@@ -40,6 +40,7 @@
 
 #include "pjrt_c_api.h"
 #include "shim.h"
+#include "host_reads.h"
 
 #if defined(Py_LIMITED_API) && Py_LIMITED_API + 0 < 0x030B0000
 /* The buffer protocol entered the limited API in 3.11, with the struct and
@@ -78,6 +79,8 @@ typedef int (*execute_fn)(const PJRT_Api*, PJRT_LoadedExecutable*, PJRT_Buffer**
                           size_t, PJRT_Buffer**, size_t, const int64_t*, size_t,
                           PJRT_Device*, PJRT_Event**, PJRT_Error**);
 
+typedef intptr_t (*host_read_fn)(const PJRT_Api*, PJRT_Buffer*, void*, size_t);
+
 /* The most devices whose buffers C frees itself (more go through Python). */
 #define MAX_DEVICES 64
 typedef void (*buffer_destroy_fn)(const PJRT_Api*, PJRT_Buffer*);
@@ -91,6 +94,9 @@ static PyObject* str_settle;
 static PyObject* str_dtype;
 static PyObject* str_collected;
 static PyObject* index_zero;
+static PyObject* str_itemsize;
+static host_read_fn host_read;          /* pjrt_host_read, set by configure_reads() */
+static Py_ssize_t small_read_limit;     /* reads of this many bytes or more are views */
 
 static PyTypeObject* ArrayCore_Type;
 static PyTypeObject* HandleCore_Type;
@@ -1210,6 +1216,103 @@ static PyType_Slot plan_slots[] = {
 static PyType_Spec plan_spec = {"pjrt._hot_path.CallPlan", sizeof(CallPlan), 0,
                                 Py_TPFLAGS_DEFAULT, plan_slots};
 
+/* ---- small reads --------------------------------------------------------- */
+
+/* The bytes of a small array's value, for `HostReads.__array__` to wrap: one
+ * dense row-major buffer that is not shared, not a shard and not laid out
+ * otherwise, smaller than the view threshold, whose value has been computed.
+ * Anything else (including a value still being computed, or an error, which
+ * the Python path then meets again and raises) gives None, having changed
+ * nothing. The copy goes into a bytes object made for it, before anything
+ * else can see it. */
+static PyObject* read_small(PyObject* module, PyObject* argument) {
+  if (host_read == NULL || !PyObject_TypeCheck(argument, ArrayCore_Type)) {
+    Py_RETURN_NONE;
+  }
+  ArrayCore* array = (ArrayCore*)argument;
+  if (array->handle == NULL || !PyObject_TypeCheck(array->handle, HandleCore_Type) ||
+      array->sharding != Py_None || array->parent != Py_None || array->shared != Py_False ||
+      array->physical_order != Py_None || array->shape == NULL ||
+      !PyTuple_CheckExact(array->shape) || array->dtype == NULL) {
+    Py_RETURN_NONE;
+  }
+  HandleCore* handle = (HandleCore*)array->handle;
+  if (handle->closed != Py_False || handle->table_address == 0) {
+    Py_RETURN_NONE;
+  }
+  PyObject* itemsize = PyObject_GetAttr(array->dtype, str_itemsize);
+  Py_ssize_t size = itemsize != NULL ? PyLong_AsSsize_t(itemsize) : -1;
+  Py_XDECREF(itemsize);
+  for (Py_ssize_t d = 0; size >= 0 && size < small_read_limit &&
+                         d < PyTuple_Size(array->shape); ++d) {
+    Py_ssize_t extent = PyLong_AsSsize_t(PyTuple_GetItem(array->shape, d));
+    size = extent < 0 ? -1 : size * extent;
+  }
+  if (size < 0 || size >= small_read_limit) {
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  PyObject* ticket = begin_call(handle);
+  if (ticket == NULL) {
+    return NULL;
+  }
+  PyObject* result = NULL;
+  /* Read under the ticket: a delete() from now on waits for this read. */
+  PyObject* buffers = array->buffers;
+  PJRT_Buffer* address = NULL;
+  if (buffers != NULL && PyList_CheckExact(buffers) && PyList_Size(buffers) == 1) {
+    address = buffer_address(array, PyList_GetItem(buffers, 0));
+  }
+  if (address == NULL) {
+    PyErr_Clear();
+  } else {
+    result = PyBytes_FromStringAndSize(NULL, size);
+  }
+  if (result != NULL) {
+    const PJRT_Api* api = (const PJRT_Api*)(uintptr_t)handle->table_address;
+    char* destination = PyBytes_AsString(result);
+    intptr_t status;
+    Py_BEGIN_ALLOW_THREADS
+    status = host_read(api, address, destination, (size_t)size);
+    Py_END_ALLOW_THREADS
+    if (status != PJRT_HOST_READ_DONE) {
+      if (status != PJRT_HOST_READ_NOT_READY) {
+        PJRT_Error_Destroy_Args destroy;
+        memset(&destroy, 0, sizeof(destroy));
+        /* (the struct ends with `error`: its size as the header gives it) */
+        destroy.struct_size = offsetof(PJRT_Error_Destroy_Args, error) + sizeof(destroy.error);
+        destroy.error = (PJRT_Error*)status;
+        api->PJRT_Error_Destroy(&destroy);
+      }
+      Py_CLEAR(result);
+    }
+  }
+  end_call(handle, ticket);
+  if (result == NULL && !PyErr_Occurred()) {
+    Py_RETURN_NONE;
+  }
+  return result;
+}
+
+/* configure_reads(host_read_address, view_threshold_bytes) */
+static PyObject* configure_reads(PyObject* module, PyObject* args) {
+  PyObject* address;
+  Py_ssize_t limit;
+  if (!PyArg_ParseTuple(args, "O!n", &PyLong_Type, &address, &limit)) {
+    return NULL;
+  }
+  host_read_fn function = (host_read_fn)PyLong_AsVoidPtr(address);
+  if (function == NULL) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_ValueError, "configure_reads needs pjrt_host_read's address");
+    }
+    return NULL;
+  }
+  host_read = function;
+  small_read_limit = limit;
+  Py_RETURN_NONE;
+}
+
 /* ---- module -------------------------------------------------------------- */
 
 /* configure(address_slot, address_slot_address, buffer_destroy_address) */
@@ -1235,6 +1338,11 @@ static PyObject* configure(PyObject* module, PyObject* args) {
 }
 
 static PyMethodDef module_methods[] = {
+    {"read_small", read_small, METH_O,
+     "read_small(array) -> bytes of its value, or None: take the full read"},
+    {"configure_reads", configure_reads, METH_VARARGS,
+     "configure_reads(host_read_address, view_threshold_bytes): pjrt_host_read, and the size "
+     "from which reads are views"},
     {"configure", configure, METH_VARARGS,
      "configure(address_slot, address_slot_address, buffer_destroy_address): the cffi "
      "PJRT_Buffer*[1] used to read a cdata's address, and pjrt_shim_buffer_destroy."},
@@ -1255,11 +1363,12 @@ PyMODINIT_FUNC PyInit__hot_path(void) {
   str_dtype = PyUnicode_InternFromString("dtype");
   str_collected = PyUnicode_InternFromString("garbage-collected");
   index_zero = PyLong_FromLong(0);
+  str_itemsize = PyUnicode_InternFromString("itemsize");
   ArrayCore_Type = (PyTypeObject*)PyType_FromSpec(&array_spec);
   HandleCore_Type = (PyTypeObject*)PyType_FromSpec(&handle_spec);
   PyObject* plan_type = PyType_FromSpec(&plan_spec);
   if (str_release_buffers == NULL || str_settle == NULL || str_dtype == NULL ||
-      str_collected == NULL || index_zero == NULL || ArrayCore_Type == NULL || HandleCore_Type == NULL ||
+      str_collected == NULL || index_zero == NULL || str_itemsize == NULL || ArrayCore_Type == NULL || HandleCore_Type == NULL ||
       plan_type == NULL) {
     Py_XDECREF(plan_type);
     Py_DECREF(module);
