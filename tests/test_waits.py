@@ -6,6 +6,7 @@ import json
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -355,3 +356,46 @@ def test_a_compile_error_reaches_the_caller(client):
                                 " %0 = stablehlo.add %x, %y : tensor<4xf32> return %0 }")
     program = pjrt.compile(TINY.read_text(), client.devices()[0])
     programs.check_outputs(TINY, [np.asarray(program(*TINY.inputs()))])
+
+
+DAEMON_COMPILE_AT_EXIT = r"""
+import atexit, sys, threading, time
+# Registered before pjrt's exit hooks, so it runs after them: an exit that takes a while
+# longer (as a program's own hooks may), during which other threads run.
+atexit.register(time.sleep, 1.0)
+import pjrt
+pjrt.load_pjrt_plugin_dynamically("cpu", sys.argv[1])
+client = pjrt.make_c_api_client("cpu")
+program = open(sys.argv[2]).read()
+started = time.monotonic()
+client.compile_and_load(program)
+sys.stderr.write(f"COMPILE TOOK {time.monotonic() - started:.2f}\n")
+
+def compile_then_go_on():
+    client.compile_and_load(program)
+    sys.stderr.write("RETURNED INTO PYTHON AFTER THE EXIT BEGAN\n")
+
+threading.Thread(target=compile_then_go_on, daemon=True).start()
+time.sleep(0.05)
+sys.exit(3)
+"""
+
+
+def test_a_daemon_threads_call_ending_during_the_exit_does_not_return_into_python(tmp_path):
+    """A compile in a daemon thread that ends while the exit waits for it (the client already
+    closed) keeps its thread in the call: going on, the thread could print while the interpreter
+    finalises, which CPython ends with an abort. (The compile takes about a second here, within
+    the exit's waits, and the program's own exit hook then gives the thread time to go on; on a
+    machine slow enough for the compile to outlast the waits, the process ends with it still
+    running, and nothing returns either.)"""
+    sys.path.insert(0, str(Path(__file__).parent / "stress"))
+    import stress_programs
+
+    program = tmp_path / "program.mlir"
+    program.write_text(stress_programs.unrolled_program(3000))
+    result = run_python(DAEMON_COMPILE_AT_EXIT, cpu_plugin_path("xla_cpu_0_81"), str(program),
+                        env=child_env(), check=False)
+    assert result.returncode == 3, result.stderr[-3000:]
+    assert "COMPILE TOOK" in result.stderr
+    assert "RETURNED INTO PYTHON" not in result.stderr, result.stderr[-3000:]
+    assert "Exception in thread" not in result.stderr, result.stderr[-3000:]

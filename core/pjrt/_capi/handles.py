@@ -36,7 +36,7 @@ from .api import Api
 from .._hot_path import HandleCore, configure as _configure_hot_path
 from .._pjrt_cffi import ffi, lib
 from ..errors import ClosedClientError, check
-from .waits import skip_native_teardown_at_exit
+from .waits import exit_began, skip_native_teardown_at_exit
 
 _NULL = ffi.NULL
 _destroy_buffer = lib.pjrt_shim_buffer_destroy
@@ -534,6 +534,7 @@ def close_all_at_exit(wait_seconds: float = 1.0) -> None:
     """
     import time
 
+    exit_began()  # daemon threads whose calls end from now on stay in them (see there)
     handles = _live_handles_now()
     for handle in handles:
         handle.closed = True

@@ -11,7 +11,8 @@ A native call that has no event to wait on (creating a client, compiling, a laun
 runs inline) runs on a worker thread instead (`call_off_thread`), whose stack is large
 enough for the plugin's recursive compiler on deeply nested programs, while the caller waits on
 it in slices. At interpreter exit, such calls still running are given a moment to end, and the
-process then ends without the teardown they could meet (`_guard_exit`).
+process then ends without the teardown they could meet (`_guard_exit`). A daemon thread whose
+call ends after the exit began does not return from it (`exit_began`).
 """
 from __future__ import annotations
 
@@ -286,10 +287,39 @@ def call_off_thread(work: Callable[[], T], abandon: Callable[[T | None], None] |
         _tag_abandoned(error)
         if finished:  # the result came with the signal: free it here
             _abandon(outcome, abandon)
+        if _exiting and threading.current_thread().daemon:
+            _hold_daemon_at_exit()  # (a daemon thread gets no signals: the exit woke it)
         raise
+    if _exiting and threading.current_thread().daemon:
+        _hold_daemon_at_exit()
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
+
+
+# -- daemon threads at exit ---------------------------------------------------------------------
+
+#: Set once the interpreter's exit has begun (see `exit_began`).
+_exiting = False
+
+
+def exit_began() -> None:
+    """Note that the interpreter is exiting (called by the first of pjrt's exit hooks).
+
+    From then on, a daemon thread whose native call ends (a compile the exit waited for, say) is
+    held in that call until the process ends, instead of going back to its Python code. There
+    it would meet a closed client, raise, and print the traceback while the interpreter
+    finalises, and CPython aborts the process when the main thread then finds the thread holding
+    stderr's lock ("_enter_buffered_busy"). CPython itself stops daemon threads that run on into
+    finalisation; this stops them a little earlier, at a point where they hold nothing.
+    """
+    global _exiting
+    _exiting = True
+
+
+def _hold_daemon_at_exit() -> None:
+    while True:
+        threading.Event().wait(3600)
 
 
 def _tag_abandoned(error: BaseException) -> None:
@@ -331,6 +361,7 @@ def _guard_exit(wait_seconds: float | None = None) -> None:
     with the exit status it was going to have, through ``_exit``, registered last so that it
     runs first; Python's own buffers have been flushed by then.
     """
+    exit_began()
     if _in_flight == 0:
         return
     if wait_until_idle(EXIT_WAIT_SECONDS if wait_seconds is None else wait_seconds):
