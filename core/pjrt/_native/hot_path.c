@@ -371,12 +371,12 @@ static int buffer_addresses(ArrayCore* array, PyObject* buffers, Py_ssize_t coun
   return 0;
 }
 
-/* ClientHandle.release_buffers(id(array)) for the common case (one buffer,
- * no other call running, nothing parked, no host memory held, client open):
- * the same steps, without Python frames. Returns 1 when done, 0 when the
- * Python method must run instead (nothing was changed), -1 on error. The GIL
- * is held throughout; the ticket still covers the destroy, during which the
- * plugin may call back into Python (a DLPack deleter). */
+/* ClientHandle.release_buffers(id(array)) for the common case (at most
+ * MAX_DEVICES buffers, no other call running, nothing parked, no host memory
+ * held, client open): the same steps, without Python frames. Returns 1 when
+ * done, 0 when the Python method must run instead (nothing was changed), -1 on
+ * error. The ticket covers everything from the look-up to the destroy, during
+ * which the plugin may call back into Python (a DLPack deleter). */
 static int release_owned_buffer(ArrayCore* array, PyObject* owner_id) {
   HandleCore* handle = (HandleCore*)array->handle;
   if (handle->closed != Py_False || handle->table_address == 0 ||
@@ -388,35 +388,41 @@ static int release_owned_buffer(ArrayCore* array, PyObject* owner_id) {
       PyList_Size(handle->parked) != 0 || PyDict_Size(handle->holds) != 0) {
     return 0;
   }
-  PyObject* buffers = PyDict_GetItem(handle->buffers, owner_id); /* borrowed */
-  if (buffers == NULL) {
-    return 1; /* nothing registered: a shard, or freed already */
-  }
-  Py_ssize_t count = PyList_CheckExact(buffers) ? PyList_Size(buffers) : 0;
-  if (count < 1 || count > MAX_DEVICES) {
-    return 0;
-  }
-  PJRT_Buffer* addresses[MAX_DEVICES];
-  if (buffer_addresses(array, buffers, count, addresses, 1) < 0) {
-    PyErr_Clear();
-    return 0;
-  }
+  /* The ticket comes first: reading the addresses of a multi-buffer array may
+   * allocate, and so run a collection, and other threads meanwhile; under the
+   * ticket none of them can free these buffers (a close parks its teardown). */
   PyObject* ticket = begin_call(handle);
   if (ticket == NULL) {
     return -1;
   }
-  Py_INCREF(buffers);
-  int status = PyDict_DelItem(handle->buffers, owner_id);
-  if (status == 0 && PyDict_Size(handle->viewed) != 0 &&
-      PyDict_GetItem(handle->viewed, owner_id) != NULL) {
-    status = PyDict_DelItem(handle->viewed, owner_id);
+  int done = 0;
+  PyObject* buffers = PyDict_GetItem(handle->buffers, owner_id); /* borrowed */
+  Py_XINCREF(buffers);
+  Py_ssize_t count = buffers != NULL && PyList_CheckExact(buffers) ? PyList_Size(buffers) : 0;
+  PJRT_Buffer* addresses[MAX_DEVICES];
+  if (buffers == NULL) {
+    done = 1; /* nothing registered: a shard, or freed already */
+  } else if (count < 1 || count > MAX_DEVICES ||
+             buffer_addresses(array, buffers, count, addresses, 1) < 0) {
+    PyErr_Clear(); /* the Python path frees it */
+  } else if (PyDict_GetItem(handle->buffers, owner_id) != buffers) {
+    done = 1; /* taken meanwhile by whoever frees it */
+  } else if (PyDict_Size(handle->active) == 1 && PyList_Size(handle->parked) == 0 &&
+             PyDict_Size(handle->holds) == 0 && handle->closed == Py_False) {
+    /* Still no other call running: none can be using the buffers. */
+    done = PyDict_DelItem(handle->buffers, owner_id) == 0 ? 1 : -1;
+    if (done == 1 && PyDict_Size(handle->viewed) != 0 &&
+        PyDict_GetItem(handle->viewed, owner_id) != NULL &&
+        PyDict_DelItem(handle->viewed, owner_id) < 0) {
+      PyErr_Clear();
+    }
+    for (Py_ssize_t d = 0; done == 1 && d < count; ++d) {
+      buffer_destroy((const PJRT_Api*)(uintptr_t)handle->table_address, addresses[d]);
+    }
   }
-  for (Py_ssize_t d = 0; status == 0 && d < count; ++d) {
-    buffer_destroy((const PJRT_Api*)(uintptr_t)handle->table_address, addresses[d]);
-  }
-  Py_DECREF(buffers);
+  Py_XDECREF(buffers);
   end_call(handle, ticket);
-  return status == 0 ? 1 : -1;
+  return done;
 }
 
 /* What Array.__del__ did: mark the array collected, hand its buffers back. */
