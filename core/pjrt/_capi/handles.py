@@ -36,7 +36,7 @@ from .api import Api
 from .._hot_path import HandleCore, configure as _configure_hot_path
 from .._pjrt_cffi import ffi, lib
 from ..errors import ClosedClientError, check
-from .waits import exit_began, skip_native_teardown_at_exit
+from .waits import exit_began, exit_time_left, skip_native_teardown_at_exit
 
 _NULL = ffi.NULL
 _destroy_buffer = lib.pjrt_shim_buffer_destroy
@@ -303,22 +303,45 @@ class ClientHandle(HandleCore):
         check(self.api, self.api.table.PJRT_Client_Destroy(args))
 
     def computing(self) -> bool:
-        """Whether a program or transfer is still producing one of the buffers owned here."""
+        """Whether a program or transfer is still producing one of the buffers owned here,
+        or the plugin is still reading the host memory of a freed one."""
+        return not self.wait_while_computing(0.0)
+
+    def wait_while_computing(self, seconds: float) -> bool:
+        """Wait up to ``seconds`` for every program and transfer still producing a buffer
+        owned here, and for the plugin to finish reading the host memory of freed buffers;
+        whether all of it has ended (True for a freed client or a parent's, whose work is not
+        this process's to wait for).
+
+        Buffers already freed need no wait here: destroying the client waits for the work
+        still writing them.
+        """
+        import time
+
         if self.pointer == _NULL or self.generation != _fork_generation:
-            return False
+            return True
+        deadline = time.monotonic() + seconds
         api = self.api
+        owned = []  # ready events made here, destroyed here
         try:
             for buffers in list(self.buffers.values()):
                 for buffer in buffers:
-                    event = api.call_new("PJRT_Buffer_ReadyEvent", buffer=buffer).event
-                    try:
-                        if not api.call_new("PJRT_Event_IsReady", event=event).is_ready:
-                            return True
-                    finally:
-                        lib.pjrt_shim_event_destroy(api.table, event)
-        except Exception:  # noqa: BLE001 - when in doubt at exit, leave the client alone
+                    owned.append(api.call_new("PJRT_Buffer_ReadyEvent", buffer=buffer).event)
+            # (The host memory of live buffers is not waited for: a zero-copy buffer reads it
+            # until the buffer goes, which its event says.)
+            held = [event for _, event in list(self.pending_holds) if event != _NULL]
+            unfinished = [event for event in (*owned, *held) if not _event_is_ready(api, event)]
+            while unfinished:
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.002)
+                unfinished = [event for event in unfinished if not _event_is_ready(api, event)]
             return True
-        return False
+        except Exception:  # noqa: BLE001 - when in doubt at exit, leave the client alone
+            return False
+        finally:
+            for event in owned:
+                lib.pjrt_shim_event_destroy(api.table, event)
 
     # -- host memory the plugin reads ------------------------------------------------------
 
@@ -464,6 +487,14 @@ def _oldest(active: dict) -> int | None:
             continue
 
 
+def _keep_forever(obj: object) -> None:
+    """Take a reference to ``obj`` that is never given back, so that the interpreter's
+    teardown, which clears modules and collects what they held, never frees it."""
+    import ctypes
+
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
 def _live_handles_now() -> list:
     """Every live handle; retried if another thread adds or frees one meanwhile (iterating
     a WeakSet is not one step, and its set must not change size under the walk)."""
@@ -525,12 +556,14 @@ if hasattr(os, "register_at_fork"):
 
 
 @atexit.register
-def close_all_at_exit(wait_seconds: float = 1.0) -> None:
-    """Close every client at interpreter exit, freeing them only if no call is running.
+def close_all_at_exit() -> None:
+    """Close every client at interpreter exit, and free each once nothing of it still runs.
 
-    Calls still running after ``wait_seconds`` (a thread compiling or waiting on a program)
-    keep their clients: those are leaked, since the process is ending anyway and freeing a
-    client under a running call would crash it.
+    Within the exit's budget (`pjrt._capi.waits.EXIT_WAIT_SECONDS`), calls other threads are
+    making may end, and programs and transfers the plugin is still computing may finish; a
+    client is then freed (and with it the plugin's threads). A client with a call or a
+    computation still running after that is leaked, and the process ends without the plugins'
+    teardown: their libraries' destructors would tear down what the running work uses.
     """
     import time
 
@@ -540,17 +573,15 @@ def close_all_at_exit(wait_seconds: float = 1.0) -> None:
         handle.closed = True
         if handle.generation == _fork_generation:  # a parent's client keeps its fork reason
             handle.closed_reason = "the interpreter is exiting; pjrt clients are closed"
-    deadline = time.monotonic() + wait_seconds
     for handle in handles:
-        while handle.active and time.monotonic() < deadline:
+        while handle.active and exit_time_left() > 0:
             time.sleep(0.005)
-        # A program still computing (one whose caller pressed Ctrl-C, say) would hold up the
-        # client's destruction until it ends: such a client is leaked too, and so is the rest
-        # of the plugins' teardown (their libraries' destructors wait for the same program).
-        if handle.active or handle.computing():
+        if handle.active or not handle.wait_while_computing(exit_time_left()):
             # Nothing of it is freed any more, even by arrays collected later in the exit
-            # (as for a client inherited through fork).
+            # (as for a client inherited through fork), and the handle itself outlives the
+            # interpreter's teardown: it holds the host memory the running work may read.
             handle.generation = -1
+            _keep_forever(handle)
             skip_native_teardown_at_exit()
         else:
             handle.settle()

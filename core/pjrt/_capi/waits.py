@@ -10,18 +10,19 @@ side frees what the abandoned wait leaves behind.
 A native call that has no event to wait on (creating a client, compiling, a launch the plugin
 runs inline) runs on a worker thread instead (`call_off_thread`), whose stack is large
 enough for the plugin's recursive compiler on deeply nested programs, while the caller waits on
-it in slices. At interpreter exit, such calls still running are given a moment to end, and the
-process then ends without the teardown they could meet (`_guard_exit`). A daemon thread whose
+it in slices. At interpreter exit, such calls still running are given a moment to end (the exit's
+one budget, `EXIT_WAIT_SECONDS`), and the process then ends without the teardown they could
+meet (`_guard_exit`). A daemon thread whose
 call ends after the exit began does not return from it (`exit_began`).
 """
 from __future__ import annotations
 
 import atexit
 import contextvars
-import ctypes
 import os
 import queue
 import threading
+import time
 from typing import Callable, TypeVar
 
 from .api import Api
@@ -301,10 +302,19 @@ def call_off_thread(work: Callable[[], T], abandon: Callable[[T | None], None] |
 
 #: Set once the interpreter's exit has begun (see `exit_began`).
 _exiting = False
+#: When the exit's waits end (``time.monotonic()``), set by `exit_began`.
+_exit_deadline = 0.0
+
+#: Seconds the interpreter's exit waits, in all, for pjrt's work still in flight to end:
+#: native calls on worker threads (a compile or launch whose caller was interrupted, or a
+#: daemon thread's), calls other threads are making, and programs and transfers the plugins
+#: are still computing. One budget for all of them, counted from the first exit hook.
+EXIT_WAIT_SECONDS = 5.0
 
 
 def exit_began() -> None:
-    """Note that the interpreter is exiting (called by the first of pjrt's exit hooks).
+    """Note that the interpreter is exiting (called by the first of pjrt's exit hooks), and
+    start the exit's time budget (`EXIT_WAIT_SECONDS`, see `exit_time_left`).
 
     From then on, a daemon thread whose native call ends (a compile the exit waited for, say) is
     held in that call until the process ends, instead of going back to its Python code. There
@@ -313,8 +323,15 @@ def exit_began() -> None:
     stderr's lock ("_enter_buffered_busy"). CPython itself stops daemon threads that run on into
     finalisation; this stops them a little earlier, at a point where they hold nothing.
     """
-    global _exiting
+    global _exiting, _exit_deadline
+    if not _exiting:
+        _exit_deadline = time.monotonic() + EXIT_WAIT_SECONDS
     _exiting = True
+
+
+def exit_time_left() -> float:
+    """Seconds left of the exit's budget for waiting on work in flight (0 once spent)."""
+    return max(0.0, _exit_deadline - time.monotonic())
 
 
 def _hold_daemon_at_exit() -> None:
@@ -344,41 +361,33 @@ def _abandon(outcome: dict, abandon: Callable | None) -> None:
         pass
 
 
-# -- exit never meets a native call in flight --------------------------------------------------
-
-#: Seconds the interpreter's exit waits for native calls still running on worker threads (a
-#: compile or program whose caller was interrupted, or a daemon thread's).
-EXIT_WAIT_SECONDS = 2.0
-
+# -- exit never meets work in flight ----------------------------------------------------------
 
 @atexit.register
-def _guard_exit(wait_seconds: float | None = None) -> None:
-    """At interpreter exit, wait a little for native calls still running; if some still
-    are, end the process without the C library's exit handlers.
+def _guard_exit() -> None:
+    """At interpreter exit, wait (within the exit's budget) for native calls still running on
+    worker threads; if some still are, end the process without the C library's exit handlers.
 
-    Those handlers run the plugins' static destructors (LLVM's among them), which would tear
-    down state a compile still running on a worker uses: a crash at exit. The process ends
-    with the exit status it was going to have, through ``_exit``, registered last so that it
-    runs first; Python's own buffers have been flushed by then.
+    Registered before the clients' exit hook (`pjrt._capi.handles.close_all_at_exit`), so it
+    runs after it and shares what is left of its budget.
     """
     exit_began()
     if _in_flight == 0:
         return
-    if wait_until_idle(EXIT_WAIT_SECONDS if wait_seconds is None else wait_seconds):
+    if wait_until_idle(exit_time_left()):
         return
     skip_native_teardown_at_exit()
 
 
 def skip_native_teardown_at_exit() -> bool:
-    """Make the C library's ``exit()`` end the process at once (``_exit`` with the same
-    status), skipping its exit handlers and the libraries' destructors; whether that could be
-    arranged (it needs glibc's ``on_exit``)."""
-    try:
-        libc = ctypes.CDLL(None)
-        on_exit, quick_exit = libc.on_exit, libc._exit
-    except (OSError, AttributeError):
-        return False
-    # on_exit calls its handler as handler(status, arg): _exit takes the status and ignores
-    # the extra argument (a register nobody reads).
-    on_exit.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-    return on_exit(ctypes.cast(quick_exit, ctypes.c_void_p), None) == 0
+    """Make the process end, once Python has finalised, through ``_exit`` with the exit status
+    it was going to have, skipping the C library's exit handlers and the libraries' static
+    destructors; whether that could be arranged (it needs glibc's ``on_exit``).
+
+    Those destructors (LLVM's, oneDNN's JIT kernels) tear down state that a plugin thread still
+    running a compile or a program uses: a crash at exit. The C helper registers the handler
+    again at the very end of Python's finalisation, after any destructor a running plugin
+    thread registers meanwhile, so that it runs before them. Python's own buffers have been
+    flushed by then.
+    """
+    return lib.pjrt_shim_skip_teardown_at_exit() == 0

@@ -459,3 +459,26 @@ int pjrt_shim_buffer_wait(const PJRT_Api* api, PJRT_Buffer* buffer, int64_t slic
   *waiter_out = waiter;
   return 0;
 }
+
+#if defined(__GLIBC__)
+#include <unistd.h>
+
+static void shim_exit_now(int status, void* unused) {
+  (void)unused;
+  _exit(status);
+}
+
+static void shim_register_exit_now(void) { on_exit(shim_exit_now, NULL); }
+
+int pjrt_shim_skip_teardown_at_exit(void) {
+  static int registered_late = 0;
+  if (on_exit(shim_exit_now, NULL) != 0) return -1;
+  if (!registered_late) {
+    registered_late = 1;
+    Py_AtExit(shim_register_exit_now);
+  }
+  return 0;
+}
+#else
+int pjrt_shim_skip_teardown_at_exit(void) { return -1; }
+#endif

@@ -186,3 +186,12 @@ PJRT_Error* pjrt_shim_waiter_finish(pjrt_shim_waiter* waiter);
  * PJRT_Event_OnReady is waited for without slices. */
 int pjrt_shim_buffer_wait(const PJRT_Api* api, PJRT_Buffer* buffer, int64_t slice_ms,
                           pjrt_shim_waiter** waiter_out, PJRT_Error** error_out);
+
+/* Makes the process end, from now on, through _exit(status) when the C library's
+ * exit() runs: its exit handlers and the libraries' destructors are skipped.
+ * The handler is registered now and again at the very end of Python's
+ * finalisation (Py_AtExit), since exit() runs the handlers registered last
+ * first and a plugin thread still running may register a destructor of its own
+ * meanwhile (a function-local static made on first use). Returns 0 when it
+ * could be arranged (glibc's on_exit). */
+int pjrt_shim_skip_teardown_at_exit(void);
