@@ -120,3 +120,103 @@ def test_without_a_limit_there_is_no_headroom_to_check():
         pytest.skip("this test process runs under an address-space limit")
     assert memory_headroom.address_space_limit() is None
     assert memory_headroom.headroom() is None
+
+
+# -- client creation and compiles under a limit ------------------------------------------------
+
+#: argv: plugin library, devices, the limit in MiB. Creates a client, compiles and runs a tiny
+#: program under the limit; prints "ran" or the MemoryError's first words.
+STARTUP_CHILD = """
+import resource, sys
+import numpy as np
+path, devices, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) << 20
+resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+import pjrt
+try:
+    pjrt.load_pjrt_plugin_dynamically("cpu", path)
+    client = pjrt.make_c_api_client("cpu", {"cpu_device_count": devices})
+    device = client.devices()[0]
+    executable = client.compile_and_load('''func.func public @main(%a: tensor<8xf32>) -> tensor<8xf32> {
+      %0 = stablehlo.add %a, %a : tensor<8xf32>
+      return %0 : tensor<8xf32>
+    }''', [device])
+    out = executable.execute([client.buffer_from_pyval(np.ones(8, np.float32), device)])[0]
+    assert np.asarray(out).tolist() == [2.0] * 8
+    print("ran")
+except MemoryError as error:
+    print("MemoryError:", str(error)[:60])
+"""
+
+
+@pytest.mark.parametrize("plugin", sorted(CPU_PLUGINS))
+@pytest.mark.parametrize("devices", [1, 8])
+def test_client_creation_and_the_first_compile_raise_memory_error_instead_of_aborting(plugin,
+                                                                                       devices):
+    """Under limits from far too small to ample, the first client and compile either run or
+    raise MemoryError: the plugin, which aborts when it cannot start a thread, is never
+    called without the room it was measured to take."""
+    outcomes = {}
+    for limit_mib in range(600, 2001, 200):
+        result = run_python(STARTUP_CHILD, cpu_plugin_path(plugin), str(devices),
+                            str(limit_mib), check=False)
+        assert result.returncode == 0, (f"{limit_mib} MiB: exit {result.returncode}\n"
+                                        f"{result.stderr[-3000:]}")
+        outcomes[limit_mib] = result.stdout.strip().splitlines()[-1]
+    assert all(o == "ran" or o.startswith("MemoryError: not enough address space left to")
+               for o in outcomes.values()), outcomes
+    assert outcomes[600].startswith("MemoryError"), outcomes  # too small for any client
+    assert outcomes[2000] == "ran", outcomes
+
+
+#: Prints the process's address space (MiB) after the default backend ran a tiny program:
+#: pjrt's own way (the plugin named by PJRT_NAMES_AND_LIBRARY_PATHS, as an operator would), or
+#: jax driving the same plugin library (argv[1]).
+ADDRESS_SPACE_CHILD = {
+    "pjrt": """
+import sys, numpy as np, pjrt
+f = pjrt.compile('''func.func public @main(%a: tensor<8xf32>) -> tensor<8xf32> {
+  %0 = stablehlo.tanh %a : tensor<8xf32>
+  return %0 : tensor<8xf32>
+}''', pjrt.devices()[0])
+np.asarray(f(np.ones(8, np.float32)))
+from pjrt._capi import memory_headroom
+print(memory_headroom.address_space_used() >> 20)
+""",
+    "jax": """
+import sys, numpy as np
+import jax, jax.numpy as jnp
+from jax._src import xla_bridge
+xla_bridge.register_plugin("cpu_plugin", library_path=sys.argv[1], priority=500)
+jax.config.update("jax_platforms", "cpu_plugin")
+np.asarray(jax.jit(jnp.tanh)(np.ones(8, np.float32)))
+with open("/proc/self/statm") as statm:
+    print(int(statm.read().split()[0]) * 4096 >> 20)
+""",
+}
+
+
+def address_space_after_a_tiny_program(host: str, plugin: str) -> int:
+    """MiB of address space ``host`` ("pjrt" or "jax") holds after its first tiny program."""
+    from conftest import child_env
+
+    library = cpu_plugin_path(plugin)
+    environment = child_env(drop=("PJRT_", "JAX_PLATFORMS"), PJRT_PLATFORMS="testcpu",
+                            PJRT_NAMES_AND_LIBRARY_PATHS=f"testcpu:{library}")
+    result = run_python(ADDRESS_SPACE_CHILD[host], library, env=environment)
+    return int(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("plugin", sorted(CPU_PLUGINS))
+def test_address_space_after_the_first_program_is_at_most_jaxs(plugin):
+    pytest.importorskip("jax")
+    ours = address_space_after_a_tiny_program("pjrt", plugin)
+    jaxs = address_space_after_a_tiny_program("jax", plugin)
+    assert ours <= jaxs, f"pjrt {ours} MiB, jax {jaxs} MiB on the same plugin"
+
+
+@pytest.mark.parametrize("plugin", sorted(CPU_PLUGINS))
+def test_the_first_compile_runs_under_one_and_a_half_times_jaxs_address_space(plugin):
+    pytest.importorskip("jax")
+    limit = address_space_after_a_tiny_program("jax", plugin) * 3 // 2
+    result = run_python(STARTUP_CHILD, cpu_plugin_path(plugin), "1", str(limit))
+    assert result.stdout.strip().splitlines()[-1] == "ran", result.stdout

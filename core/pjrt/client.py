@@ -25,6 +25,7 @@ from .errors import ClosedClientError
 from ._capi.handles import ClientHandle, HostBufferSemantics, fork_generation
 from .options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types,
                       check_option_values)
+from ._capi import memory_headroom
 from ._capi.waits import call_off_thread
 
 if TYPE_CHECKING:
@@ -429,6 +430,7 @@ def create_client(plugin: plugin_module.Plugin,
     # default, as when the registry brings a backend up (pjrt.plugin_logging.quietly).
     # (The key-value callbacks then run on the worker too, so Ctrl-C reaches this thread as a
     # KeyboardInterrupt while it waits, never the plugin's error for a cancelled get.)
+    memory_headroom.check_client(plugin.name, checked.get("cpu_device_count"))
     with plugin_logging.quietly(plugin.name):
         pointer = call_off_thread(create, close_late)
     handle = ClientHandle(api, pointer)

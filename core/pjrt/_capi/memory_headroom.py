@@ -18,6 +18,13 @@ reserve, up to `ARENA_RESERVE_BYTES` (the address space one new glibc arena take
 launches, which need no fresh arena, are not refused for want of 64 MiB. This is a bound
 measured on XLA's CPU plugins, not a guarantee for every kernel.
 
+Creating a client and compiling need address space too, and fail worse: XLA's CPU plugin
+starts two pools of threads when a client is created and a pool of code-generation threads at
+its first compile, and a thread it cannot create, or a ``std::bad_alloc`` inside, ends the
+process (``Check failed: ... pthread_create() failed``, ``terminate called``). `check_client`
+and `check_compile` raise `MemoryError` first when what is left cannot hold what those steps
+were measured to take (each thread: its 8 MiB stack and a 64 MiB malloc arena).
+
 Cost: a launch needing less than `CHECKED_FROM_BYTES` per device is never checked (the
 executable decides once, at its first launch, and small ones keep the per-call fast path);
 a bigger one reads the limit (one ``getrlimit`` call) at every launch, and the process's size
@@ -68,6 +75,93 @@ def headroom() -> int | None:
         return limit - address_space_used()
     except (OSError, ValueError, IndexError):
         return None
+
+
+#: The stack of each thread of XLA's pools.
+PLUGIN_THREAD_STACK_BYTES = 8 << 20
+
+#: What a client takes beyond its pools' threads: pjrt's first worker thread (its stack) and
+#: the plugin's own state.
+CLIENT_BASE_BYTES = 96 << 20
+
+#: What the plugin's first compile takes beyond its code-generation threads (LLVM's state),
+#: and what any later compile keeps in reserve.
+FIRST_COMPILE_BYTES = 96 << 20
+LATER_COMPILE_BYTES = 32 << 20
+
+
+def threads_need(new_threads: int) -> int:
+    """Address space that ``new_threads`` more threads of a plugin take: each its stack, and
+    each a malloc arena while glibc's cap (8 per core) is not reached; threads beyond the cap
+    share the arenas there are."""
+    cores = os.cpu_count() or 1
+    arenas_left = max(0, 8 * cores - max(_threads_running() - 1, 0))  # (the main thread's
+    # allocations use the main arena)
+    return (new_threads * PLUGIN_THREAD_STACK_BYTES
+            + min(new_threads, arenas_left) * ARENA_RESERVE_BYTES)
+
+
+def client_need(device_count: int | None) -> int:
+    """Address space that creating a client with ``device_count`` devices is expected to take:
+    XLA's CPU client starts two pools of ``max(cores, devices)`` threads (measured: 8 devices
+    on 2 cores took 1153 MiB, 32 devices 1541 MiB)."""
+    cores = os.cpu_count() or 1
+    return CLIENT_BASE_BYTES + threads_need(2 * max(cores, device_count or 1))
+
+
+def compile_need(first: bool) -> int:
+    """Address space a compile is expected to take: the first one starts the plugin's
+    code-generation threads (one more than the cores) and LLVM."""
+    if not first:
+        return LATER_COMPILE_BYTES
+    return FIRST_COMPILE_BYTES + threads_need((os.cpu_count() or 1) + 1)
+
+
+def _threads_running() -> int:
+    try:
+        with open("/proc/self/status", "rb") as status:
+            for line in status:
+                if line.startswith(b"Threads:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 1
+
+
+def check_client(plugin_name: str, device_count: int | None) -> None:
+    """Raise MemoryError if a client of ``plugin_name`` cannot be created in the address space
+    left under the limit (see `client_need`)."""
+    if address_space_limit() is not None:  # (the need is only worked out under a limit)
+        _check_step(f"create a client of plugin {plugin_name!r}", client_need(device_count))
+
+
+#: The plugins (`id` of their `Api`, which lives as long as the process) that have compiled.
+_compiled: set[int] = set()
+
+
+def check_compile(api) -> None:
+    """Raise MemoryError if a compile by the plugin of ``api`` cannot run in the address space
+    left under the limit (its first compile takes the most)."""
+    if address_space_limit() is not None:
+        _check_step("compile the program", compile_need(first=id(api) not in _compiled))
+
+
+def note_compiled(api) -> None:
+    """Record that the plugin of ``api`` has compiled (its later compiles take less)."""
+    _compiled.add(id(api))
+
+
+def _check_step(what: str, need: int) -> None:
+    left = headroom()
+    if left is None or need <= left:
+        return
+    limit = address_space_limit() or 0
+    raise MemoryError(
+        f"not enough address space left to {what}: it takes about {_size(need)} (the plugin's "
+        f"threads, their stacks and malloc arenas), and {_size(max(left, 0))} is left under "
+        f"this process's address-space limit (RLIMIT_AS, {_size(limit)}). The plugin was not "
+        f"called: it ends the process when it cannot start a thread. Raise the limit "
+        f"(ulimit -v) or free memory first")
 
 
 def launch_need(executable) -> int:

@@ -125,10 +125,13 @@ def wait_buffers_ready(api: Api, buffers: list) -> None:
 _outs = threading.local()
 
 
-#: Stack of the compile threads. XLA's compiler recurses once per nested region of a
-#: program; a program of ~800 nested conditionals overflows a default 8 MiB thread stack.
-#: Only the pages a compile touches are ever backed by memory.
-COMPILE_STACK_BYTES = 1 << 30
+#: Stack of the worker threads. XLA's compiler recurses once per nested region of a program,
+#: 3 to 5 KiB a level: 800 nested conditionals overflow 2 MiB and compile in 4 MiB, 1600 in
+#: 8 MiB (and take 15 to 20 s to compile on both CPU builds; the time grows faster than the
+#: depth). 64 MiB leaves room for programs far deeper than any that compiles in reasonable
+#: time. Only the pages a compile touches are backed by memory, but the whole stack counts
+#: against the process's address-space limit (``ulimit -v``), so it is no larger.
+COMPILE_STACK_BYTES = 64 << 20
 
 
 class _Worker:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .. import compilation_cache, isolated_compile, serialization
-from .._capi import handles
+from .._capi import handles, memory_headroom
 from .._capi.api import Api
 from .._wire import mlir_bytecode
 from . import program_checks
@@ -258,11 +258,13 @@ def compile_program(client: "Client", program: ProgramFacts, executable_devices=
         api.call("PJRT_Client_Compile", args)
         return args.executable
 
+    memory_headroom.check_compile(api)
     ticket = handle.begin()
     # On a thread with a large stack, so that deeply nested programs do not overflow it, and
     # so that Ctrl-C interrupts the wait; an abandoned result is freed on the worker.
     pointer = run_on_compile_thread(handle, ticket, compile_on_worker,
                                     lambda loaded: handles.destroy_loaded_executable(api, loaded))
+    memory_headroom.note_compiled(api)
     try:
         del keepalive
         executable = LoadedExecutable(client, pointer, declared_output_shapes=declared,
