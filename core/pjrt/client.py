@@ -26,6 +26,7 @@ from ._capi.handles import ClientHandle, HostBufferSemantics, fork_generation
 from .options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types,
                       check_option_values)
 from ._capi import memory_headroom
+from ._wire.proto_message import check_int
 from ._capi.waits import call_off_thread
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ def live_clients() -> list["Client"]:
     """Every client of this process that is not closed."""
     return [client for client in list(_live_clients) if not client.is_closed]
 
+
+#: The most devices `Client.default_device_assignment` assigns (the most a CPU client has).
+MAX_ASSIGNED_DEVICES = 65536
 
 class Client:
     """A PJRT client: devices, memories, transfers and compilation for one plugin.
@@ -194,10 +198,20 @@ class Client:
         return [e for e in list(self._live_executables) if not e.is_deleted()]
 
     def default_device_assignment(self, num_replicas: int, num_partitions: int = 1) -> "numpy.ndarray":
-        """The plugin's default device ids, shaped ``[num_replicas, num_partitions]``."""
+        """The plugin's default device ids, shaped ``[num_replicas, num_partitions]``.
+
+        Raises:
+          TypeError, ValueError: a count that is not an int from 1 up, or more than
+            `MAX_ASSIGNED_DEVICES` devices in all (XLA's CPU plugin aborts the process on 0).
+        """
         import numpy as np
 
+        num_replicas = check_int("num_replicas", num_replicas, 1, MAX_ASSIGNED_DEVICES)
+        num_partitions = check_int("num_partitions", num_partitions, 1, MAX_ASSIGNED_DEVICES)
         total = num_replicas * num_partitions
+        if total > MAX_ASSIGNED_DEVICES:
+            raise ValueError(f"num_replicas * num_partitions is {total}; at most "
+                             f"{MAX_ASSIGNED_DEVICES} devices can be assigned")
         ids = ffi.new("int[]", total)
         args = self._api.new_args("PJRT_Client_DefaultDeviceAssignment_Args")
         args.num_replicas = num_replicas
@@ -430,6 +444,7 @@ def create_client(plugin: plugin_module.Plugin,
     # default, as when the registry brings a backend up (pjrt.plugin_logging.quietly).
     # (The key-value callbacks then run on the worker too, so Ctrl-C reaches this thread as a
     # KeyboardInterrupt while it waits, never the plugin's error for a cancelled get.)
+    memory_headroom.check_threads(plugin.name, checked.get("cpu_device_count"))
     memory_headroom.check_client(plugin.name, checked.get("cpu_device_count"))
     with plugin_logging.quietly(plugin.name):
         pointer = call_off_thread(create, close_late)

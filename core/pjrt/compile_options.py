@@ -297,8 +297,9 @@ class ExecutableBuildOptions(Message):
                          26: "slice_size"}
 
     # "always": XLA's defaults are not proto3's zero for these (module docstring).
+    # (XLA holds it in an int and aborts on a negative one: a value past int32 wraps to one.)
     device_ordinal = Field(1, INT64, -1, 'int; device to build for, -1 (default) for "any".',
-                           check=lambda n, v: check_int(n, v, -1), presence="always")
+                           check=lambda n, v: check_int(n, v, -1, INT32_MAX), presence="always")
     debug_options = Field(3, _DEBUG_OPTIONS, DebugOptions,
                           "[`DebugOptions`][pjrt.compile_options.DebugOptions] (sent as option overrides).",
                           presence="never", absent=DebugOptions)

@@ -19,12 +19,23 @@ import numpy as np
 from .device import Device
 from .device_list import DeviceList
 from ._sharding.program_text import SdyMesh
+from ._wire.proto_message import check_int
 
 __all__ = ["Mesh", "P", "PartitionSpec", "UNCONSTRAINED", "check_spec_axes"]
 
 # --------------------------------------------------------------------------
 # PartitionSpec
 # --------------------------------------------------------------------------
+
+#: The highest array rank a spec or sharding is worked out for (DLPack's bound, and far above what
+#: any program uses): a rank is a length of lists built here.
+MAX_RANK = 64
+
+
+def check_rank(ndim) -> int:
+    """``ndim`` as an int from 0 to `MAX_RANK`; TypeError or ValueError otherwise."""
+    return check_int("ndim", ndim, 0, MAX_RANK)
+
 
 class _Unconstrained:
     """The ``P.UNCONSTRAINED`` marker: the compiler may shard this dimension as it likes."""
@@ -134,6 +145,7 @@ class PartitionSpec:
         Raises:
           ValueError: the spec has more than ``ndim`` entries.
         """
+        ndim = check_rank(ndim)
         if len(self) > ndim:
             raise ValueError(f"PartitionSpec {self} has {len(self)} entries, more than the "
                              f"array's rank {ndim}")

@@ -39,7 +39,7 @@ from .errors import XlaRuntimeError
 from .hlo_sharding import HloSharding, OpShardingType
 from .mesh import UNCONSTRAINED, Mesh, P, PartitionSpec, check_spec_axes
 from ._sharding.equivalence import REPLICATED, LayoutToken, layout_token
-from ._sharding.annotations import (hlo_sharding_from_sdy, partition_spec_from_sdy,
+from ._sharding.annotations import (check_rank, hlo_sharding_from_sdy, partition_spec_from_sdy,
                                    partition_spec_from_sdy_text, sdy_sharding_from_spec,
                                    spec_to_hlo_sharding)
 
@@ -533,6 +533,7 @@ class SingleDeviceSharding(Sharding):
         return True
 
     def to_hlo_sharding(self, ndim: int) -> HloSharding:
+        check_rank(ndim)
         return HloSharding.replicate()
 
     def with_memory_kind(self, kind: str) -> "SingleDeviceSharding":
@@ -631,6 +632,7 @@ class GSPMDSharding(Sharding):
         return _is_replicated_like(self._hlo)
 
     def to_hlo_sharding(self, ndim: int) -> HloSharding:
+        check_rank(ndim)
         return self._hlo
 
     def with_memory_kind(self, kind: str) -> "GSPMDSharding":
@@ -690,6 +692,7 @@ class PmapSharding(Sharding):
         return len(self._devices) == 1
 
     def to_hlo_sharding(self, ndim: int) -> HloSharding:
+        ndim = check_rank(ndim)
         if ndim <= self._axis:
             raise ValueError(f"a PmapSharding over axis {self._axis} needs rank > {self._axis}")
         dims = [1] * ndim

@@ -139,6 +139,40 @@ def check_client(plugin_name: str, device_count: int | None) -> None:
 _compiled: set[int] = set()
 
 
+#: Clients of up to this many threads are not checked against the system's thread limits.
+THREADS_CHECKED_FROM = 256
+
+
+def check_threads(plugin_name: str, device_count: int | None) -> None:
+    """Raise ValueError if a client with ``device_count`` devices needs more threads than this
+    process may start: each takes two memory mappings (its stack and guard page) under
+    ``vm.max_map_count``, and counts against ``RLIMIT_NPROC``. (XLA's CPU plugin aborts when a
+    thread cannot be started; 65536 devices need 131072 threads.)"""
+    cores = os.cpu_count() or 1
+    threads = 2 * max(cores, device_count or 1)
+    if threads < THREADS_CHECKED_FROM:
+        return
+    running = _threads_running()
+    allowed = []
+    try:
+        with open("/proc/sys/vm/max_map_count", "rb") as limit, \
+                open("/proc/self/maps", "rb") as maps:
+            allowed.append(((int(limit.read()) - sum(1 for _ in maps)) // 2 - 64,
+                            "vm.max_map_count"))
+    except (OSError, ValueError):
+        pass
+    if resource is not None:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+        if soft != resource.RLIM_INFINITY:
+            allowed.append((soft - running - 64, "RLIMIT_NPROC (ulimit -u)"))
+    for room, what in allowed:
+        if threads > room:
+            raise ValueError(
+                f"a client of plugin {plugin_name!r} with {device_count} devices starts "
+                f"{threads} threads, and this process can start about {max(room, 0)} more "
+                f"under {what}: ask for fewer devices (cpu_device_count)")
+
+
 def check_compile(api) -> None:
     """Raise MemoryError if a compile by the plugin of ``api`` cannot run in the address space
     left under the limit (its first compile takes the most)."""

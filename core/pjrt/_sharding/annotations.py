@@ -20,7 +20,7 @@ from typing import Iterable, Optional, Sequence
 import numpy as np
 
 from ..hlo_sharding import HloSharding, OpShardingType
-from ..mesh import UNCONSTRAINED, Mesh, PartitionSpec, check_spec_axes
+from ..mesh import UNCONSTRAINED, Mesh, PartitionSpec, check_rank, check_spec_axes
 from .program_text import SdyDim, SdyMesh, SdySharding, parse_sdy_sharding_for_mesh
 
 __all__ = ["hlo_sharding_from_sdy", "partition_spec_from_sdy", "partition_spec_from_sdy_text",
@@ -73,7 +73,7 @@ def spec_to_hlo_sharding(axis_names: Sequence[str], axis_sizes: Sequence[int],
     """
     if not isinstance(spec, PartitionSpec):
         raise TypeError(f"spec must be a PartitionSpec, got {type(spec).__name__}")
-    return _lower(tuple(axis_names), tuple(int(s) for s in axis_sizes), spec, int(ndim),
+    return _lower(tuple(axis_names), tuple(int(s) for s in axis_sizes), spec, check_rank(ndim),
                   frozenset(unreduced_axes), frozenset(manual_axes),
                   None if device_ids is None else tuple(int(i) for i in device_ids))
 
@@ -154,7 +154,7 @@ def sdy_sharding_from_spec(mesh: Mesh, spec: PartitionSpec, ndim: Optional[int] 
         uses one twice, or ``mesh_name`` is empty.
     """
     check_spec_axes(spec, mesh.axis_names)
-    ndim = len(spec) if ndim is None else ndim
+    ndim = len(spec) if ndim is None else check_rank(ndim)
     if len(spec) > ndim:
         raise _rank_error(spec, mesh.axis_names, ndim)
     dims = []
