@@ -463,3 +463,48 @@ def test_registering_a_preparation_again_keeps_one():
     target_preparation.prepare_targets("same_platform", b"custom_call @same_a(%x)")
     target_preparation.prepare_targets("same_platform", b"custom_call @same_c(%x)")
     assert calls == [1]
+
+
+_HANDLER_RUNS_A_PROGRAM = """
+import sys
+import numpy as np
+import pjrt
+from conftest import cpu_plugin_path
+
+name = sys.argv[1]
+pjrt.load_pjrt_plugin_dynamically(name, cpu_plugin_path(name))
+client = pjrt.make_c_api_client(name, {"cpu_device_count": 2})
+first, second = client.devices()
+DOT = '''func.func public @main(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %y = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %y : tensor<64x64xf32>
+}'''
+# A product first: the plugin runs this program asynchronously, on its own threads.
+OUTER = '''func.func public @main(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
+  %d = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  %y = stablehlo.custom_call @square_again(%d) {api_version = 4 : i32} : (tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %y : tensor<64x64xf32>
+}'''
+inner = client.compile_and_load(DOT, [second])
+
+
+def square_again(operands, results, attributes):
+    (y,) = inner.execute([client.buffer_from_pyval(np.asarray(operands[0]), second)])
+    results[0][...] = np.asarray(y)
+
+
+pjrt.register_custom_call_target("square_again", square_again, platform="cpu")
+outer = client.compile_and_load(OUTER, [first])
+x = np.random.default_rng(0).random((64, 64), dtype=np.float32)
+got = np.asarray(outer.execute([client.buffer_from_pyval(x, first)])[0])
+d = x @ x
+print("CLOSE", bool(np.allclose(got, d @ d, rtol=1e-4)))
+"""
+
+
+def test_a_handler_runs_a_program_on_another_device_inside_an_asynchronous_program(cpu_plugin):
+    """The way docs/threads-and-processes.md gives for a handler that runs programs: on
+    another device than its own program's (on the same one, XLA's CPU plugin queues the inner
+    launch behind the outer one, which waits for the handler)."""
+    done = run_python(_HANDLER_RUNS_A_PROGRAM, cpu_plugin.name, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "CLOSE True", done.stdout

@@ -42,18 +42,22 @@
  *                              seen it run once;
  *       abort_create           PJRT_Client_Create prints a line on stderr and
  *                              aborts the process.
+ *       crash_deserialize[:TEXT]  PJRT_Executable_DeserializeAndLoad dies of
+ *                              SIGSEGV, as a loader reading damaged bytes does
+ *                              (only for serialized bytes that contain TEXT).
  *       slow_client_create[:SECONDS]  PJRT_Client_Create sleeps SECONDS (default
  *                              an hour) before it answers, as a plugin looking
  *                              for hardware or servers that are not there.
  *       no_on_ready            the table has no PJRT_Event_OnReady, as a plugin
  *                              older than it: events can only be awaited.
- *   abort_compile, corrupt_to_host, hang_execute, fail_execute, abort_create and
- *   no_on_ready need
+ *   abort_compile, corrupt_to_host, hang_execute, fail_execute, abort_create,
+ *   crash_deserialize and no_on_ready need
  *   PJRT_FAULT_DELEGATE (this plugin compiles nothing); slow_client_create needs it
  *   unset.
  */
 #define _GNU_SOURCE /* memmem */
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -764,6 +768,18 @@ static PJRT_Error* fault_Client_Compile(PJRT_Client_Compile_Args* args) {
   return g_delegate->PJRT_Client_Compile(args);
 }
 
+static PJRT_Error* fault_Executable_DeserializeAndLoad(
+    PJRT_Executable_DeserializeAndLoad_Args* args) {
+  if (fault_is("crash_deserialize") &&
+      argument_in(args->serialized_executable, args->serialized_executable_size)) {
+    fprintf(stderr, "fault plugin: SIGSEGV in PJRT_Executable_DeserializeAndLoad "
+            "(PJRT_FAULT=%s)\n", getenv("PJRT_FAULT"));
+    fflush(stderr);
+    raise(SIGSEGV);
+  }
+  return g_delegate->PJRT_Executable_DeserializeAndLoad(args);
+}
+
 static PJRT_Error* fault_Client_Create(PJRT_Client_Create_Args* args) {
   if (fault_is("abort_create")) {
     fprintf(stderr, "fault plugin: aborting in PJRT_Client_Create (PJRT_FAULT=%s)\n",
@@ -902,6 +918,7 @@ static const PJRT_Api* delegating_table(const char* path) {
     g_table.api.entry = function;
   REPLACE(PJRT_Client_Create, fault_Client_Create)
   REPLACE(PJRT_Client_Compile, fault_Client_Compile)
+  REPLACE(PJRT_Executable_DeserializeAndLoad, fault_Executable_DeserializeAndLoad)
   REPLACE(PJRT_LoadedExecutable_Execute, fault_LoadedExecutable_Execute)
   REPLACE(PJRT_Buffer_ToHostBuffer, fault_Buffer_ToHostBuffer)
   if (fault_is("fail_execute")) {
