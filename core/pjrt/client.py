@@ -26,7 +26,6 @@ from ._capi.handles import ClientHandle, HostBufferSemantics, fork_generation
 from .options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types,
                       check_option_values)
 from ._capi import memory_headroom
-from ._wire.proto_message import check_int
 from ._capi.waits import call_off_thread
 
 if TYPE_CHECKING:
@@ -205,6 +204,8 @@ class Client:
             `MAX_ASSIGNED_DEVICES` devices in all (XLA's CPU plugin aborts the process on 0).
         """
         import numpy as np
+
+        from ._wire.proto_message import check_int  # (it needs numpy, which clients do not)
 
         num_replicas = check_int("num_replicas", num_replicas, 1, MAX_ASSIGNED_DEVICES)
         num_partitions = check_int("num_partitions", num_partitions, 1, MAX_ASSIGNED_DEVICES)

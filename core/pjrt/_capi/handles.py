@@ -302,11 +302,6 @@ class ClientHandle(HandleCore):
         args.client = pointer
         check(self.api, self.api.table.PJRT_Client_Destroy(args))
 
-    def computing(self) -> bool:
-        """Whether a program or transfer is still producing one of the buffers owned here,
-        or the plugin is still reading the host memory of a freed one."""
-        return not self.wait_while_computing(0.0)
-
     def wait_while_computing(self, seconds: float) -> bool:
         """Wait up to ``seconds`` for every program and transfer still producing a buffer
         owned here, and for the plugin to finish reading the host memory of freed buffers;
@@ -323,25 +318,51 @@ class ClientHandle(HandleCore):
         deadline = time.monotonic() + seconds
         api = self.api
         owned = []  # ready events made here, destroyed here
+        # The events are asked for under a ticket of this wait's own: a buffer released by
+        # another thread meanwhile (a daemon thread, at exit) is then parked, not freed under
+        # the question.
+        ticket = next(self.tickets)
+        self.active[ticket] = None
         try:
             for buffers in list(self.buffers.values()):
                 for buffer in buffers:
                     owned.append(api.call_new("PJRT_Buffer_ReadyEvent", buffer=buffer).event)
-            # (The host memory of live buffers is not waited for: a zero-copy buffer reads it
-            # until the buffer goes, which its event says.)
-            held = [event for _, event in list(self.pending_holds) if event != _NULL]
-            unfinished = [event for event in (*owned, *held) if not _event_is_ready(api, event)]
-            while unfinished:
+        except Exception:  # noqa: BLE001 - when in doubt at exit, leave the client alone
+            self._destroy_events(owned)
+            return False
+        finally:
+            del self.active[ticket]  # (what it parked is freed by the caller's settle)
+        try:
+            unfinished = owned
+            while True:
+                unfinished = [event for event in unfinished if not _event_is_ready(api, event)]
+                reading = self._host_memory_in_use(deadline)
+                if not unfinished and not reading:
+                    return True
                 if time.monotonic() >= deadline:
                     return False
                 time.sleep(0.002)
-                unfinished = [event for event in unfinished if not _event_is_ready(api, event)]
-            return True
         except Exception:  # noqa: BLE001 - when in doubt at exit, leave the client alone
             return False
         finally:
-            for event in owned:
-                lib.pjrt_shim_event_destroy(api.table, event)
+            self._destroy_events(owned)
+
+    def _destroy_events(self, events: list) -> None:
+        for event in events:
+            lib.pjrt_shim_event_destroy(self.api.table, event)
+
+    def _host_memory_in_use(self, deadline: float) -> bool:
+        """Whether the plugin may still read the host memory of a freed buffer. Asked under
+        the lock: the events are freed by whoever lets go of that memory (under the lock)."""
+        import time
+
+        if not self._lock.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            return True
+        try:
+            return any(event != _NULL and not _event_is_ready(self.api, event)
+                       for _, event in self.pending_holds)
+        finally:
+            self._lock.release()
 
     # -- host memory the plugin reads ------------------------------------------------------
 
