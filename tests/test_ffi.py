@@ -471,10 +471,12 @@ import numpy as np
 import pjrt
 from conftest import cpu_plugin_path
 
-name = sys.argv[1]
+name, where = sys.argv[1], sys.argv[2]
 pjrt.load_pjrt_plugin_dynamically(name, cpu_plugin_path(name))
 client = pjrt.make_c_api_client(name, {"cpu_device_count": 2})
 first, second = client.devices()
+if where == "same":
+    second = first
 DOT = '''func.func public @main(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {
   %y = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
   return %y : tensor<64x64xf32>
@@ -496,9 +498,15 @@ def square_again(operands, results, attributes):
 pjrt.register_custom_call_target("square_again", square_again, platform="cpu")
 outer = client.compile_and_load(OUTER, [first])
 x = np.random.default_rng(0).random((64, 64), dtype=np.float32)
-got = np.asarray(outer.execute([client.buffer_from_pyval(x, first)])[0])
 d = x @ x
-print("CLOSE", bool(np.allclose(got, d @ d, rtol=1e-4)))
+try:
+    got = np.asarray(outer.execute([client.buffer_from_pyval(x, first)])[0])
+    print("CLOSE", bool(np.allclose(got, d @ d, rtol=1e-4)))
+except pjrt.XlaRuntimeError as error:
+    print("RAISED", str(error).replace("\\n", " "))
+# The client goes on: the inner program the plugin had queued runs once the outer one ended.
+again = np.asarray(inner.execute([client.buffer_from_pyval(x, second)])[0])
+print("AFTER", bool(np.allclose(again, d, rtol=1e-4)))
 """
 
 
@@ -506,5 +514,17 @@ def test_a_handler_runs_a_program_on_another_device_inside_an_asynchronous_progr
     """The way docs/threads-and-processes.md gives for a handler that runs programs: on
     another device than its own program's (on the same one, XLA's CPU plugin queues the inner
     launch behind the outer one, which waits for the handler)."""
-    done = run_python(_HANDLER_RUNS_A_PROGRAM, cpu_plugin.name, timeout=60)
-    assert done.stdout.strip().splitlines()[-1] == "CLOSE True", done.stdout
+    done = run_python(_HANDLER_RUNS_A_PROGRAM, cpu_plugin.name, "other", timeout=60)
+    assert done.stdout.strip().splitlines() == ["CLOSE True", "AFTER True"], done.stdout
+
+
+def test_a_handler_waiting_on_its_own_programs_device_is_an_error_not_a_hang(cpu_plugin):
+    """On the device whose asynchronous program runs the handler, the plugin queues the
+    inner launch behind the outer one: the wait on it is refused (the handler's RuntimeError
+    becomes the program's error), where it used to wait forever."""
+    done = run_python(_HANDLER_RUNS_A_PROGRAM, cpu_plugin.name, "same", timeout=60)
+    raised, after = done.stdout.strip().splitlines()
+    assert raised.startswith("RAISED") and "RuntimeError" in raised, done.stdout
+    assert "the device whose program is running the handler" in raised, raised
+    assert "Run the handler's programs on another device" in raised, raised
+    assert after == "AFTER True", done.stdout

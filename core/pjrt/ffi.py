@@ -42,6 +42,7 @@ import numpy as np
 
 from . import dtypes
 from ._capi import api as _c
+from ._capi.waits import handler_finished, handler_running_on_device
 from . import plugin as plugin_module
 from ._pjrt_cffi import ffi, lib
 from .errors import (ErrorCode, UnsupportedFeatureError, XlaRuntimeError, carry_across_plugin,
@@ -284,6 +285,29 @@ def _enter_handler(name: str):
     return _handler_depth.set(depth + 1)
 
 
+def _device_running_asynchronously(frame) -> int | None:
+    """The id of the device whose program called the handler of ``frame``, when that program
+    runs asynchronously, on the plugin's own threads (the handler then runs on a thread Python
+    did not start); None when it runs inline, on the thread that launched it, or when the
+    plugin cannot say (an FFI API older than ``XLA_FFI_DeviceOrdinal_Get``)."""
+    if not isinstance(threading.current_thread(), threading._DummyThread):
+        return None
+    ordinal = _ordinal_out()
+    if not lib.pjrt_shim_ffi_device_ordinal(frame, ordinal):
+        return None
+    return int(ordinal[0])
+
+
+_ordinals = threading.local()
+
+
+def _ordinal_out():
+    out = getattr(_ordinals, "out", None)
+    if out is None:
+        out = _ordinals.out = ffi.new("int32_t *")
+    return out
+
+
 def _python_handler(name: str, fn: Callable):
     """A C ``XLA_FFI_Handler`` that calls ``fn(operands, results, attributes)``."""
 
@@ -301,9 +325,11 @@ def _python_handler(name: str, fn: Callable):
                        for i in range(frame.rets.size)]
             attributes = _attributes(frame.attrs)
             depth = _enter_handler(name)
+            device = handler_running_on_device(_device_running_asynchronously(frame))
             try:
                 returned = fn(operands, results, attributes)
             finally:
+                handler_finished(device)
                 _handler_depth.reset(depth)
             if returned is not None:
                 _store_results(name, returned, results)

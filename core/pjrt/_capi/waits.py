@@ -84,6 +84,12 @@ def wait_buffer_ready(api: Api, buffer) -> None:
         return
     waiter = waiter_out[0]
     waiter_out[0] = _NULL
+    if _handler_device.get() is not None:
+        try:
+            refuse_waiting_on_the_handlers_device(api, (buffer,))
+        except BaseException:
+            _drop(api, lib.pjrt_shim_waiter_finish(waiter))
+            raise
     wait_for_waiter(api, waiter)
 
 
@@ -112,12 +118,61 @@ def wait_buffers_ready(api: Api, buffers: list) -> None:
     group = group_out[0]
     group_out[0] = _NULL
     try:
+        if _handler_device.get() is not None:
+            refuse_waiting_on_the_handlers_device(api, buffers)
         while not lib.pjrt_spmd_group_wait(group, WAIT_SLICE_MS):
             pass
     finally:
         error = lib.pjrt_spmd_group_finish(group)
     if error != _NULL:
         raise consume(api, error)
+
+
+# -- waits inside custom-call handlers ---------------------------------------------------------
+
+#: The id of the device whose program runs, asynchronously, the Python custom-call handler
+#: this thread is in; None outside such handlers (see `handler_running_on_device`).
+_handler_device: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "pjrt_handler_device", default=None)
+
+
+def handler_running_on_device(device_id: int | None) -> contextvars.Token:
+    """Note that this thread runs a custom-call handler for a program running asynchronously
+    on the device ``device_id`` (None: inline, or not known); `handler_finished` undoes it.
+
+    XLA's CPU plugin runs the launches of one device in order, and the PJRT C API gives no way
+    to queue a launch elsewhere, so a program launched on that device from inside the handler
+    starts only after the program running the handler ends, which waits for the handler: a
+    wait on it would never end. `refuse_waiting_on_the_handlers_device` turns that wait into
+    an error.
+    """
+    return _handler_device.set(device_id)
+
+
+def handler_finished(token: contextvars.Token) -> None:
+    _handler_device.reset(token)
+
+
+def refuse_waiting_on_the_handlers_device(api: Api, buffers) -> None:
+    """Raise RuntimeError if one of ``buffers`` (not computed yet) is on the device whose
+    program runs the custom-call handler this thread is in (see `handler_running_on_device`)."""
+    device_id = _handler_device.get()
+    for buffer in buffers:
+        device = api.call_new("PJRT_Buffer_Device", buffer=buffer).device
+        description = api.call_new("PJRT_Device_GetDescription", device=device).device_description
+        if api.call_new("PJRT_DeviceDescription_Id",
+                        device_description=description).id == device_id:
+            raise RuntimeError(
+                f"a custom-call handler waits on a program running on device {device_id}, the "
+                f"device whose program is running the handler: the plugin runs one device's "
+                f"programs in order, so that program starts only after the handler returns, "
+                f"and the wait would never end. Run the handler's programs on another device "
+                f"(compile them for another of client.devices(), with their inputs there)")
+
+
+def _drop(api: Api, error) -> None:
+    if error != _NULL:
+        consume(api, error)
 
 
 #: Each thread's out-parameters for `wait_buffer_ready` (allocating them per call

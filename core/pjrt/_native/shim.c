@@ -482,3 +482,22 @@ int pjrt_shim_skip_teardown_at_exit(void) {
 #else
 int pjrt_shim_skip_teardown_at_exit(void) { return -1; }
 #endif
+
+int pjrt_shim_ffi_device_ordinal(const void* call_frame, int32_t* ordinal_out) {
+  const XLA_FFI_CallFrame* frame = (const XLA_FFI_CallFrame*)call_frame;
+  const XLA_FFI_Api* api = frame == NULL ? NULL : frame->api;
+  if (api == NULL) return 0;
+  size_t end = offsetof(XLA_FFI_Api, XLA_FFI_DeviceOrdinal_Get) + sizeof(void*);
+  if (api->struct_size < end || api->XLA_FFI_DeviceOrdinal_Get == NULL) return 0;
+  SHIM_ARGS(XLA_FFI_DeviceOrdinal_Get_Args, args, device_ordinal);
+  args.ctx = frame->ctx;
+  XLA_FFI_Error* error = api->XLA_FFI_DeviceOrdinal_Get(&args);
+  if (error != NULL) {
+    SHIM_ARGS(XLA_FFI_Error_Destroy_Args, destroy, error);
+    destroy.error = error;
+    api->XLA_FFI_Error_Destroy(&destroy);
+    return 0;
+  }
+  *ordinal_out = args.device_ordinal;
+  return 1;
+}

@@ -195,3 +195,9 @@ int pjrt_shim_buffer_wait(const PJRT_Api* api, PJRT_Buffer* buffer, int64_t slic
  * meanwhile (a function-local static made on first use). Returns 0 when it
  * could be arranged (glibc's on_exit). */
 int pjrt_shim_skip_teardown_at_exit(void);
+
+/* The id of the device whose program called the FFI handler of `frame` (an
+ * XLA_FFI_CallFrame*; void here, for the C files that do not see XLA FFI's
+ * header) in *ordinal_out, through XLA_FFI_DeviceOrdinal_Get; returns 1, or 0
+ * when the plugin's FFI API lacks the call or refuses it (its error is freed). */
+int pjrt_shim_ffi_device_ordinal(const void* frame, int32_t* ordinal_out);
