@@ -54,6 +54,7 @@ def live_clients() -> list["Client"]:
 #: The most devices `Client.default_device_assignment` assigns (the most a CPU client has).
 MAX_ASSIGNED_DEVICES = 65536
 
+
 class Client:
     """A PJRT client: devices, memories, transfers and compilation for one plugin.
 
@@ -440,13 +441,14 @@ def create_client(plugin: plugin_module.Plugin,
         late.keep_alive = callbacks
         late.close()
 
+    # Refused before the plugin is asked when it could not start its threads (it aborts then).
+    memory_headroom.check_threads(plugin.name, checked.get("cpu_device_count"))
+    memory_headroom.check_client(plugin.name, checked.get("cpu_device_count"))
     # On a worker thread, so that Ctrl-C reaches the caller while the plugin starts up.
     # Plugins print while they start (cuInit failing, libtpu's environment): quiet by
     # default, as when the registry brings a backend up (pjrt.plugin_logging.quietly).
     # (The key-value callbacks then run on the worker too, so Ctrl-C reaches this thread as a
     # KeyboardInterrupt while it waits, never the plugin's error for a cancelled get.)
-    memory_headroom.check_threads(plugin.name, checked.get("cpu_device_count"))
-    memory_headroom.check_client(plugin.name, checked.get("cpu_device_count"))
     with plugin_logging.quietly(plugin.name):
         pointer = call_off_thread(create, close_late)
     handle = ClientHandle(api, pointer)

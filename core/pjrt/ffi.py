@@ -290,22 +290,14 @@ def _device_running_asynchronously(frame) -> int | None:
     runs asynchronously, on the plugin's own threads (the handler then runs on a thread Python
     did not start); None when it runs inline, on the thread that launched it, or when the
     plugin cannot say (an FFI API older than ``XLA_FFI_DeviceOrdinal_Get``)."""
+    # A thread Python did not start is seen as a _DummyThread (threading has no public name
+    # for that): the program runs on the plugin's threads, not inline on its launcher's.
     if not isinstance(threading.current_thread(), threading._DummyThread):
         return None
-    ordinal = _ordinal_out()
+    ordinal = ffi.new("int32_t *")
     if not lib.pjrt_shim_ffi_device_ordinal(frame, ordinal):
         return None
     return int(ordinal[0])
-
-
-_ordinals = threading.local()
-
-
-def _ordinal_out():
-    out = getattr(_ordinals, "out", None)
-    if out is None:
-        out = _ordinals.out = ffi.new("int32_t *")
-    return out
 
 
 def _python_handler(name: str, fn: Callable):

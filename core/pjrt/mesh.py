@@ -27,8 +27,8 @@ __all__ = ["Mesh", "P", "PartitionSpec", "UNCONSTRAINED", "check_spec_axes"]
 # PartitionSpec
 # --------------------------------------------------------------------------
 
-#: The highest array rank a spec or sharding is worked out for (DLPack's bound, and far above what
-#: any program uses): a rank is a length of lists built here.
+#: The highest array rank a spec or sharding is worked out for (DLPack's bound, far above what
+#: any program uses): a rank is the length of lists built here.
 MAX_RANK = 64
 
 

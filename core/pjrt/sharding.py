@@ -37,9 +37,9 @@ from .device import Device
 from .device_list import DeviceList
 from .errors import XlaRuntimeError
 from .hlo_sharding import HloSharding, OpShardingType
-from .mesh import UNCONSTRAINED, Mesh, P, PartitionSpec, check_spec_axes
+from .mesh import UNCONSTRAINED, Mesh, P, PartitionSpec, check_rank, check_spec_axes
 from ._sharding.equivalence import REPLICATED, LayoutToken, layout_token
-from ._sharding.annotations import (check_rank, hlo_sharding_from_sdy, partition_spec_from_sdy,
+from ._sharding.annotations import (hlo_sharding_from_sdy, partition_spec_from_sdy,
                                    partition_spec_from_sdy_text, sdy_sharding_from_spec,
                                    spec_to_hlo_sharding)
 

@@ -105,8 +105,12 @@ def client_need(device_count: int | None) -> int:
     """Address space that creating a client with ``device_count`` devices is expected to take:
     XLA's CPU client starts two pools of ``max(cores, devices)`` threads (measured: 8 devices
     on 2 cores took 1153 MiB, 32 devices 1541 MiB)."""
-    cores = os.cpu_count() or 1
-    return CLIENT_BASE_BYTES + threads_need(2 * max(cores, device_count or 1))
+    return CLIENT_BASE_BYTES + threads_need(client_threads(device_count))
+
+
+def client_threads(device_count: int | None) -> int:
+    """The threads XLA's CPU client starts: two pools of ``max(cores, devices)``."""
+    return 2 * max(os.cpu_count() or 1, device_count or 1)
 
 
 def compile_need(first: bool) -> int:
@@ -135,10 +139,6 @@ def check_client(plugin_name: str, device_count: int | None) -> None:
         _check_step(f"create a client of plugin {plugin_name!r}", client_need(device_count))
 
 
-#: The plugins (`id` of their `Api`, which lives as long as the process) that have compiled.
-_compiled: set[int] = set()
-
-
 #: Clients of up to this many threads are not checked against the system's thread limits.
 THREADS_CHECKED_FROM = 256
 
@@ -148,8 +148,7 @@ def check_threads(plugin_name: str, device_count: int | None) -> None:
     process may start: each takes two memory mappings (its stack and guard page) under
     ``vm.max_map_count``, and counts against ``RLIMIT_NPROC``. (XLA's CPU plugin aborts when a
     thread cannot be started; 65536 devices need 131072 threads.)"""
-    cores = os.cpu_count() or 1
-    threads = 2 * max(cores, device_count or 1)
+    threads = client_threads(device_count)
     if threads < THREADS_CHECKED_FROM:
         return
     running = _threads_running()
@@ -171,6 +170,10 @@ def check_threads(plugin_name: str, device_count: int | None) -> None:
                 f"a client of plugin {plugin_name!r} with {device_count} devices starts "
                 f"{threads} threads, and this process can start about {max(room, 0)} more "
                 f"under {what}: ask for fewer devices (cpu_device_count)")
+
+
+#: The plugins (`id` of their `Api`, which lives as long as the process) that have compiled.
+_compiled: set[int] = set()
 
 
 def check_compile(api) -> None:
