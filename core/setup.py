@@ -58,10 +58,13 @@ def _setuptools_predates_pep639() -> bool:
 if _building():
     require_c_compiler("pjrt")
 
-#: The per-call path (pjrt/_native/hot_path.c): a small extension in CPython's own C API,
-#: limited to the stable ABI like the cffi one, so the wheel stays one cp310-abi3 wheel.
+#: The native runtime (pjrt/_native/hot_path.h names its files): a small extension in
+#: CPython's own C API, limited to the stable ABI like the cffi one, so the wheel stays one
+#: cp310-abi3 wheel.
+HOT_PATH_SOURCES = ["hot_path.c", "handle_core.c", "array_core.c", "call_plan.c",
+                    "small_reads.c"]
 HOT_PATH = setuptools.Extension(
-    "pjrt._hot_path", sources=["pjrt/_native/hot_path.c"],
+    "pjrt._hot_path", sources=[f"pjrt/_native/{name}" for name in HOT_PATH_SOURCES],
     include_dirs=["pjrt/include", "pjrt/_native"],
     define_macros=[("Py_LIMITED_API", "0x030A0000")], py_limited_api=True,
     extra_compile_args=["-O2", "-Wall"])

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ._hot_path import configure_reads, read_small as _read_small
+from ._capi.native import ArrayCore, read_small as _read_small, set_small_read_limit
 from ._pjrt_cffi import ffi, lib
 from .errors import check, consume
 from ._capi.waits import wait_buffer_ready
@@ -37,8 +37,7 @@ if TYPE_CHECKING:
 VIEW_THRESHOLD_BYTES = 1 << 16
 
 _host_read = lib.pjrt_host_read
-configure_reads(int(ffi.cast("uintptr_t", ffi.addressof(lib, "pjrt_host_read"))),
-                VIEW_THRESHOLD_BYTES)
+set_small_read_limit(VIEW_THRESHOLD_BYTES)
 _NOT_READY = lib.PJRT_HOST_READ_NOT_READY
 _ndarray = np.ndarray
 _frombuffer = np.frombuffer
@@ -132,27 +131,16 @@ def in_logical_order(stored: np.ndarray, physical_order: tuple) -> np.ndarray:
     return stored.transpose(np.argsort(physical_order))
 
 
-class HostReads:
+class HostReads(ArrayCore):
     """The host-read methods of `pjrt.array.Array` (`np.asarray`, `to_py`, `item`, ...).
 
-    Relies on the Array's buffers (`live_buffers()`), its sharding and its host caches
-    (`_host_copy`, `_host_view`), which only the Array and this class touch.
+    Relies on the Array's fields (ArrayCore's): its buffers (`live_buffers()`), its sharding
+    and its host caches (`_host_copy`, `_host_view`), which only the Array and this class touch.
     """
 
     __slots__ = ()
 
     if TYPE_CHECKING:  # what the Array provides: this class keeps no state of its own
-        _handle: ClientHandle
-        _client: Client
-        _sharding: Any
-        _host_copy: np.ndarray | None
-        _host_view: Any
-        _physical_order: tuple | None
-        _buffers: list | None
-        _parent: Any
-        _shared: bool
-        shape: tuple[int, ...]
-        dtype: np.dtype
 
         def live_buffers(self) -> list: ...
         def is_deleted(self) -> bool: ...
@@ -235,14 +223,11 @@ class HostReads:
         """`_read` between ``ClientHandle.begin`` and ``end``: every read but the first read of
         a small single-device array (which `__array__` does itself)."""
         handle = self._handle
-        ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined
-        handle.active[ticket] = None
+        ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
         try:
             return self._read(handle)  # raises for a deleted array or closed client
         finally:
-            del handle.active[ticket]
-            if handle.parked or handle.closed:
-                handle.settle()
+            handle.end(ticket)
 
     def __array__(self, dtype=None, copy=None):
         # The hot path of every read, written out in one function: each call, attribute
@@ -250,7 +235,7 @@ class HostReads:
         value = self._host_copy
         handle = self._handle
         if value is None and (raw := _read_small(self)) is not None:
-            # The first read of a small computed value: copied in C (pjrt._hot_path.read_small)
+            # The first read of a small computed value: copied in C (pjrt._capi.native.read_small)
             shape = self.shape
             value = (_frombuffer(raw, self.dtype) if len(shape) == 1
                      else _ndarray(shape, self.dtype, raw))
@@ -258,8 +243,7 @@ class HostReads:
             if self._shared:  # exported through DLPack by another thread meanwhile
                 self._host_copy = None
         elif value is None:
-            ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined
-            handle.active[ticket] = None
+            ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
             try:
                 buffers = self._buffers  # read under the ticket: a delete() from now on waits
                 if (buffers is None or handle.closed or self._sharding is not None
@@ -285,9 +269,7 @@ class HostReads:
                         if self._shared:  # exported through DLPack by another thread meanwhile
                             self._host_copy = None
             finally:
-                del handle.active[ticket]
-                if handle.parked or handle.closed:
-                    handle.settle()
+                handle.end(ticket)
         elif self._buffers is None or self._parent is not None or handle.closed:
             value = self._read_under_ticket()  # a deleted array is not read from its cache
         if dtype is not None and np.dtype(dtype) != value.dtype:

@@ -1,13 +1,48 @@
-# The per-call path's extension (_native/hot_path.c), for type checkers: they need no build.
-# ArrayCore's and HandleCore's fields are declared where they are assigned (pjrt.array.Array,
-# pjrt._capi.handles.ClientHandle), so the checker takes their types from there.
-from typing import Any, Callable
+# The native runtime's extension (_native/hot_path.h names its files), for type checkers: they
+# need no build. HandleCore's fields are declared where they are assigned
+# (pjrt._capi.handles.ClientHandle.__init__); ArrayCore's are set in C, by its one constructor,
+# so they are declared here, and tests/test_native_core.py checks these names against the C
+# field list (HP_ARRAY_FIELDS).
+from typing import Any, Callable, TypeVar
+
+import numpy as np
+
+MAX_DEVICES: int
+
+_Array = TypeVar("_Array", bound="ArrayCore")
 
 
-class ArrayCore: ...
+class HandleCore:
+    def take_ticket(self) -> int: ...
+
+    def end(self, ticket: int) -> None: ...
+
+    def release_buffers(self, owner_id: int) -> None: ...
 
 
-class HandleCore: ...
+class ArrayCore:
+    _client: Any
+    _handle: Any
+    _buffers: list | None
+    _devices: tuple
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    _host_copy: np.ndarray | None
+    _host_view: Any
+    _deleted_reason: str | None
+    _sharding: Any
+    _parent: Any
+    _shared: bool
+    _physical_order: tuple | None
+
+    def __init__(self, client: Any, handle: HandleCore, buffers: list, devices: tuple,
+                 shape: tuple, dtype: np.dtype, sharding: Any = ..., parent: Any = ...,
+                 physical_order: tuple | None = ...) -> None: ...
+
+    @classmethod
+    def _adopt(cls: type[_Array], client: Any, handle: HandleCore, buffers: list,
+               devices: tuple, shape: tuple, dtype: np.dtype, sharding: Any = ...,
+               parent: Any = ..., physical_order: tuple | None = ...) -> _Array: ...
 
 
 class CallPlan:
@@ -18,18 +53,18 @@ class CallPlan:
                  ndarray_type: type, parameters: tuple, outputs: tuple, donated: tuple,
                  new_call: Callable[[], tuple], prepare_donations: Callable[..., tuple],
                  consume_donated: Callable[..., None], raise_error: Callable[..., None],
-                 launch_address: int, accept: Callable[..., bool] | None = ...) -> None: ...
+                 accept: Callable[..., bool] | None = ...) -> None: ...
 
     def run(self, arguments: Any, copy_host_values: bool) -> list | None: ...
 
     def drop_idle_calls(self) -> None: ...
 
 
-def configure(address_slot: Any, address_slot_address: int,
-              buffer_destroy_address: int) -> None: ...
+def configure(address_slot: Any, address_slot_address: int, *, buffer_destroy: int,
+              error_destroy: int, call_run: int, execute: int, host_read: int) -> None: ...
 
 
 def read_small(array: Any) -> bytes | None: ...
 
 
-def configure_reads(host_read_address: int, view_threshold_bytes: int) -> None: ...
+def set_small_read_limit(view_threshold_bytes: int) -> None: ...

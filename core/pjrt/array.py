@@ -21,7 +21,7 @@ from . import dtypes, layouts
 from ._capi import dlpack_structs as _dlpack
 from ._capi import handles
 from ._host_reads import HostReads, buffer_to_host
-from ._hot_path import ArrayCore
+from ._capi.native import ArrayCore
 from ._pjrt_cffi import ffi, lib
 from .device import Device, Memory
 from .errors import ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError, check
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from .client import Client
 
 _NULL = ffi.NULL
-_new_object = object.__new__
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
@@ -46,7 +45,7 @@ class Shard:
     data: "Array"
 
 
-class Array(HostReads, ArrayCore):
+class Array(HostReads):
     """An array held in device memory.
 
     Attributes:
@@ -60,13 +59,14 @@ class Array(HostReads, ArrayCore):
     write to the memory).
     """
 
-    # The fields (``_client``, ``_handle``, ``_buffers``, ``_devices``, ``shape``, ``dtype``,
-    # ``_host_copy``, ``_host_view``, ``_deleted_reason``, ``_sharding``, ``_parent``, ``_shared``,
-    # ``_physical_order``) are ArrayCore's (pjrt._hot_path): they behave as slots, and C reads
-    # them on the per-call path. When an Array is collected, ArrayCore's finaliser marks it
-    # deleted and hands its buffers to the handle, which frees them under its own rules (a
-    # finaliser in C rather than a __del__: one Python frame per Array freed would cost more than
-    # the rest of a small call).
+    # The fields are ArrayCore's (pjrt._capi.native; their one list is HP_ARRAY_FIELDS in
+    # _native/hot_path.h, typed in pjrt/_hot_path.pyi): they behave as slots, and C reads them
+    # on the per-call path. ArrayCore also holds the one constructor: ``__init__`` below hands
+    # it the fields, and ``Array._adopt(client, handle, buffers, devices, shape, dtype)`` makes
+    # an array without calling the class (an executable's outputs). When an Array is
+    # collected, ArrayCore's finaliser marks it deleted and hands its buffers to the handle,
+    # which frees them under its own rules (a finaliser in C rather than a __del__: one Python
+    # frame per Array freed would cost more than the rest of a small call).
     __slots__ = ("__weakref__",)
 
     def __init__(self, client: "Client", buffers: list, devices: tuple, shape: tuple,
@@ -85,45 +85,13 @@ class Array(HostReads, ArrayCore):
           physical_order: for buffers whose layout is not row-major (a program's output
             compiled to another layout), the dimensions from major to minor; reads honour it.
         """
-        self._client = client
-        handle = self._handle = client.raw_handle
-        self._buffers = buffers
-        self._devices = devices
-        self.shape = shape
-        self.dtype = dtype
-        self._host_copy = None
-        self._host_view = None
-        self._deleted_reason = None
-        self._shared = False
-        self._sharding = sharding
-        self._parent = parent
-        self._physical_order = physical_order
-        if parent is None:
-            handle.buffers[id(self)] = buffers
-            if host_holds:
-                holds = [hold for hold in host_holds if hold is not None]
-                if holds:
-                    handle.hold_host_memory(id(self), holds)
-
-    @classmethod
-    def _adopt_output(cls, client: "Client", handle, buffer, devices: tuple, shape: tuple,
-                      dtype: np.dtype, physical_order: tuple | None = None) -> "Array":
-        """``Array(client, [buffer], devices, shape, dtype)`` for an executable's output, made
-        without the generic constructor call (``handle`` is ``client.raw_handle``): a program's
-        call makes one per output."""
-        self = _new_object(cls)
-        self._client = client
-        self._handle = handle
-        self._buffers = buffers = [buffer]
-        self._devices = devices
-        self.shape = shape
-        self.dtype = dtype
-        self._host_copy = self._host_view = self._deleted_reason = None
-        self._shared = False
-        self._sharding = self._parent = None
-        self._physical_order = physical_order
-        handle.buffers[id(self)] = buffers
-        return self
+        handle = client.raw_handle
+        ArrayCore.__init__(self, client, handle, buffers, devices, shape, dtype, sharding,
+                           parent, physical_order)
+        if parent is None and host_holds:
+            holds = [hold for hold in host_holds if hold is not None]
+            if holds:
+                handle.hold_host_memory(id(self), holds)
 
     # -- ownership -------------------------------------------------------------------------
 
@@ -399,15 +367,12 @@ class Array(HostReads, ArrayCore):
           XlaRuntimeError: the computation failed.
         """
         handle = self._handle
-        ticket = next(handle.tickets)  # ClientHandle.begin/end, inlined on this hot path
-        handle.active[ticket] = None
+        ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
         try:
             api = handle.api
             wait_buffers_ready(api, self.live_buffers())  # raises once the client is closed
         finally:
-            del handle.active[ticket]
-            if handle.parked or handle.closed:
-                handle.settle()
+            handle.end(ticket)
         return self
 
     @handles.native_method

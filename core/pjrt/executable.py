@@ -24,7 +24,7 @@ from ._capi import handles
 from ._capi import long_runs
 from ._capi import memory_headroom
 from ._capi.api import HEADER_VERSION
-from ._hot_path import CallPlan
+from ._capi.native import MAX_DEVICES, CallPlan
 from ._pjrt_cffi import ffi, lib
 from .array import Array, check_device_sets
 # CompiledMemoryStats is re-exported: its home was this module.
@@ -40,9 +40,7 @@ if TYPE_CHECKING:
 
 _NULL = ffi.NULL
 _execute = lib.pjrt_shim_execute
-_CALL_RUN_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "pjrt_shim_call_run")))
-_EXECUTE_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "pjrt_shim_execute")))
-_adopt_output = Array._adopt_output
+_adopt = Array._adopt
 
 
 class _Scratch:
@@ -306,7 +304,7 @@ class LoadedExecutable(ExecutableMetadata):
           DeletedArrayError: an argument was deleted or donated before.
           XlaRuntimeError: the plugin failed to launch the program.
         """
-        # The per-call path (pjrt._hot_path.CallPlan.run): live single-device Arrays and small
+        # The per-call path (pjrt._capi.native's CallPlan.run): live single-device Arrays and small
         # numpy arrays that are what the parameters are go straight into one C call (checks,
         # ticket, host copies, launch, output Arrays). It answers None for anything else, having
         # done nothing, and the full path below checks everything and reports every error.
@@ -324,11 +322,11 @@ class LoadedExecutable(ExecutableMetadata):
         if len(devices) != 1:
             raise ValueError(f"this executable runs on {len(devices)} devices; use "
                              f"execute_sharded")
-        # One native call on the client (ClientHandle.begin/end, inlined): every pointer is
-        # read after the ticket is taken, so nothing read here is freed before it ends.
+        # One native call on the client (ClientHandle.begin, with its closed check below):
+        # every pointer is read after the ticket is taken, so nothing read here is freed before
+        # it ends.
         handle = self._handle
-        ticket = next(handle.tickets)
-        handle.active[ticket] = None
+        ticket = handle.take_ticket()
         scratch = copies = None
         try:
             pointer = self._pointer
@@ -363,9 +361,7 @@ class LoadedExecutable(ExecutableMetadata):
                 long_runs.free_after(scratch, copies.free)
             if scratch is not None:
                 scratch.busy = False
-            del handle.active[ticket]
-            if handle.parked or handle.closed:
-                handle.settle()
+            handle.end(ticket)
 
     @handles.native_method
     def execute_sharded(self, arguments: Sequence[Sequence[Array]]) -> ExecuteResults:
@@ -584,8 +580,8 @@ class LoadedExecutable(ExecutableMetadata):
         if shapes is None:
             return [_array_from_buffer(client, outputs[base + i], devices) for i in range(count)]
         handle, orders = self._handle, self._output_orders
-        return [_adopt_output(client, handle, outputs[base + i], devices, shapes[i],
-                              output_dtypes[i], orders[i])
+        return [_adopt(client, handle, [outputs[base + i]], devices, shapes[i],
+                       output_dtypes[i], None, None, orders[i])
                 for i in range(count)]
 
     def __call__(self, *arguments: Array) -> list[Array]:
@@ -609,11 +605,7 @@ def _make_plan(executable: "LoadedExecutable", parameters: tuple, fixed: tuple) 
                     parameters, tuple(executable._output_specs), donated, new_call,
                     functools.partial(_prepare_call_donations, donated),
                     functools.partial(_consume_call_donations, donated),
-                    functools.partial(_raise_call_error, handle.api), _CALL_RUN_ADDRESS)
-
-
-#: The most devices a `CallPlan` spans (hot_path.c's MAX_DEVICES).
-_PLAN_MAX_DEVICES = 64
+                    functools.partial(_raise_call_error, handle.api))
 
 
 def _make_global_plan(executable: "LoadedExecutable") -> CallPlan | None:
@@ -623,7 +615,7 @@ def _make_global_plan(executable: "LoadedExecutable") -> CallPlan | None:
     devices = executable._devices
     if (executable._output_shapes is None or executable._signature is None
             or executable._global_devices is not None or any(executable._output_orders)
-            or not 1 < len(devices) <= _PLAN_MAX_DEVICES):
+            or not 1 < len(devices) <= MAX_DEVICES):
         return None
     try:
         shardings = tuple(executable.input_shardings)
@@ -643,7 +635,7 @@ def _make_global_plan(executable: "LoadedExecutable") -> CallPlan | None:
                     outputs, donated, new_call,
                     functools.partial(_prepare_call_donations, donated),
                     functools.partial(_consume_call_donations, donated),
-                    functools.partial(_raise_call_error, handle.api), _EXECUTE_ADDRESS,
+                    functools.partial(_raise_call_error, handle.api),
                     functools.partial(_fits_parameter, shardings, executable._parameter_specs))
 
 

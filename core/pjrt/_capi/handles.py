@@ -20,7 +20,9 @@ made through it. The rules it keeps:
   call is running, and leaked otherwise.
 
 The bookkeeping on the hot path is a ticket from ``itertools.count`` and one dict insertion and
-deletion (each atomic under the GIL); the lock is taken only to free things.
+deletion (each atomic under the GIL), done by `HandleCore` in C (see `pjrt._capi.native`): the
+one implementation of the tickets and of the release of buffers, for Python and C callers
+alike. The lock is taken only to free things.
 """
 from __future__ import annotations
 
@@ -33,21 +35,14 @@ import weakref
 from typing import Callable
 
 from .api import Api
-from .._hot_path import HandleCore, configure as _configure_hot_path
 from .._pjrt_cffi import ffi, lib
 from ..errors import ClosedClientError, check
+from .native import HandleCore
 from .waits import exit_began, exit_time_left, skip_native_teardown_at_exit
 
 _NULL = ffi.NULL
 _destroy_buffer = lib.pjrt_shim_buffer_destroy
 _destroy_buffers = lib.pjrt_shim_buffers_destroy
-
-# The C side of the hot path (pjrt._hot_path) frees an Array's buffer itself when the Array is
-# collected: it gets the buffer's address through this cffi slot, and frees it with the same
-# helper as release_buffers below.
-_address_slot = ffi.new("PJRT_Buffer*[1]")
-_configure_hot_path(_address_slot, int(ffi.cast("uintptr_t", _address_slot)),
-                    int(ffi.cast("uintptr_t", ffi.addressof(lib, "pjrt_shim_buffer_destroy"))))
 
 #: Incremented in a child process after ``fork()``; a handle made in another generation
 #: belongs to the parent.
@@ -94,7 +89,7 @@ class ClientHandle(HandleCore):
       executables: owner id -> ``(PJRT_LoadedExecutable*, PJRT_Executable*)``.
     """
 
-    # The fields are HandleCore's (pjrt._hot_path), where C reads them when an Array is freed;
+    # The fields are HandleCore's (pjrt._capi.native), where C reads them when an Array is freed;
     # they behave as slots.
     __slots__ = ("__weakref__",)
 
@@ -130,64 +125,29 @@ class ClientHandle(HandleCore):
 
     # -- calls -----------------------------------------------------------------------------
 
+    # The call tickets and the release of buffers are HandleCore's (pjrt._capi.native), the
+    # one implementation of both rules, which the per-call path in C uses too:
+    # ``take_ticket()`` registers a running call, ``end(ticket)`` ends it (and settles what
+    # waited for it), ``release_buffers(owner_id)`` frees an owner's buffers at once when no
+    # other call is running and the client is open, and parks them otherwise.
+
     def begin(self) -> int:
-        """Start a native call on this client; returns its ticket for `end`.
+        """Start a native call on this client; returns its ticket for ``end``.
 
         Raises:
           ClosedClientError: the client is closed (or belongs to the parent of a fork).
         """
-        ticket = next(self.tickets)
-        self.active[ticket] = None
+        ticket = self.take_ticket()
         if self.closed:
             self.end(ticket)
             raise ClosedClientError(self.closed_reason)
         return ticket
-
-    def end(self, ticket: int) -> None:
-        """End the call ``ticket``; frees what was waiting for it to end."""
-        del self.active[ticket]
-        if self.parked or self.closed:
-            self.settle()
 
     def calling(self) -> "_Call":
         """``with handle.calling():`` brackets a native call (see `begin`)."""
         return _Call(self)
 
     # -- releasing -------------------------------------------------------------------------
-
-    def release_buffers(self, owner_id: int) -> None:
-        """The buffers of ``owner_id`` are no longer wanted: free them once no call that may
-        be using them is running (at once if none is)."""
-        # This release is itself a call, and its ticket is taken before the buffers are
-        # looked up: a client being torn down either sees the ticket (and waits for it) or
-        # has already emptied ``buffers`` (and this finds nothing to free).
-        # (This runs once per Array freed, so `end` is inlined and empty tables are not
-        # searched: an owner's views and holds are recorded while it is alive, never after.)
-        active = self.active
-        ticket = next(self.tickets)
-        active[ticket] = None
-        try:
-            buffers = self.buffers.pop(owner_id, None)  # one caller wins
-            if buffers is None:
-                return
-            if self.viewed:
-                self.viewed.pop(owner_id, None)
-            holds = self.holds.pop(owner_id, None) if self.holds else None
-            # The common case, made cheap: with no other call running, none can be using the
-            # buffers (calls that start now find their owner released), so they go at once.
-            if (len(active) == 1 and not holds and not self.parked
-                    and self.generation == _fork_generation and self.pointer != _NULL):
-                if len(buffers) == 1:
-                    _destroy_buffer(self.table, buffers[0])
-                else:
-                    _destroy_buffers(self.table, ffi.new("PJRT_Buffer*[]", buffers),
-                                     len(buffers))
-                return
-            self.parked.append((ticket, "buffers", (buffers, holds)))
-        finally:
-            del active[ticket]
-            if self.parked or self.closed:
-                self.settle()
 
     def release_executable(self, owner_id: int) -> None:
         """Like `release_buffers`, for the executable of ``owner_id``."""
@@ -321,8 +281,7 @@ class ClientHandle(HandleCore):
         # The events are asked for under a ticket of this wait's own: a buffer released by
         # another thread meanwhile (a daemon thread, at exit) is then parked, not freed under
         # the question.
-        ticket = next(self.tickets)
-        self.active[ticket] = None
+        ticket = self.take_ticket()
         try:
             for buffers in list(self.buffers.values()):
                 for buffer in buffers:
@@ -331,7 +290,9 @@ class ClientHandle(HandleCore):
             self._destroy_events(owned)
             return False
         finally:
-            del self.active[ticket]  # (what it parked is freed by the caller's settle)
+            # Ended without `end`, which would settle: what it parked is freed by the caller's
+            # settle, once the events asked for here are no longer needed.
+            del self.active[ticket]
         try:
             unfinished = owned
             while True:

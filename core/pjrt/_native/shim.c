@@ -304,6 +304,10 @@ static void shim_drop_error(const PJRT_Api* api, PJRT_Error* error) {
   api->PJRT_Error_Destroy(&args);
 }
 
+void pjrt_shim_error_destroy(const PJRT_Api* api, PJRT_Error* error) {
+  shim_drop_error(api, error);
+}
+
 void pjrt_shim_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer) {
   if (buffer == NULL) return;
   SHIM_ARGS(PJRT_Buffer_Destroy_Args, args, buffer);

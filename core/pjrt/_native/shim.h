@@ -140,6 +140,9 @@ PJRT_Error* pjrt_shim_buffer_host_address(const PJRT_Api* api,
                                           PJRT_Buffer* buffer, size_t size,
                                           uintptr_t* address_out);
 
+/* Frees a PJRT_Error* (NULL is allowed) that nothing will report. */
+void pjrt_shim_error_destroy(const PJRT_Api* api, PJRT_Error* error);
+
 /* Frees one buffer, dropping any error (see pjrt_shim_buffers_destroy). */
 void pjrt_shim_buffer_destroy(const PJRT_Api* api, PJRT_Buffer* buffer);
 

@@ -1,0 +1,36 @@
+"""The core's native runtime (``pjrt._hot_path``, built from ``_native/hot_path.c`` and the
+files it names), wired to the cffi extension once, here.
+
+The runtime owns the state machine of the per-call path and nothing else: call tickets and the
+release of an owner's buffers (`HandleCore`, the base of
+`pjrt._capi.handles.ClientHandle`), an Array's fields and its one constructor (`ArrayCore`,
+the base of `pjrt.array.Array`), the launch of a program on one or several devices
+(`CallPlan`, on at most `MAX_DEVICES` devices) and the first read of a small value (`read_small`). Python above it decides the
+policy: which errors to raise and their words, parking, teardown, when to check what.
+
+It reaches the plugin only through functions of the cffi extension (``_pjrt_cffi``), whose
+addresses it is given below; every other module imports the runtime from here, so that it is
+never used unwired.
+"""
+from __future__ import annotations
+
+from .._hot_path import (MAX_DEVICES, ArrayCore, CallPlan, HandleCore, configure,
+                         read_small, set_small_read_limit)
+from .._pjrt_cffi import ffi, lib
+
+__all__ = ["MAX_DEVICES", "ArrayCore", "CallPlan", "HandleCore", "read_small", "set_small_read_limit"]
+
+
+def _address(function_name: str) -> int:
+    return int(ffi.cast("uintptr_t", ffi.addressof(lib, function_name)))
+
+
+# The runtime reads the address behind a PJRT_Buffer* cdata by assigning the cdata into this
+# one-element cffi array (cffi's own, checked conversion) and reading the array's memory.
+_address_slot = ffi.new("PJRT_Buffer*[1]")
+configure(_address_slot, int(ffi.cast("uintptr_t", _address_slot)),
+          buffer_destroy=_address("pjrt_shim_buffer_destroy"),
+          error_destroy=_address("pjrt_shim_error_destroy"),
+          call_run=_address("pjrt_shim_call_run"),
+          execute=_address("pjrt_shim_execute"),
+          host_read=_address("pjrt_host_read"))

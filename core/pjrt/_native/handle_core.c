@@ -1,0 +1,300 @@
+/* HandleCore: the fields of pjrt._capi.handles.ClientHandle and the rules
+ * that run on them (see hot_path.h for the map of the extension).
+ *
+ * The ownership rules are pjrt._capi.handles's: a call holds a ticket on its
+ * client while the GIL is released around the plugin; a buffer is freed by
+ * whoever takes its list out of the handle's registry, and only when no other
+ * call is running (otherwise it is parked until the older calls end). This
+ * file is the one place those two rules are carried out; Python's handle
+ * decides what a closed client raises, and settles what is parked. */
+#include "hot_path.h"
+
+/* ---- buffer addresses ---------------------------------------------------- */
+
+PJRT_Buffer* hp_address_of(AddressCache* cache, PyObject* buffer) {
+  if (cache->source == buffer) {
+    return cache->address;
+  }
+  if (PyObject_SetItem(hp_wiring.address_slot, hp_names.index_zero, buffer) < 0) {
+    return NULL;
+  }
+  PJRT_Buffer* address = hp_wiring.address_slot_memory[0];
+  Py_INCREF(buffer);
+  Py_XSETREF(cache->source, buffer);
+  cache->address = address;
+  return address;
+}
+
+int hp_addresses_of(AddressCache* cache, PyObject* buffers, Py_ssize_t count,
+                    PJRT_Buffer** out, Py_ssize_t stride) {
+  if (count == 1) {
+    PJRT_Buffer* address = hp_address_of(cache, PyList_GetItem(buffers, 0));
+    out[0] = address;
+    return address == NULL ? -1 : 0;
+  }
+  PyObject* sources = cache->sources;
+  int cached = sources != NULL && cache->addresses != NULL && PyTuple_Size(sources) == count;
+  for (Py_ssize_t d = 0; cached && d < count; ++d) {
+    cached = PyList_GetItem(buffers, d) == PyTuple_GetItem(sources, d);
+  }
+  if (!cached) {
+    PyObject* fresh = PyList_AsTuple(buffers);
+    PJRT_Buffer** addresses = PyMem_Malloc(count * sizeof(PJRT_Buffer*));
+    if (fresh == NULL || addresses == NULL) {
+      Py_XDECREF(fresh);
+      PyMem_Free(addresses);
+      if (!PyErr_Occurred()) {
+        PyErr_NoMemory();
+      }
+      return -1;
+    }
+    for (Py_ssize_t d = 0; d < count; ++d) {
+      if (PyObject_SetItem(hp_wiring.address_slot, hp_names.index_zero,
+                           PyTuple_GetItem(fresh, d)) < 0) {
+        Py_DECREF(fresh);
+        PyMem_Free(addresses);
+        return -1;
+      }
+      addresses[d] = hp_wiring.address_slot_memory[0];
+    }
+    Py_XSETREF(cache->sources, fresh);
+    PyMem_Free(cache->addresses);
+    cache->addresses = addresses;
+  }
+  for (Py_ssize_t d = 0; d < count; ++d) {
+    out[d * stride] = cache->addresses[d];
+  }
+  return 0;
+}
+
+void hp_address_cache_clear(AddressCache* cache) {
+  Py_CLEAR(cache->source);
+  Py_CLEAR(cache->sources);
+  PyMem_Free(cache->addresses);
+  cache->addresses = NULL;
+  cache->address = NULL;
+}
+
+/* ---- the type ------------------------------------------------------------ */
+
+#define HANDLE_FIELDS(apply)                                                  \
+  apply(api) apply(table) apply(pointer) apply(closed) apply(closed_reason)   \
+  apply(buffers) apply(executables) apply(viewed) apply(released_while_viewed) \
+  apply(holds) apply(pending_holds) apply(active) apply(tickets) apply(parked) \
+  apply(generation) apply(keep_alive)
+
+#define HANDLE_MEMBER(field) {#field, T_OBJECT_EX, offsetof(HandleCore, field), 0, NULL},
+static PyMemberDef handle_members[] = {
+    HANDLE_FIELDS(HANDLE_MEMBER)
+    {"_lock", T_OBJECT_EX, offsetof(HandleCore, lock), 0, NULL},
+    {"_table_address", T_ULONGLONG, offsetof(HandleCore, table_address), 0,
+     "the address of the PJRT_Api table (`table`), for the C side"},
+    {NULL, 0, 0, 0, NULL}};
+#undef HANDLE_MEMBER
+
+static int handle_traverse(PyObject* op, visitproc visit, void* arg) {
+  HandleCore* self = (HandleCore*)op;
+  Py_VISIT(Py_TYPE(op));
+#define VISIT_FIELD(field) Py_VISIT(self->field);
+  HANDLE_FIELDS(VISIT_FIELD)
+#undef VISIT_FIELD
+  Py_VISIT(self->lock);
+  return 0;
+}
+
+static int handle_clear(PyObject* op) {
+  HandleCore* self = (HandleCore*)op;
+#define CLEAR_FIELD(field) Py_CLEAR(self->field);
+  HANDLE_FIELDS(CLEAR_FIELD)
+#undef CLEAR_FIELD
+  Py_CLEAR(self->lock);
+  return 0;
+}
+
+static void handle_dealloc(PyObject* op) {
+  PyTypeObject* type = Py_TYPE(op);
+  PyObject_GC_UnTrack(op);
+  handle_clear(op);
+  ((freefunc)PyType_GetSlot(type, Py_tp_free))(op);
+  Py_DECREF(type);
+}
+
+/* ---- call tickets -------------------------------------------------------- */
+
+/* handle.settle(), keeping an exception already set. */
+static void settle(PyObject* handle) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  PyObject* result = PyObject_CallMethodObjArgs(handle, hp_names.settle, NULL);
+  if (result == NULL) {
+    PyErr_WriteUnraisable(handle);
+  }
+  Py_XDECREF(result);
+  PyErr_Restore(type, value, traceback);
+}
+
+void hp_end_call(HandleCore* handle, PyObject* ticket) {
+  PyObject *type, *value, *traceback;
+  PyErr_Fetch(&type, &value, &traceback);
+  if (handle->active == NULL || PyDict_DelItem(handle->active, ticket) < 0) {
+    PyErr_Clear();
+  }
+  Py_DECREF(ticket);
+  PyErr_Restore(type, value, traceback);
+  if ((handle->parked != NULL && PyList_Size(handle->parked) != 0) ||
+      handle->closed != Py_False) {
+    settle((PyObject*)handle);
+  }
+}
+
+PyObject* hp_begin_call(HandleCore* handle) {
+  if (handle->tickets == NULL || handle->active == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "the client's handle is not set up");
+    return NULL;
+  }
+  PyObject* ticket = PyIter_Next(handle->tickets);
+  if (ticket == NULL) {
+    if (!PyErr_Occurred()) {
+      PyErr_SetString(PyExc_RuntimeError, "the client's tickets ran out");
+    }
+    return NULL;
+  }
+  if (PyDict_SetItem(handle->active, ticket, Py_None) < 0) {
+    Py_DECREF(ticket);
+    return NULL;
+  }
+  return ticket;
+}
+
+static PyObject* handle_take_ticket(PyObject* op, PyObject* unused) {
+  return hp_begin_call((HandleCore*)op);
+}
+
+static PyObject* handle_end(PyObject* op, PyObject* ticket) {
+  Py_INCREF(ticket); /* hp_end_call takes a reference */
+  hp_end_call((HandleCore*)op, ticket);
+  if (PyErr_Occurred()) {
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+/* ---- releasing buffers --------------------------------------------------- */
+
+/* Whether the handle's tables are what ClientHandle.__init__ made them (a
+ * handle being collected has had them cleared). */
+static int tables_in_place(HandleCore* handle) {
+  return handle->buffers != NULL && PyDict_CheckExact(handle->buffers) &&
+         handle->active != NULL && PyDict_CheckExact(handle->active) &&
+         handle->parked != NULL && PyList_CheckExact(handle->parked) &&
+         handle->holds != NULL && PyDict_CheckExact(handle->holds) &&
+         handle->viewed != NULL && PyDict_CheckExact(handle->viewed) &&
+         handle->tickets != NULL;
+}
+
+/* `key`'s value taken out of `dict` (a new reference), or NULL when absent. */
+static PyObject* pop_item(PyObject* dict, PyObject* key) {
+  PyObject* value = PyDict_GetItem(dict, key); /* borrowed */
+  if (value == NULL) {
+    return NULL;
+  }
+  Py_INCREF(value);
+  if (PyDict_DelItem(dict, key) < 0) {
+    PyErr_Clear();
+  }
+  return value;
+}
+
+/* Frees `buffers` (taken out of the registry by this call, `ticket`) now if no
+ * other call is running, or parks them with the host memory they may read.
+ * Returns 0, or -1 with an exception set. */
+static int free_or_park(HandleCore* handle, PyObject* ticket, PyObject* buffers,
+                        PyObject* holds, AddressCache* cache) {
+  PJRT_Buffer* addresses[MAX_DEVICES];
+  Py_ssize_t count = PyList_CheckExact(buffers) ? PyList_Size(buffers) : 0;
+  int now = count >= 1 && count <= MAX_DEVICES &&
+            (holds == NULL || (PyList_Check(holds) && PyList_Size(holds) == 0));
+  if (now && hp_addresses_of(cache, buffers, count, addresses, 1) < 0) {
+    PyErr_Clear(); /* not cdata: the settling frees them */
+    now = 0;
+  }
+  /* Read after the addresses, whose reading may allocate and so let other
+   * threads run: with no other call running none can be using the buffers
+   * (calls that start from now on find their owner released). A closed
+   * client (or one inherited through fork, which is closed too) parks: its
+   * settling decides what may still be freed. */
+  now = now && PyDict_Size(handle->active) == 1 && PyList_Size(handle->parked) == 0 &&
+        handle->closed == Py_False && handle->table_address != 0;
+  if (now) {
+    const PJRT_Api* api = (const PJRT_Api*)(uintptr_t)handle->table_address;
+    for (Py_ssize_t d = 0; d < count; ++d) {
+      hp_wiring.buffer_destroy(api, addresses[d]);
+    }
+    return 0;
+  }
+  PyObject* entry = Py_BuildValue("(OO(OO))", ticket, hp_names.buffers, buffers,
+                                  holds != NULL ? holds : Py_None);
+  int status = entry != NULL ? PyList_Append(handle->parked, entry) : -1;
+  Py_XDECREF(entry);
+  return status;
+}
+
+int hp_release_buffers(HandleCore* handle, PyObject* owner_id, AddressCache* cache) {
+  if (!tables_in_place(handle)) {
+    return 0; /* the handle is being collected: its client is gone with it */
+  }
+  /* The ticket comes first: a client being torn down either sees it (and
+   * waits for it) or has already emptied `buffers` (and this finds nothing). */
+  PyObject* ticket = hp_begin_call(handle);
+  if (ticket == NULL) {
+    return -1;
+  }
+  int status = 0;
+  PyObject* buffers = pop_item(handle->buffers, owner_id); /* one caller wins */
+  if (buffers != NULL) {
+    /* An owner's views and holds are recorded while it lives, never after. */
+    if (PyDict_Size(handle->viewed) != 0) {
+      Py_XDECREF(pop_item(handle->viewed, owner_id));
+    }
+    PyObject* holds = PyDict_Size(handle->holds) != 0 ? pop_item(handle->holds, owner_id)
+                                                      : NULL;
+    AddressCache scratch = {NULL, NULL, NULL, NULL};
+    status = free_or_park(handle, ticket, buffers, holds, cache != NULL ? cache : &scratch);
+    hp_address_cache_clear(&scratch);
+    Py_XDECREF(holds);
+    Py_DECREF(buffers);
+  }
+  hp_end_call(handle, ticket);
+  return status;
+}
+
+static PyObject* handle_release_buffers(PyObject* op, PyObject* owner_id) {
+  if (hp_release_buffers((HandleCore*)op, owner_id, NULL) < 0) {
+    return NULL;
+  }
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef handle_methods[] = {
+    {"take_ticket", handle_take_ticket, METH_NOARGS,
+     "take_ticket() -> ticket: register a native call as running (whether the client is "
+     "closed is the caller's to check: see ClientHandle.begin); end it with end(ticket)"},
+    {"end", handle_end, METH_O,
+     "end(ticket): the call has ended; frees what was waiting for it to end"},
+    {"release_buffers", handle_release_buffers, METH_O,
+     "release_buffers(owner_id): the buffers of owner_id are no longer wanted: free them "
+     "once no call that may be using them is running (at once if none is)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyType_Slot handle_slots[] = {
+    {Py_tp_doc, "The fields of a ClientHandle (pjrt._capi.handles) and its call tickets."},
+    {Py_tp_members, handle_members},
+    {Py_tp_methods, handle_methods},
+    {Py_tp_traverse, handle_traverse},
+    {Py_tp_clear, handle_clear},
+    {Py_tp_dealloc, handle_dealloc},
+    {0, NULL}};
+
+PyType_Spec hp_handle_spec = {
+    "pjrt._hot_path.HandleCore", sizeof(HandleCore), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, handle_slots};

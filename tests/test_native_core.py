@@ -1,0 +1,124 @@
+"""The native runtime (``pjrt._capi.native``) as the one owner of its rules, on the real CPU
+plugins: an Array's field list is C's and its stubs agree with it; every Array, whichever way
+it is made, comes out of the one constructor; the call tickets and the release of buffers are
+the handle's, for Python and C callers alike.
+"""
+from __future__ import annotations
+
+import ast
+import gc
+import pathlib
+
+import numpy as np
+import pytest
+
+from fixtures import programs
+from pjrt._capi import native
+from pjrt.array import Array
+
+CORE = pathlib.Path(__file__).resolve().parent.parent / "core" / "pjrt"
+TINY = programs.get("tiny_tanh")
+
+
+def _c_fields(cls: type) -> set[str]:
+    """The names of a C type's member table (its fields, as C declares them)."""
+    return {name for name, value in vars(cls).items()
+            if type(value).__name__ == "member_descriptor"}
+
+
+def _stub_fields(class_name: str) -> set[str]:
+    tree = ast.parse((CORE / "_hot_path.pyi").read_text())
+    stub = next(node for node in tree.body
+                if isinstance(node, ast.ClassDef) and node.name == class_name)
+    return {node.target.id for node in stub.body
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)}
+
+
+def test_the_typing_stubs_declare_exactly_the_c_fields_of_an_array():
+    fields = _c_fields(native.ArrayCore)
+    assert {"_handle", "_buffers", "shape", "dtype", "_sharding"} <= fields
+    assert _stub_fields("ArrayCore") == fields
+
+
+def test_the_field_list_is_written_once_in_c():
+    """The struct, member table, traversal and constructor all come from HP_ARRAY_FIELDS."""
+    header = (CORE / "_native" / "hot_path.h").read_text()
+    sources = "".join(path.read_text() for path in (CORE / "_native").glob("*.c"))
+    for field in _c_fields(native.ArrayCore):
+        assert f'"{field}"' in header  # named in the one list
+        if field.startswith("_"):
+            assert f'"{field}"' not in sources  # and in no hand-written table
+    assert sources.count("offsetof(ArrayCore,") == 1  # the member table, made from the list
+
+
+def test_every_way_of_making_an_array_fills_every_field(client, device):
+    executable = client.compile_and_load(TINY.read_text())
+    made = client.buffer_from_pyval(np.arange(8, dtype=np.float32), device)  # __init__
+    (by_plan,) = executable.execute([made, made])  # the C per-call path
+    # A strided host value is one the C path leaves to Python, which copies it and runs the call.
+    strided = np.arange(16, dtype=np.float32)[::2]
+    (by_python,) = executable.execute([made, strided], copy_host_values=True)
+    adopted = Array._adopt(client, client.raw_handle, [made.live_buffers()[0]], (device,),
+                           (8,), np.dtype(np.float32))
+    try:
+        for array in (made, by_plan, by_python, adopted):
+            assert type(array) is Array
+            for field in _c_fields(native.ArrayCore):
+                getattr(array, field)  # set: an unset field raises AttributeError
+            assert array.shape == (8,) and array.dtype == np.float32
+        a = np.arange(8, dtype=np.float32)
+        np.testing.assert_allclose(np.asarray(by_plan), np.tanh(a * a + 1), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(by_python), np.tanh(a * strided + 1), rtol=1e-6)
+        np.testing.assert_array_equal(np.asarray(adopted), np.arange(8, dtype=np.float32))
+    finally:
+        # `adopted` was given `made`'s buffer: it must not be freed twice.
+        client.raw_handle.buffers.pop(id(adopted))
+
+
+def test_an_array_is_made_once(client, device):
+    array = client.buffer_from_pyval(np.zeros(4, np.float32), device)
+    with pytest.raises(TypeError, match="made once"):
+        native.ArrayCore.__init__(array, client, client.raw_handle, [], (device,), (4,),
+                                  np.dtype(np.float32))
+    np.testing.assert_array_equal(np.asarray(array), np.zeros(4, np.float32))
+
+
+def test_an_array_needs_its_clients_handle(client, device):
+    with pytest.raises(TypeError, match="ClientHandle"):
+        Array._adopt(client, object(), [], (device,), (4,), np.dtype(np.float32))
+
+
+def test_tickets_are_the_handles_for_python_and_c(client, device):
+    handle = client.raw_handle
+    running = dict(handle.active)
+    ticket = handle.take_ticket()
+    assert ticket in handle.active
+    try:
+        # A buffer released while this call runs waits for it (parked), not freed under it.
+        array = client.buffer_from_pyval(np.ones(8, np.float32), device)
+        owner = id(array)
+        del array
+        gc.collect()
+        assert owner not in handle.buffers
+        assert any(entry[0] > ticket and entry[1] == "buffers" for entry in handle.parked)
+    finally:
+        handle.end(ticket)
+    assert ticket not in handle.active
+    assert dict(handle.active) == running
+    assert not any(entry[1] == "buffers" and entry[0] > ticket for entry in handle.parked)
+
+
+def test_release_frees_at_once_when_no_call_runs(client, device):
+    handle = client.raw_handle
+    array = client.buffer_from_pyval(np.ones(8, np.float32), device)
+    owner = id(array)
+    parked = len(handle.parked)
+    handle.release_buffers(owner)  # the array is now an owner without buffers
+    assert owner not in handle.buffers and len(handle.parked) == parked
+    handle.release_buffers(owner)  # released twice: the second finds nothing
+    array._buffers = None  # (so that its collection has nothing to hand back either)
+    del array
+
+
+def test_the_plan_spans_at_most_the_c_limit_of_devices():
+    assert native.MAX_DEVICES == 64
