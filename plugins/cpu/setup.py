@@ -86,7 +86,14 @@ BUILD = dict(
     ext_modules=[
         Extension(
             "pjrt_cpu._lapack_kernels",
-            sources=["pjrt_cpu/_lapack/lapack_kernels.c"],
+            # The handlers and their table, the shared helpers, then the kernels by family
+            # (lapack_kernels.c says which file holds what).
+            sources=["pjrt_cpu/_lapack/lapack_kernels.c",
+                     "pjrt_cpu/_lapack/lapack_common.c",
+                     "pjrt_cpu/_lapack/lapack_factorizations.c",
+                     "pjrt_cpu/_lapack/lapack_decompositions.c",
+                     "pjrt_cpu/_lapack/lapack_tridiagonal.c"],
+            depends=["pjrt_cpu/_lapack/lapack_common.h"],
             include_dirs=["pjrt_cpu/_lapack/include"],
             extra_compile_args=["-O2", "-std=c99", "-fvisibility=hidden", "-Wall"],
             libraries=["m"],

@@ -5,8 +5,8 @@ jax lowers ``jnp.linalg`` and ``jax.scipy.linalg`` on CPU to XLA FFI custom call
 registers handlers for them inside its own XLA; XLA's standalone CPU plugin has none, so such
 a program fails with ``NOT_FOUND: No FFI handler registered for lapack_spotrf_ffi``.
 
-This package ships the handlers in a small C library (``_lapack_kernels``, built from
-``_lapack/lapack_kernels.c``). It links no LAPACK: [`provide_lapack`][pjrt_cpu.lapack.provide_lapack] hands it the
+This package ships the handlers in a small C library (``_lapack_kernels``, built from the C
+files in ``_lapack/``; ``lapack_kernels.c`` says which holds what). It links no LAPACK: [`provide_lapack`][pjrt_cpu.lapack.provide_lapack] hands it the
 routines SciPy exports (``scipy.linalg.cython_lapack`` and ``cython_blas``, as PyCapsules),
 the same ones jaxlib uses. [`register_lapack_kernels`][pjrt_cpu.lapack.register_lapack_kernels] registers every handler through
 [`pjrt.plugin_api`][pjrt.plugin_api] (pjrt's FFI registry), which passes them to each CPU plugin as it comes up, and leaves the hand-over
