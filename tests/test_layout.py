@@ -1,7 +1,9 @@
 """The core's folders and their import rule (docs/architecture.md, "Folders and the import rule").
 
 Each private subpackage may import only the folders and modules below it; the package face is
-never imported from inside; importing pjrt and creating a client loads nothing of the compiler.
+never imported from inside; importing pjrt and creating a client loads nothing of the compiler;
+the modules below the client form a ladder, and the core's import graph has no cycle even with
+annotation-only imports counted.
 """
 from __future__ import annotations
 
@@ -188,3 +190,126 @@ def test_c_structs_are_made_by_the_c_boundary_except_the_documented_few():
                 encoding="utf-8").read()
     for _, name in HAND_BUILT_STRUCTS:
         assert f"`{name}`" in text, name
+
+
+# -- the layers of the core's middle ---------------------------------------------------------
+
+#: From the bottom up (docs/architecture.md, "The layers below the client"): each module
+#: imports only modules of the entries before it, counting every import -- at module level,
+#: inside functions, and the annotation-only ones under ``if TYPE_CHECKING:``. The client sits
+#: at the top; the modules below name it only as the protocol `pjrt.device.ClientView`.
+LAYERS = ["pjrt.device", "pjrt.device_list", "pjrt.mesh", "pjrt._sharding.annotations",
+          "pjrt.sharding", "pjrt._host_reads", "pjrt.array", "pjrt.executable_metadata",
+          "pjrt._host_values", "pjrt.executable", "pjrt.isolated_compile",
+          "pjrt._compile.pipeline", "pjrt.client"]
+
+
+def full_import_graph() -> dict[str, set[str]]:
+    """Core module -> the core modules it imports anywhere in its source, annotation-only
+    imports included. The package face (``pjrt``) imports every public module lazily and is
+    left out as an importer."""
+    modules = {".".join(parts): (is_package, path) for parts, is_package, path in core_modules()}
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, (is_package, path) in modules.items():
+        if name == "pjrt":
+            continue
+        package = name.split(".") if is_package else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = package[:len(package) - (node.level - 1)]
+                    module = ".".join(base + (node.module.split(".") if node.module else []))
+                else:
+                    module = node.module or ""
+                subs = [f"{module}.{a.name}" for a in node.names]
+                targets = subs if node.module is None else [module, *subs]
+            else:
+                continue
+            graph[name].update(t for t in targets if t in modules and t != name)
+    return graph
+
+
+def test_the_graph_reads_annotation_only_imports():
+    """The graph the tests below judge sees imports under ``if TYPE_CHECKING:`` and inside
+    functions (a reader that skipped them would pass anything)."""
+    graph = full_import_graph()
+    assert "pjrt.device" in graph["pjrt._host_values"]  # under TYPE_CHECKING only
+    assert "pjrt._compile.pipeline" in graph["pjrt.client"]  # inside methods only
+    assert "pjrt.array" in graph["pjrt.client"]
+
+
+def test_the_core_import_graph_has_no_cycle_even_with_annotation_only_imports():
+    graph = full_import_graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10000))
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    assert not cycles, "import cycles (annotation-only imports included):\n" + "\n".join(
+        " ".join(c) + "\n    " + "; ".join(f"{m} -> {', '.join(sorted(graph[m] & set(c)))}"
+                                          for m in c) for c in cycles)
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    graph = full_import_graph()
+    assert set(LAYERS) <= set(graph), set(LAYERS) - set(graph)
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    upward = [f"{name} -> {target}" for name in LAYERS for target in sorted(graph[name])
+              if target in rank and rank[target] >= rank[name]]
+    assert not upward, "imports of a layer above (or beside):\n" + "\n".join(upward)
+
+
+def test_nothing_below_the_array_layer_reaches_the_array_or_the_client():
+    """Not even through a module outside `LAYERS`: what lies below ``pjrt.array`` never
+    imports it, nor the client, however indirectly."""
+    graph = full_import_graph()
+    reached_from = {}
+    for start in LAYERS[:LAYERS.index("pjrt.array")]:
+        seen, todo = set(), [start]
+        while todo:
+            for target in graph[todo.pop()] - seen:
+                seen.add(target)
+                todo.append(target)
+        reached_from[start] = sorted(seen & {"pjrt.array", "pjrt.client"})
+    assert not any(reached_from.values()), reached_from
+
+
+def test_the_client_is_what_the_lower_layers_say_they_need(client):
+    """`pjrt.device.ClientView` (what the layers below the client use of it) names only members
+    a real Client has."""
+    from pjrt.device import ClientView
+
+    typing_own = {"_abc_impl", "_is_protocol", "_is_runtime_protocol"}
+    members = set(ClientView.__annotations__) | {
+        name for name in vars(ClientView) if not name.startswith("__") and name not in typing_own}
+    assert {"raw_handle", "device_from_pointer", "platform", "plugin"} <= members
+    missing = sorted(name for name in members if not hasattr(client, name))
+    assert not missing, missing

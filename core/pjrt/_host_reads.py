@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,10 +27,6 @@ from ._capi.native import ArrayCore, read_small as _read_small, set_small_read_l
 from ._pjrt_cffi import ffi, lib
 from .errors import check, consume
 from ._capi.waits import wait_buffer_ready
-
-if TYPE_CHECKING:
-    from .client import Client
-    from ._capi.handles import ClientHandle
 
 #: Arrays at least this large are read through a view of host-resident buffers; a copy is
 #: cheaper than setting up the view below it.

@@ -26,8 +26,7 @@ from ._capi.staging import (CALL_STAGING_THRESHOLD_BYTES, SharedStaging, adoptab
                             should_stage)
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .device import Device
+    from .device import ClientView, Device
     from .sharding import Sharding
 
 _NULL = ffi.NULL
@@ -70,7 +69,7 @@ class HostCopies:
                  "_num_dims", "_dims", "_semantics", "_devices", "_slots", "_buffers", "_done",
                  "_staged")
 
-    def __init__(self, client: "Client", capacity: int):
+    def __init__(self, client: "ClientView", capacity: int):
         """``capacity``: the most copies the call can make (its argument slots)."""
         self._client = client
         self._platform = client.platform

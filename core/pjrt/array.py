@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -23,14 +23,11 @@ from ._capi import handles
 from ._host_reads import HostReads, buffer_to_host
 from ._capi.native import ArrayCore
 from ._pjrt_cffi import ffi, lib
-from .device import Device, Memory
+from .device import ClientView, Device, Memory
 from .errors import ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError, check
 from ._capi.handles import HostBufferSemantics
 from ._capi.staging import adoptable_copy, should_stage
 from ._capi.waits import wait_buffers_ready
-
-if TYPE_CHECKING:
-    from .client import Client
 
 _NULL = ffi.NULL
 
@@ -69,7 +66,7 @@ class Array(HostReads):
     # frame per Array freed would cost more than the rest of a small call).
     __slots__ = ("__weakref__",)
 
-    def __init__(self, client: "Client", buffers: list, devices: tuple, shape: tuple,
+    def __init__(self, client: ClientView, buffers: list, devices: tuple, shape: tuple,
                  dtype: np.dtype, host_holds=None, sharding=None, parent: "Array | None" = None,
                  physical_order: tuple | None = None):
         """Wrap buffers the caller hands over (not for users: arrays come from transfers
@@ -223,7 +220,7 @@ class Array(HostReads):
     # -- metadata --------------------------------------------------------------------------
 
     @property
-    def client(self) -> "Client":
+    def client(self) -> ClientView:
         return self._client
 
     @property
@@ -405,7 +402,8 @@ class Array(HostReads):
                              "array with pjrt.device_put(x, sharding)")
         target_client = device.client
         if target_client is not self._client or self._physical_order is not None:
-            return target_client.buffer_from_pyval(self._value(), device)
+            return array_from_host(target_client, self._value(), device,
+                                   HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
         with self._handle.calling() as handle:
             args = handle.api.call_new("PJRT_Buffer_CopyToDevice", buffer=self.live_buffers()[0],
                                        dst_device=device.pointer)
@@ -428,7 +426,8 @@ class Array(HostReads):
                              f"device.addressable_memories()")
         device = self.device if self.device in devices else devices[0]
         if memory.client is not self._client or self._physical_order is not None:
-            return memory.client.buffer_from_pyval(self._value(), device, memory=memory)
+            return array_from_host(memory.client, self._value(), device,
+                                   HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL, memory)
         with self._handle.calling() as handle:
             args = handle.api.call_new("PJRT_Buffer_CopyToMemory", buffer=self.live_buffers()[0],
                                        dst_memory=memory.pointer)
@@ -469,7 +468,7 @@ def _copy_shards(array: Array, api, buffers: list) -> tuple[list, list]:
     return copies, holds
 
 
-def array_from_host(client: "Client", value, device: "Device | None",
+def array_from_host(client: ClientView, value, device: "Device | None",
                     semantics: HostBufferSemantics | int,
                     memory: "Memory | None" = None) -> Array:
     """Copy a host value to one device of ``client``; see ``Client.buffer_from_pyval``."""
@@ -480,7 +479,7 @@ def array_from_host(client: "Client", value, device: "Device | None",
         return Array(client, [buffer], (device,), host.shape, host.dtype, [hold])
 
 
-def _placement_device(client: "Client", device: "Device | None",
+def _placement_device(client: ClientView, device: "Device | None",
                       memory: "Memory | None") -> "Device":
     """The device a buffer placed on ``device`` / in ``memory`` belongs to, both checked."""
     if memory is not None:
@@ -527,7 +526,7 @@ def native_host(value) -> np.ndarray:
     return host
 
 
-def put_buffer(client: "Client", host: np.ndarray, device: "Device",
+def put_buffer(client: ClientView, host: np.ndarray, device: "Device",
                semantics: HostBufferSemantics | int,
                memory: "Memory | None" = None) -> tuple:
     """Start a host-to-device copy; returns the new ``PJRT_Buffer*`` (owned by the caller)

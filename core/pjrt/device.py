@@ -6,19 +6,55 @@ by identity and can be dict keys and mesh elements.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import weakref
+from typing import TYPE_CHECKING, Protocol
 
 from ._capi.api import to_str
 from ._pjrt_cffi import ffi
 from .errors import ErrorCode, XlaRuntimeError
-from ._capi.handles import native_call
+from ._capi.handles import ClientHandle, native_call
 from .options import named_values_to_dict
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .plugin import Plugin
 
 
-def _live_api(client: "Client"):
+class ClientView(Protocol):
+    """What the modules below the client use of a [`Client`][pjrt.client.Client] (its one
+    implementation): devices, memories, arrays, executables and the compile pipeline name
+    this, never `pjrt.client`, so that the client stays at the top of the import layers
+    (see docs/architecture.md)."""
+
+    plugin: Plugin
+    platform: str
+    platform_version: str
+    #: The create options the client was made with (for a worker's copy of the client).
+    create_options: dict
+
+    @property
+    def handle(self) -> ClientHandle:
+        """The live C handle (raises ClosedClientError once closed)."""
+        ...
+
+    @property
+    def raw_handle(self) -> ClientHandle:
+        """The C handle, closed or not."""
+        ...
+
+    @property
+    def _live_executables(self) -> weakref.WeakSet:
+        """The loaded executables made through the client (each adds itself)."""
+        ...
+
+    def device_from_pointer(self, pointer) -> Device: ...
+    def memory_from_pointer(self, pointer) -> Memory: ...
+    def devices(self) -> list[Device]: ...
+    def local_devices(self) -> list[Device]: ...
+    def process_index(self) -> int: ...
+    def live_arrays(self) -> list: ...
+
+
+def _live_api(client: ClientView):
     """The client's API table (for methods that run as a native call on the client)."""
     return client.plugin.api
 
@@ -42,7 +78,7 @@ class Device:
                  "device_kind", "local_hardware_id", "is_addressable", "_default_memory",
                  "__weakref__")
 
-    def __init__(self, client: "Client", handle):
+    def __init__(self, client: ClientView, handle):
         api = client.plugin.api
         self.client = client
         self.pointer = handle
@@ -176,7 +212,7 @@ class Memory:
 
     __slots__ = ("client", "pointer", "_client_handle", "id", "kind", "kind_id", "__weakref__")
 
-    def __init__(self, client: "Client", handle):
+    def __init__(self, client: ClientView, handle):
         api = client.plugin.api
         self.client = client
         self.pointer = handle

@@ -21,7 +21,7 @@ from __future__ import annotations
 from . import dtypes
 from ._capi import dlpack_structs as _dlpack
 from ._pjrt_cffi import ffi, lib
-from .array import Array
+from .array import Array, array_from_host
 from .client import HostBufferSemantics
 from .device import Device
 from .errors import XlaRuntimeError, check
@@ -168,9 +168,8 @@ def _copy(tensor: _dlpack.Consumed, target: Device) -> Array:
     client = target.client
     if _host_readable(tensor):
         # IMMUTABLE_ONLY_DURING_CALL: the plugin has its own copy when the call returns.
-        return client.buffer_from_pyval(tensor.host_view(), target,
-                                        host_buffer_semantics=
-                                        HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
+        return array_from_host(client, tensor.host_view(), target,
+                               HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
     source_platform = _dlpack.PLATFORMS.get(tensor.device[0])
     if source_platform is None or not _dlpack.is_row_major(tensor.shape, tensor.strides):
         raise BufferError(f"cannot copy a tensor on DLPack device {tensor.device} with "

@@ -22,8 +22,7 @@ from .options import named_values_to_dict
 from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .device import Device
+    from .device import ClientView, Device
 
 _NULL = ffi.NULL
 
@@ -49,7 +48,7 @@ class ExecutableMetadata:
     """The description of a loaded executable; see `pjrt.executable.LoadedExecutable`, which
     sets the fields below when it loads the program."""
 
-    _client: "Client"
+    _client: "ClientView"
     _handle: handles.ClientHandle
     _pointer: object
     _executable: object
@@ -132,7 +131,7 @@ class ExecutableMetadata:
     # -- queries ---------------------------------------------------------------------------
 
     @property
-    def client(self) -> "Client":
+    def client(self) -> "ClientView":
         return self._client
 
     def local_devices(self) -> list["Device"]:

@@ -658,7 +658,8 @@ class Exported:
         self._check_runnable()
         if client is None:
             if devices:
-                client = devices[0].client
+                # (typed below the client as a ClientView; a Device's client is a Client)
+                client = cast(Client, devices[0].client)
             else:
                 from .registry import get_backend
 

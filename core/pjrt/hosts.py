@@ -7,6 +7,8 @@ None for the default backend, as jax's functions do.
 """
 from __future__ import annotations
 
+from typing import cast
+
 from .client import Client
 from .device import Device
 from .registry import get_backend, process_count, process_index
@@ -46,4 +48,5 @@ def get_device_backend(device: Device | None = None) -> Client:
         return get_backend()
     if not isinstance(device, Device):
         raise TypeError(f"get_device_backend takes a pjrt Device, not {type(device).__name__}")
-    return device.client
+    # (the layers below the client type it as a ClientView; a Device's client is a Client)
+    return cast(Client, device.client)

@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING
 from .errors import ErrorCode, XlaRuntimeError
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .device import ClientView
 
 __all__ = ["ISOLATE_ENV", "TIMEOUT_ENV", "DEFAULT_TIMEOUT", "IsolatedCompileCrash",
            "IsolatedCompileTimeout", "isolation_requested", "isolation_timeout",
@@ -298,7 +298,7 @@ _workers: dict[tuple, _Worker] = {}
 _workers_lock = threading.Lock()
 
 
-def _worker_for(client: "Client", deadline: float) -> tuple[tuple, _Worker]:
+def _worker_for(client: "ClientView", deadline: float) -> tuple[tuple, _Worker]:
     plugin = client.plugin
     if plugin.library_path is None:
         raise ValueError(f"plugin {plugin.name!r} was handed over in memory: crash-isolated "
@@ -325,7 +325,7 @@ def _discard(key: tuple, worker: _Worker) -> None:
     worker.close()
 
 
-def check_in_worker(client: "Client", kind: str, payload: bytes, options: bytes) -> None:
+def check_in_worker(client: "ClientView", kind: str, payload: bytes, options: bytes) -> None:
     """Compile (``kind="compile"``: ``payload`` is the program) or deserialize
     (``kind="deserialize"``: the plugin's serialized executable) in the isolation worker with
     the same serialized compile ``options``; return when the plugin succeeded there.

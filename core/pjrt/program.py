@@ -15,7 +15,7 @@ from .array import Array
 from ._compile.pipeline import compile_program
 from ._compile.program_facts import read_program
 from .client import Client
-from .device import Device
+from .device import ClientView, Device
 from .errors import DeviceAssignmentMismatchError
 from .transfers import device_put, in_default_memory, is_placed_as
 from .array import check_device_sets
@@ -170,15 +170,16 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
         devices = list(devices.devices.flat)
     elif devices is not None:
         devices = list(devices)
-    if client is None:
+    owner: ClientView | None = client
+    if owner is None:
         if devices:
-            client = devices[0].client
+            owner = devices[0].client
         else:
             from .registry import get_backend
 
-            client = get_backend()
+            owner = get_backend()
     # The compile behind Client.compile_and_load, given the program already read.
-    executable = compile_program(client, facts, devices or None, compile_options,
+    executable = compile_program(owner, facts, devices or None, compile_options,
                                  replicated=replicated, isolate=isolate)
     return CompiledProgram(
         executable,

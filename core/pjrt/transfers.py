@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ._pjrt_cffi import lib
-from .array import Array, native_host, put_buffer
+from .array import Array, array_from_host, native_host, put_buffer
 from ._capi.handles import HostBufferSemantics
 from ._capi.staging import (TRANSFER_THREAD_PREFIX, SharedStaging, adoptable_copy, should_stage,
                       staging_pool, staging_size)
@@ -23,7 +23,7 @@ from .errors import UnsupportedFeatureError, XlaRuntimeError
 from .sharding import GSPMDSharding, PmapSharding, Sharding
 
 if TYPE_CHECKING:
-    from .client import Client
+    from .device import ClientView
 
 
 class ArrayCopySemantics(enum.IntEnum):
@@ -37,7 +37,7 @@ class ArrayCopySemantics(enum.IntEnum):
     DONATE_INPUT = 2
 
 
-def _client_of(sharding: Sharding) -> "Client":
+def _client_of(sharding: Sharding) -> "ClientView":
     devices = sharding.ordered_devices
     client = devices[0].client
     for device in devices:
@@ -134,7 +134,7 @@ def _copy_workers() -> int:
     return max(1, min(8, os.cpu_count() or 1))
 
 
-def _free(client: "Client", buffers: list, holds: list) -> None:
+def _free(client: "ClientView", buffers: list, holds: list) -> None:
     """Free buffers made before a failure, then wait until the plugin is done with their host
     memory (the caller's references keep it alive until then)."""
     table = client.plugin.api.table
@@ -168,7 +168,8 @@ def device_put(x, device: Device | Sharding | None = None) -> Array:
             return x
         if isinstance(x, Array) and len(x.shard_devices) == 1:
             return x.copy_to_device(device)
-        return device.client.buffer_from_pyval(x, device)
+        return array_from_host(device.client, x, device,
+                               HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
     if not isinstance(device, Sharding):
         raise TypeError(f"device_put places on a Device or a Sharding, not {type(device).__name__}")
     sharding = device

@@ -40,8 +40,7 @@ from .target_preparation import prepare_targets
 from .._capi.waits import run_on_compile_thread
 
 if TYPE_CHECKING:
-    from ..client import Client
-    from ..device import Device
+    from ..device import ClientView, Device
 
 
 def default_compile_options(devices: Sequence["Device"], program: ProgramFacts, *,
@@ -185,7 +184,7 @@ def check_structure(program: ProgramFacts, partitions: int) -> None:
                                                program.signature)
 
 
-def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
+def _check_devices(client: "ClientView", devices: Sequence["Device"]) -> list:
     devices = list(devices)
     if not devices:
         raise ValueError("executable_devices is empty; pass at least one device")
@@ -199,7 +198,7 @@ def _check_devices(client: "Client", devices: Sequence["Device"]) -> list:
     return devices
 
 
-def compile_program(client: "Client", program: ProgramFacts, executable_devices=None,
+def compile_program(client: "ClientView", program: ProgramFacts, executable_devices=None,
                     compile_options: CompileOptions | None = None, *,
                     replicated: bool = False, isolate: bool | None = None
                     ) -> "LoadedExecutable":
@@ -276,7 +275,7 @@ def compile_program(client: "Client", program: ProgramFacts, executable_devices=
     return executable
 
 
-def _cache_entry(client: "Client", program: ProgramFacts, serialized_options: bytes) -> tuple:
+def _cache_entry(client: "ClientView", program: ProgramFacts, serialized_options: bytes) -> tuple:
     """The persistent cache in use and this compile's key in it; (None, None) when there is
     no cache or the plugin's build cannot be identified (handed over in memory)."""
     cache = compilation_cache.get_compilation_cache()
@@ -334,7 +333,7 @@ def program_argument(program: ProgramFacts) -> tuple:
     return program_struct, (code, program_format)
 
 
-def deserialize_executable(client: "Client", serialized: bytes,
+def deserialize_executable(client: "ClientView", serialized: bytes,
                            compile_options: CompileOptions | None = None, *,
                            trust_unverified: bool = False,
                            declared_output_shapes=None,
