@@ -14,7 +14,6 @@ import functools
 import math
 import threading
 import weakref
-from time import monotonic as _clock
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
@@ -35,44 +34,39 @@ from ._capi.staging import CALL_STAGING_THRESHOLD_BYTES
 from .sharding import global_shape_of_shards
 
 if TYPE_CHECKING:
-    from .client import Client
-    from .device import Device
+    from .device import ClientView, Device
 
 _NULL = ffi.NULL
-_execute = lib.pjrt_shim_execute
+_call_run = lib.pjrt_shim_call_run
+_CALL_ERROR = lib.PJRT_SHIM_CALL_ERROR
+_CALL_SLOW = lib.PJRT_SHIM_CALL_SLOW
+#: A call struct's host-value tables on the Python path, which copies host values itself.
+_NO_HOST_VALUES = (_NULL, _NULL, _NULL)
 _adopt = Array._adopt
 
 
-class _Scratch:
-    """Argument and output pointer arrays reused by one thread's calls of one executable."""
-
-    __slots__ = ("arguments", "outputs", "error", "num_arguments", "num_outputs", "busy",
-                 "abandoned")
-
-    def __init__(self, num_arguments: int, num_outputs: int):
-        self.num_arguments = num_arguments
-        self.num_outputs = num_outputs
-        self.arguments = ffi.new("PJRT_Buffer*[]", max(num_arguments, 1))
-        self.outputs = ffi.new("PJRT_Buffer*[]", max(num_outputs, 1))
-        self.error = ffi.new("PJRT_Error **")
-        #: Set during a call, so that a call made from inside it (a Python custom call
-        #: running on this thread) gets arrays of its own.
-        self.busy = False
-        self.abandoned = None  # see pjrt._capi.long_runs.free_after
-
-
 class _Call:
-    """One caller's ``pjrt_shim_call`` of a single-device executable, in memory cffi owns.
+    """One caller's ``pjrt_shim_call``, in memory cffi owns: the one call struct of every
+    launch, on one device or several, run by the one launcher (``pjrt_shim_call_run``) from
+    C (`CallPlan`) or from Python (`LoadedExecutable._launch`, `pjrt._capi.long_runs`).
 
-    The executable's `CallPlan` keeps the idle ones and hands each to one call at a time, so
-    two threads, or a call made from inside another (a Python custom call), never share one.
+    A `CallPlan` keeps the idle ones and the Python path one per thread, and each is handed to
+    one call at a time, so two threads, or a call made from inside another (a Python custom
+    call), never share one.
     """
 
-    __slots__ = ("call", "arguments", "outputs", "host_data", "fixed")
+    __slots__ = ("call", "arguments", "outputs", "host_data", "fixed", "size", "keep", "busy",
+                 "abandoned")
 
     def __init__(self, handle, pointer, device_pointer, num_outputs: int, count: int,
                  fixed: tuple, num_devices: int = 1):
         self.fixed = fixed  # the parameters' host types and dimensions, which call points to
+        self.size = (count, num_devices)
+        #: The non-donatable indices of the launch running now (call.non_donatable's memory).
+        self.keep = None
+        #: Set during a call on the Python path (see `LoadedExecutable._thread_call`).
+        self.busy = False
+        self.abandoned = None  # see pjrt._capi.long_runs.free_after
         self.call = call = ffi.new("pjrt_shim_call *")
         # Device-major, as PJRT_LoadedExecutable_Execute takes them on several devices.
         self.arguments = ffi.new("PJRT_Buffer*[]", max(count * num_devices, 1))
@@ -81,6 +75,7 @@ class _Call:
         call.api = handle.api.table
         call.client = handle.pointer
         call.executable = pointer
+        call.num_devices = num_devices
         call.device = device_pointer
         call.num_arguments = count
         call.num_outputs = num_outputs
@@ -160,11 +155,12 @@ class ExecuteResults:
 class LoadedExecutable(ExecutableMetadata):
     """A compiled program loaded on its devices (``PJRT_LoadedExecutable``)."""
 
-    def __init__(self, client: "Client", pointer, *, declared_output_shapes: tuple | None = None,
+    def __init__(self, client: "ClientView", pointer, *,
+                 declared_output_shapes: tuple | None = None,
                  global_devices: Sequence["Device"] | None = None):
         self._client = client
         self._declared_output_shapes = declared_output_shapes
-        self._handle = client._handle
+        self._handle = client.raw_handle
         self._pointer = pointer
         self._executable = _NULL
         api = self._handle.api
@@ -175,7 +171,7 @@ class LoadedExecutable(ExecutableMetadata):
                                             loaded_executable=pointer).executable
             self._handle.executables[id(self)] = (pointer, self._executable)
             devices = api.call_new("PJRT_LoadedExecutable_AddressableDevices", executable=pointer)
-            self._devices = tuple(client._device(devices.addressable_devices[i])
+            self._devices = tuple(client.device_from_pointer(devices.addressable_devices[i])
                                   for i in range(devices.num_addressable_devices))
             # A program spanning processes: its shardings name every process's devices (in
             # device-assignment order), while it runs here on the addressable ones.
@@ -190,7 +186,7 @@ class LoadedExecutable(ExecutableMetadata):
                       for p in self._signature.parameters)
                 if self._signature is not None else None)
             self._donated = tuple(sorted(self.donated_parameters))
-            self._thread_scratch = threading.local()
+            self._thread_calls = threading.local()
             self._replicas = int(api.call_new("PJRT_Executable_NumReplicas",
                                               executable=self._executable).num_replicas)
             self._input_shardings = self._output_shardings = None
@@ -327,17 +323,17 @@ class LoadedExecutable(ExecutableMetadata):
         # it ends.
         handle = self._handle
         ticket = handle.take_ticket()
-        scratch = copies = None
+        call = copies = None
         try:
-            pointer = self._pointer
             specs = self._parameter_specs
             count = len(arguments)
-            if pointer == _NULL or handle.closed or (specs is not None and count != len(specs)):
-                pointer = self._live_pointer()
+            if self._pointer == _NULL or handle.closed or (specs is not None
+                                                           and count != len(specs)):
+                self._live_pointer()
                 self._check_count(count)
             device = devices[0]
-            scratch = self._scratch(count)
-            argument_array = scratch.arguments
+            call = self._thread_call(count)
+            argument_array = call.arguments
             for i, argument in enumerate(arguments):
                 if copy_host_values and not isinstance(argument, Array):
                     if copies is None:
@@ -350,17 +346,16 @@ class LoadedExecutable(ExecutableMetadata):
                 copies.start(argument_array)
             if self._donated:
                 keep = _prepare_donations(self._donated, [arguments])
-                self._launch(pointer, scratch, 1, count, keep)
+                self._launch(call, keep)
                 _consume_donated(self._donated, [arguments], keep)
             else:
-                self._launch(pointer, scratch, 1, count, ())
-            outputs = scratch.outputs
-            return self._wrap_outputs(outputs, 0, devices)
+                self._launch(call, ())
+            return self._wrap_outputs(call.outputs, 0, devices)
         finally:
             if copies is not None:
-                long_runs.free_after(scratch, copies.free)
-            if scratch is not None:
-                scratch.busy = False
+                long_runs.free_after(call, copies.free)
+            if call is not None:
+                call.busy = False
             handle.end(ticket)
 
     @handles.native_method
@@ -375,7 +370,7 @@ class LoadedExecutable(ExecutableMetadata):
           [`ExecuteResults`][pjrt.executable.ExecuteResults]; ``disassemble_into_single_device_arrays()[i][d]`` is output
           ``i`` on device ``d``.
         """
-        pointer = self._live_pointer()
+        self._live_pointer()
         num_devices = len(self._devices)
         self._check_count(len(arguments))
         for i, shards in enumerate(arguments):
@@ -387,14 +382,14 @@ class LoadedExecutable(ExecutableMetadata):
                 for d, device in enumerate(self._devices) for i, shards in enumerate(arguments)]
         per_device_arguments = list(zip(*arguments)) if arguments else []
         keep = _prepare_donations(self._donated, per_device_arguments) if self._donated else ()
-        scratch = self._scratch(len(arguments), num_devices)
+        call = self._thread_call(len(arguments), num_devices)
         try:
             for position, buffer in enumerate(flat):
-                scratch.arguments[position] = buffer
-            self._launch(pointer, scratch, num_devices, len(arguments), keep)
-            outputs = scratch.outputs
+                call.arguments[position] = buffer
+            self._launch(call, keep)
+            outputs = call.outputs
         finally:
-            scratch.busy = False
+            call.busy = False
         _consume_donated(self._donated, per_device_arguments, keep)
         results: list[list[Any]] = [[None] * num_devices for _ in range(self._num_outputs)]
         for d, device in enumerate(self._devices):
@@ -446,7 +441,7 @@ class LoadedExecutable(ExecutableMetadata):
 
     @handles.native_method
     def _execute_global_checked(self, arguments: Sequence, copy_host_values: bool) -> list[Array]:
-        pointer = self._live_pointer()
+        self._live_pointer()
         if self._signature is None:
             raise UnsupportedFeatureError(
                 "PJRT_Executable_OptimizedProgram", self._handle.api.plugin_name,
@@ -492,29 +487,29 @@ class LoadedExecutable(ExecutableMetadata):
                 rows.append([by_device[d] for d in devices])
         num_devices = len(devices)
         keep = _prepare_donations(self._donated, [list(arguments)]) if self._donated else ()
-        scratch = self._scratch(len(arguments), num_devices)
+        call = self._thread_call(len(arguments), num_devices)
         copies = HostCopies(self._client, len(arguments) * num_devices) if hosts else None
         try:
             position = 0
             for d in range(num_devices):
                 for row in rows:
                     if row is not None:
-                        scratch.arguments[position] = row[d]
+                        call.arguments[position] = row[d]
                     position += 1
             if copies is not None:
                 for i, host, sharding in hosts:
                     copies.add_sharded(i, len(arguments), host, sharding, devices,
                                        i in self._donated)
-                copies.start(scratch.arguments)
-            self._launch(pointer, scratch, num_devices, len(arguments), keep)
-            outputs = scratch.outputs
+                copies.start(call.arguments)
+            self._launch(call, keep)
+            outputs = call.outputs
             count = self._num_outputs
             per_output = [[outputs[d * count + j] for d in range(num_devices)]
                           for j in range(count)]
         finally:
             if copies is not None:
-                long_runs.free_after(scratch, copies.free)
-            scratch.busy = False
+                long_runs.free_after(call, copies.free)
+            call.busy = False
         _consume_donated(self._donated, [list(arguments)], keep)
         results = []
         for j, (buffers, sharding) in enumerate(zip(per_output, self.output_shardings)):
@@ -533,44 +528,43 @@ class LoadedExecutable(ExecutableMetadata):
             shapes = self._output_global_shapes = _check_output_layouts(self)
         return shapes[index]
 
-    def _scratch(self, num_arguments: int, num_devices: int = 1) -> "_Scratch":
-        """This thread's argument/output arrays for a call (fresh ones if already in use)."""
-        scratch = getattr(self._thread_scratch, "scratch", None)
-        if (scratch is None or scratch.busy or scratch.num_arguments < num_arguments * num_devices
-                or scratch.num_outputs < self._num_outputs * num_devices):
-            scratch = _Scratch(num_arguments * num_devices, self._num_outputs * num_devices)
-            if getattr(self._thread_scratch, "scratch", None) is None or num_devices == 1:
-                self._thread_scratch.scratch = scratch
-        scratch.busy = True
-        return scratch
+    def _thread_call(self, count: int, num_devices: int = 1) -> _Call:
+        """This thread's call struct for a call on the Python path (a fresh one if its own is
+        in use, or sized otherwise)."""
+        call = getattr(self._thread_calls, "call", None)
+        if call is None or call.busy or call.size != (count, num_devices):
+            call = _Call(self._handle, self._pointer, _NULL, self._num_outputs, count,
+                         _NO_HOST_VALUES, num_devices)
+            if getattr(self._thread_calls, "call", None) is None or num_devices == 1:
+                self._thread_calls.call = call
+        call.busy = True
+        return call
 
-    def _launch(self, pointer, scratch: "_Scratch", num_devices: int, num_arguments: int,
-                keep: tuple) -> None:
+    def _launch(self, call: _Call, keep: tuple) -> None:
+        """Run ``call`` (its arguments placed) through the one launcher, here or on a worker
+        thread (see `pjrt._capi.long_runs`); its outputs land in ``call.outputs``."""
+        struct = call.call
         if self._launch_need is None or self._launch_need >= memory_headroom.CHECKED_FROM_BYTES:
-            _check_headroom(self, num_devices)
-        api = self._handle.api
-        if not self.launches_inline:
-            self.launches_inline = long_runs.launch(self._handle, pointer, scratch, num_devices,
-                                                    num_arguments, self._num_outputs, keep)
-            return
-        started = _clock()
+            _check_headroom(self, int(struct.num_devices))
         if keep:
-            keep_array = ffi.new("int64_t[]", keep)
-            status = _execute(api.table, pointer, scratch.arguments, num_devices, num_arguments,
-                              scratch.outputs, self._num_outputs, keep_array, len(keep), _NULL,
-                              _NULL, scratch.error)
-        else:
-            status = _execute(api.table, pointer, scratch.arguments, num_devices, num_arguments,
-                              scratch.outputs, self._num_outputs, _NULL, 0, _NULL, _NULL,
-                              scratch.error)
-        if _clock() - started > long_runs.INLINE_LIMIT_SECONDS:
-            self.launches_inline = False  # ran long on this thread: launch the next off it
-        if status != 0:
-            raise MemoryError("out of host memory while preparing the execution")
-        error = scratch.error[0]
-        if error != _NULL:
-            scratch.error[0] = _NULL
-            raise consume(api, error)
+            call.keep = ffi.new("int64_t[]", keep)
+            struct.non_donatable, struct.num_non_donatable = call.keep, len(keep)
+        try:
+            if not self.launches_inline:
+                self.launches_inline = long_runs.launch(self._handle, call)
+                return
+            status = _call_run(struct)
+            if status & _CALL_SLOW:
+                self.launches_inline = False  # ran long on this thread: launch the next off it
+            if status & _CALL_ERROR:
+                error, struct.error = struct.error, _NULL
+                if error == _NULL:
+                    raise MemoryError("out of host memory while preparing the execution")
+                raise consume(self._handle.api, error)
+        finally:
+            if keep:
+                struct.non_donatable, struct.num_non_donatable = _NULL, 0
+                call.keep = None
 
     def _wrap_outputs(self, outputs, device_index: int, devices: tuple) -> list[Array]:
         client = self._client
@@ -757,16 +751,16 @@ def _consume_donated(donated: tuple, per_device_arguments, keep: tuple) -> None:
                 arguments[index]._release("donated")
 
 
-def _buffer_metadata(client: "Client", buffer) -> tuple:
+def _buffer_metadata(client: "ClientView", buffer) -> tuple:
     """``(shape, dtype)`` of a buffer, read from the plugin."""
-    api = client._handle.api
+    api = client.raw_handle.api
     element_type = api.call_new("PJRT_Buffer_ElementType", buffer=buffer).type
     dims = api.call_new("PJRT_Buffer_Dimensions", buffer=buffer)
     shape = tuple(int(dims.dims[i]) for i in range(dims.num_dims))
     return shape, dtypes.from_pjrt_type(element_type)
 
 
-def _array_from_buffer(client: "Client", buffer, devices: tuple) -> Array:
+def _array_from_buffer(client: "ClientView", buffer, devices: tuple) -> Array:
     """Wrap a buffer whose shape and dtype are read from the plugin."""
     shape, dtype = _buffer_metadata(client, buffer)
     return Array(client, [buffer], devices, shape, dtype)

@@ -22,7 +22,6 @@ freed after it (`free_after`).
 from __future__ import annotations
 
 import threading
-import time
 from typing import Callable
 
 from .._pjrt_cffi import ffi, lib
@@ -62,50 +61,57 @@ class _AfterLaunch:
                 pass
 
 
-def free_after(scratch, free: Callable[[], None]) -> None:
-    """Run ``free`` now, or when the launch that used ``scratch`` ends if its caller was
-    interrupted while the plugin still runs it."""
-    after = scratch.abandoned
+def free_after(call, free: Callable[[], None]) -> None:
+    """Run ``free`` now, or when the launch of ``call`` (an executable's call struct) ends if
+    its caller was interrupted while the plugin still runs it."""
+    after = call.abandoned
     if after is None:
         free()
         return
-    scratch.abandoned = None
+    call.abandoned = None
     after(free)
 
 
-def launch(handle, pointer, scratch, num_devices: int, num_arguments: int, num_outputs: int,
-           keep: tuple) -> bool:
-    """Run the executable ``pointer`` as `LoadedExecutable._launch` does, on a worker
-    thread; the outputs land in ``scratch.outputs``. Returns whether the launch was quick
-    enough for the caller's thread.
+def launch(handle, call) -> bool:
+    """Run a prepared call through the one launcher (``pjrt_shim_call_run``, as
+    `LoadedExecutable._launch` does on the caller's thread) on a worker thread; the outputs
+    land in ``call.outputs``. ``call`` is an executable's call struct (``call.call``, a
+    ``pjrt_shim_call*``, whose ``arguments`` and ``outputs`` it owns); the launch runs on
+    copies of the struct and its lists, so that ``call`` can be reused once the caller has
+    gone. Returns whether the launch was quick enough for the caller's thread.
 
     Raises:
       KeyboardInterrupt: Ctrl-C while the plugin runs the launch (it goes on; see above).
       MemoryError, XlaRuntimeError: as a launch on the caller's thread.
     """
     api = handle.api
-    total_arguments = max(num_devices * num_arguments, 1)
-    total_outputs = max(num_devices * num_outputs, 1)
+    struct = call.call
+    num_devices = max(int(struct.num_devices), 1)
+    total_arguments = max(num_devices * int(struct.num_arguments), 1)
+    total_outputs = max(num_devices * int(struct.num_outputs), 1)
     arguments = ffi.new("PJRT_Buffer*[]", total_arguments)
-    ffi.memmove(arguments, scratch.arguments, total_arguments * _POINTER_SIZE)
+    ffi.memmove(arguments, struct.arguments, total_arguments * _POINTER_SIZE)
     outputs = ffi.new("PJRT_Buffer*[]", total_outputs)
-    error = ffi.new("PJRT_Error **")
-    keep_array = ffi.new("int64_t[]", keep) if keep else _NULL
+    own = ffi.new("pjrt_shim_call *", struct[0])
+    own.arguments, own.outputs, own.error = arguments, outputs, _NULL
+    own.host_data = _NULL  # the Python path has copied its host values already
+    keep = _NULL
+    if struct.num_non_donatable:
+        keep = ffi.new("int64_t[]", int(struct.num_non_donatable))
+        ffi.memmove(keep, struct.non_donatable, ffi.sizeof(keep))
+    own.non_donatable = keep
     after = _AfterLaunch()
     ticket = handle.begin()  # its own: the caller's may end before the launch does
 
     def work() -> int:
-        return lib.pjrt_shim_execute(api.table, pointer, arguments, num_devices, num_arguments,
-                                     outputs, num_outputs, keep_array, len(keep), _NULL, _NULL,
-                                     error)
+        return lib.pjrt_shim_call_run(own)
 
     def abandon(status) -> None:
         try:
-            if error[0] != _NULL:
-                consume(api, error[0])  # destroys the plugin's error; nobody reads it
-            elif status == 0:
-                made = [outputs[i] for i in range(num_devices * num_outputs)
-                        if outputs[i] != _NULL]
+            if own.error != _NULL:
+                consume(api, own.error)  # destroys the plugin's error; nobody reads it
+            elif isinstance(status, int) and not status & lib.PJRT_SHIM_CALL_ERROR:
+                made = [outputs[i] for i in range(total_outputs) if outputs[i] != _NULL]
                 if made:
                     lib.pjrt_shim_buffers_destroy(api.table, ffi.new("PJRT_Buffer*[]", made),
                                                   len(made))
@@ -113,20 +119,18 @@ def launch(handle, pointer, scratch, num_devices: int, num_arguments: int, num_o
             after.finish()
             handle.end(ticket)
 
-    started = time.monotonic()
     try:
         status = call_off_thread(work, abandon)
     except BaseException as interrupt:
         if was_abandoned(interrupt):
-            scratch.abandoned = after.later
+            call.abandoned = after.later
         else:
             handle.end(ticket)
         raise
-    quick = time.monotonic() - started <= INLINE_LIMIT_SECONDS
     handle.end(ticket)
-    if status != 0:
-        raise MemoryError("out of host memory while preparing the execution")
-    if error[0] != _NULL:
-        raise consume(api, error[0])
-    ffi.memmove(scratch.outputs, outputs, total_outputs * _POINTER_SIZE)
-    return quick
+    if status & lib.PJRT_SHIM_CALL_ERROR:
+        if own.error == _NULL:
+            raise MemoryError("out of host memory while preparing the execution")
+        raise consume(api, own.error)
+    ffi.memmove(struct.outputs, outputs, total_outputs * _POINTER_SIZE)
+    return not status & lib.PJRT_SHIM_CALL_SLOW

@@ -32,5 +32,4 @@ configure(_address_slot, int(ffi.cast("uintptr_t", _address_slot)),
           buffer_destroy=_address("pjrt_shim_buffer_destroy"),
           error_destroy=_address("pjrt_shim_error_destroy"),
           call_run=_address("pjrt_shim_call_run"),
-          execute=_address("pjrt_shim_execute"),
           host_read=_address("pjrt_host_read"))

@@ -335,30 +335,6 @@ static PyObject* adopt_outputs(CallPlan* plan, CallEntry* entry) {
   return NULL;
 }
 
-static int64_t now_ns(void) {
-  struct timespec now;
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
-}
-
-/* pjrt_shim_call_run's counterpart for a program on several devices (no host
- * values): the same PJRT_SHIM_CALL_* bits; out of host memory is an error
- * with call->error NULL. */
-static int launch_on_devices(CallPlan* plan, pjrt_shim_call* call) {
-  PJRT_Error* error = NULL;
-  int failed;
-  int64_t started = now_ns();
-  Py_BEGIN_ALLOW_THREADS
-  failed = hp_wiring.execute(call->api, call->executable, call->arguments,
-                         (size_t)plan->num_devices, call->num_arguments, call->outputs,
-                         call->num_outputs, call->non_donatable, call->num_non_donatable,
-                         NULL, NULL, &error);
-  Py_END_ALLOW_THREADS
-  call->error = error;
-  return (failed || error != NULL ? PJRT_SHIM_CALL_ERROR : 0) |
-         (now_ns() - started > call->slow_ns ? PJRT_SHIM_CALL_SLOW : 0);
-}
-
 /* Runs the prepared call, donating what the program donates. Returns the
  * outputs, or NULL with an exception. */
 static PyObject* launch(CallPlan* plan, CallEntry* entry, PyObject* arguments) {
@@ -389,13 +365,9 @@ static PyObject* launch(CallPlan* plan, CallEntry* entry, PyObject* arguments) {
     call->num_non_donatable = (size_t)count;
   }
   int status;
-  if (plan->num_devices == 1) {
-    Py_BEGIN_ALLOW_THREADS
-    status = hp_wiring.call_run(call);
-    Py_END_ALLOW_THREADS
-  } else {
-    status = launch_on_devices(plan, call);
-  }
+  Py_BEGIN_ALLOW_THREADS
+  status = hp_wiring.call_run(call);
+  Py_END_ALLOW_THREADS
   call->non_donatable = NULL;
   call->num_non_donatable = 0;
   let_go_of_host_values(plan, entry);
@@ -639,7 +611,7 @@ static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) 
                     "a plan needs 1 to MAX_DEVICES devices, and accept on several");
     return NULL;
   }
-  if (hp_wiring.call_run == NULL || hp_wiring.execute == NULL) {
+  if (hp_wiring.call_run == NULL) {
     PyErr_SetString(PyExc_RuntimeError, "pjrt._hot_path is not configured");
     return NULL;
   }

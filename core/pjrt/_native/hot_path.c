@@ -8,24 +8,23 @@ PyTypeObject* hp_array_type;
 PyTypeObject* hp_handle_type;
 
 /* configure(address_slot, address_slot_address, *, buffer_destroy,
- *           error_destroy, call_run, execute, host_read): the cffi
+ *           error_destroy, call_run, host_read): the cffi
  * PJRT_Buffer*[1] used to read a cdata's address, and the addresses of the
  * cffi extension's functions this module calls. Called once, by
  * pjrt._capi.native. */
 static PyObject* configure(PyObject* module, PyObject* args, PyObject* kwargs) {
   static char* keywords[] = {"address_slot", "address_slot_address", "buffer_destroy",
-                             "error_destroy", "call_run", "execute", "host_read", NULL};
+                             "error_destroy", "call_run", "host_read", NULL};
   PyObject* slot;
-  PyObject* addresses[6];
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!$O!O!O!O!O!", keywords, &slot,
+  PyObject* addresses[5];
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!$O!O!O!O!", keywords, &slot,
                                    &PyLong_Type, &addresses[0], &PyLong_Type, &addresses[1],
                                    &PyLong_Type, &addresses[2], &PyLong_Type, &addresses[3],
-                                   &PyLong_Type, &addresses[4], &PyLong_Type,
-                                   &addresses[5])) {
+                                   &PyLong_Type, &addresses[4])) {
     return NULL;
   }
-  void* pointers[6];
-  for (int i = 0; i < 6; ++i) {
+  void* pointers[5];
+  for (int i = 0; i < 5; ++i) {
     pointers[i] = PyLong_AsVoidPtr(addresses[i]);
     if (pointers[i] == NULL) {
       if (!PyErr_Occurred()) {
@@ -40,15 +39,14 @@ static PyObject* configure(PyObject* module, PyObject* args, PyObject* kwargs) {
   hp_wiring.buffer_destroy = (buffer_destroy_fn)pointers[1];
   hp_wiring.error_destroy = (error_destroy_fn)pointers[2];
   hp_wiring.call_run = (call_run_fn)pointers[3];
-  hp_wiring.execute = (execute_fn)pointers[4];
-  hp_wiring.host_read = (host_read_fn)pointers[5];
+  hp_wiring.host_read = (host_read_fn)pointers[4];
   Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(address_slot, address_slot_address, *, buffer_destroy, error_destroy, "
-     "call_run, execute, host_read): the cffi PJRT_Buffer*[1] used to read a cdata's "
+     "call_run, host_read): the cffi PJRT_Buffer*[1] used to read a cdata's "
      "address, and the addresses of the cffi extension's functions this module calls"},
     {"read_small", hp_read_small, METH_O,
      "read_small(array) -> bytes of its value, or None: take the full read"},

@@ -85,9 +85,6 @@ PyAPI_FUNC(void) PyBuffer_Release(Py_buffer* view);
 /* ---- wiring (hot_path.c) ------------------------------------------------- */
 
 typedef int (*call_run_fn)(pjrt_shim_call*);
-typedef int (*execute_fn)(const PJRT_Api*, PJRT_LoadedExecutable*, PJRT_Buffer**, size_t,
-                          size_t, PJRT_Buffer**, size_t, const int64_t*, size_t,
-                          PJRT_Device*, PJRT_Event**, PJRT_Error**);
 typedef intptr_t (*host_read_fn)(const PJRT_Api*, PJRT_Buffer*, void*, size_t);
 typedef void (*buffer_destroy_fn)(const PJRT_Api*, PJRT_Buffer*);
 typedef void (*error_destroy_fn)(const PJRT_Api*, PJRT_Error*);
@@ -98,8 +95,7 @@ typedef struct {
   PJRT_Buffer** address_slot_memory; /* its memory */
   buffer_destroy_fn buffer_destroy;  /* pjrt_shim_buffer_destroy */
   error_destroy_fn error_destroy;    /* pjrt_shim_error_destroy */
-  call_run_fn call_run;              /* pjrt_shim_call_run */
-  execute_fn execute;                /* pjrt_shim_execute */
+  call_run_fn call_run;              /* pjrt_shim_call_run, the one launcher */
   host_read_fn host_read;            /* pjrt_host_read */
 } hp_wiring_t;
 extern hp_wiring_t hp_wiring;

@@ -124,7 +124,22 @@ static int64_t shim_now_ns(void) {
   return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
 }
 
+/* pjrt_shim_call_run on several devices (no host values). */
+static int shim_call_run_on_devices(pjrt_shim_call* call, int64_t started) {
+  PJRT_Error* error = NULL;
+  int failed = pjrt_shim_execute(call->api, call->executable, call->arguments,
+                                 call->num_devices, call->num_arguments, call->outputs,
+                                 call->num_outputs, call->non_donatable,
+                                 call->num_non_donatable, NULL, NULL, &error);
+  call->error = error;
+  return (failed || error != NULL ? PJRT_SHIM_CALL_ERROR : 0) |
+         (shim_now_ns() - started > call->slow_ns ? PJRT_SHIM_CALL_SLOW : 0);
+}
+
 int pjrt_shim_call_run(pjrt_shim_call* call) {
+  if (call->num_devices > 1) {
+    return shim_call_run_on_devices(call, shim_now_ns());
+  }
   const PJRT_Api* api = call->api;
   const void** host_data = call->host_data;
   size_t n = call->num_arguments;
@@ -133,7 +148,7 @@ int pjrt_shim_call_run(pjrt_shim_call* call) {
   PJRT_Error* error = NULL;
   int copies = 0;
   call->error = NULL;
-  for (i = 0; i < n; ++i) {
+  for (i = 0; host_data != NULL && i < n; ++i) {
     if (host_data[i] != NULL) {
       call->arguments[i] = NULL;
       copies = 1;

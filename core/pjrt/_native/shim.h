@@ -50,19 +50,24 @@ int pjrt_shim_execute(const PJRT_Api* api, PJRT_LoadedExecutable* executable,
                       PJRT_Device* execute_device,
                       PJRT_Event** complete_events, PJRT_Error** error_out);
 
-/* Everything one call of a single-device executable needs, set up once per
- * executable (and per concurrent caller) so that a call passes one pointer
- * through cffi. The caller fills `arguments` (and `host_data`) and reads
+/* Everything one call of an executable needs, set up once per executable
+ * (and per concurrent caller) so that a call passes one pointer: the one call
+ * struct of every launch, on one device or several, from C or from Python.
+ * The caller fills `arguments` (and on one device `host_data`) and reads
  * `outputs` and `error` back. */
 typedef struct {
   const PJRT_Api* api;
   PJRT_Client* client;
   PJRT_LoadedExecutable* executable;
+  /* The devices the call runs on, all of the executable's (device-major
+   * `arguments` and `outputs`); 1 for a single-device program. Host values
+   * (`host_data`) are copied only on one device. */
+  size_t num_devices;
   PJRT_Device* device;
-  size_t num_arguments;
-  size_t num_outputs;
-  PJRT_Buffer** arguments;  /* num_arguments; a host value's slot is filled here */
-  PJRT_Buffer** outputs;    /* num_outputs new buffers, owned by the caller */
+  size_t num_arguments;     /* per device */
+  size_t num_outputs;       /* per device */
+  PJRT_Buffer** arguments;  /* num_devices * num_arguments; a host value's slot is filled here */
+  PJRT_Buffer** outputs;    /* num_devices * num_outputs new buffers, owned by the caller */
   /* Per argument: dense row-major host memory to copy to `device` for this
    * call alone (kImmutableOnlyDuringCall), or NULL for a buffer already in
    * `arguments`. Its element type, and dimensions taken in turn from
@@ -86,10 +91,12 @@ typedef enum {
   PJRT_SHIM_CALL_SLOW = 2    /* the copies and launch took longer than slow_ns */
 } pjrt_shim_call_status;
 
-/* Copies the host values of `call` (if any), launches the executable on its
- * device with every argument, frees the copies again (the plugin keeps what
- * the launched program reads) and clears `host_data`. Returns 0, or
- * PJRT_SHIM_CALL_* bits. */
+/* The one launcher: on one device, copies the host values of `call` (if
+ * any), launches the executable with every argument, frees the copies again
+ * (the plugin keeps what the launched program reads) and clears `host_data`;
+ * on several, launches it on all of them. Returns 0, or PJRT_SHIM_CALL_*
+ * bits (an error with call->error NULL: the host ran out of memory). Where
+ * it runs (the caller's thread or a worker) is the caller's choice. */
 int pjrt_shim_call_run(pjrt_shim_call* call);
 
 /* Starts a host-to-device copy of a dense row-major array. With
