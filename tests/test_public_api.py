@@ -67,6 +67,7 @@ JAXLIB_NAMES = {
     "PmapSharding", "HloSharding", "OpShardingType", "register_custom_call_target",
     "custom_call_targets", "XlaRuntimeError", "Shape", "PrimitiveType", "Layout", "PjRtLayout",
     "ArrayCopySemantics", "check_and_canonicalize_memory_kind", "CustomCallTargetTraits",
+    "ShapeIndex",
 }
 
 #: Old pjrt names -> the module to import them from now.

@@ -20,7 +20,7 @@ import numpy as np
 from ._pjrt_cffi import ffi, lib
 from .array import native_host
 from .dtypes import to_pjrt_type
-from .errors import consume
+from .errors import ArgumentMismatchError, consume
 from ._capi.handles import HostBufferSemantics
 from ._capi.staging import (CALL_STAGING_THRESHOLD_BYTES, SharedStaging, adoptable_copy,
                             should_stage)
@@ -38,8 +38,7 @@ def host_array(index: int, value, spec) -> np.ndarray:
     against the parameter's ``(shape, dtype)`` when the program says what it is."""
     host = value if type(value) is np.ndarray and value.dtype.isnative else native_host(value)
     if spec is not None and (host.shape != spec[0] or host.dtype != spec[1]):
-        raise TypeError(f"argument {index} has shape {host.shape} and dtype {host.dtype}, but "
-                        f"the program expects shape {spec[0]} and dtype {spec[1]}")
+        raise ArgumentMismatchError(index, host.shape, host.dtype, spec[0], spec[1])
     if not host.flags.c_contiguous:
         host = np.ascontiguousarray(host)  # (a 0-d array is always contiguous)
     return host

@@ -366,8 +366,12 @@ class Array(HostReads):
         handle = self._handle
         ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
         try:
-            api = handle.api
-            wait_buffers_ready(api, self.live_buffers())  # raises once the client is closed
+            try:
+                buffers = self.live_buffers()  # raises once the client is closed
+            except DeletedArrayError as deleted:  # in jaxlib's words, which its users match
+                raise DeletedArrayError("BlockHostUntilReady() called on deleted or donated "
+                                        f"buffer: {deleted.plugin_message}") from None
+            wait_buffers_ready(handle.api, buffers)
         finally:
             handle.end(ticket)
         return self

@@ -98,8 +98,52 @@ class UnsupportedFeatureError(XlaRuntimeError):
         super().__init__(ErrorCode.UNIMPLEMENTED, message)
 
 
-class DeletedArrayError(RuntimeError):
-    """An operation used an Array after ``delete()`` or after it was donated to a program."""
+class DeletedArrayError(XlaRuntimeError):
+    """An operation used an Array after ``delete()`` or after it was donated to a program.
+
+    An [`XlaRuntimeError`][pjrt.errors.XlaRuntimeError] (``INVALID_ARGUMENT``), as jaxlib
+    raises for a deleted or donated buffer, so that jaxlib's ``except`` clauses catch it.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(ErrorCode.INVALID_ARGUMENT, message)
+
+
+class ArgumentMismatchError(TypeError, XlaRuntimeError):
+    """A program was called with an argument whose shape or dtype is not its parameter's.
+
+    Both a ``TypeError`` and an [`XlaRuntimeError`][pjrt.errors.XlaRuntimeError]
+    (``INVALID_ARGUMENT``, with jaxlib's words "Argument does not match"), so that code
+    written for either catches it.
+    """
+
+    def __init__(self, index: int, shape: tuple, dtype, expected_shape: tuple, expected_dtype):
+        self.index = index
+        XlaRuntimeError.__init__(
+            self, ErrorCode.INVALID_ARGUMENT,
+            f"Invalid argument: Argument does not match parameter {index} of the program: want "
+            f"{_shape_text(expected_shape, expected_dtype)}, got {_shape_text(shape, dtype)} "
+            f"(argument {index} has shape {tuple(shape)} and dtype {dtype}, but the program "
+            f"expects shape {tuple(expected_shape)} and dtype {expected_dtype})")
+
+
+class ConsumedCapsuleError(BufferError, RuntimeError):
+    """A DLPack capsule was handed to a consumer a second time.
+
+    A ``BufferError``, as the DLPack protocol's errors are, and a ``RuntimeError`` ("a DLPack
+    tensor may be consumed at most once"), as jaxlib raises.
+    """
+
+
+def _shape_text(shape: tuple, dtype) -> str:
+    """XLA's spelling of an array shape without its layout: ``f32[2,3]``."""
+    from . import dtypes
+
+    try:
+        name = dtypes.xla_type_name(dtypes.to_xla_type(dtype))
+    except (TypeError, ValueError, KeyError):
+        name = str(dtype)
+    return f"{name}[{','.join(str(d) for d in shape)}]"
 
 
 class ClosedClientError(RuntimeError):

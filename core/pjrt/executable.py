@@ -28,7 +28,7 @@ from ._pjrt_cffi import ffi, lib
 from .array import Array, check_device_sets
 # CompiledMemoryStats is re-exported: its home was this module.
 from .executable_metadata import CompiledMemoryStats, ExecutableMetadata  # noqa: F401
-from .errors import UnsupportedFeatureError, XlaRuntimeError, consume
+from .errors import ArgumentMismatchError, UnsupportedFeatureError, XlaRuntimeError, consume
 from ._host_values import HostCopies, check_shards, host_array
 from ._capi.staging import CALL_STAGING_THRESHOLD_BYTES
 from .sharding import global_shape_of_shards
@@ -273,9 +273,8 @@ class LoadedExecutable(ExecutableMetadata):
             if expected is not None and (argument.shape != expected.shape
                                          or (expected.dtype is not None
                                              and argument.dtype != expected.dtype)):
-                raise TypeError(
-                    f"argument {index} has shape {argument.shape} and dtype {argument.dtype}, "
-                    f"but the program expects shape {expected.shape} and dtype {expected.dtype}")
+                raise ArgumentMismatchError(index, argument.shape, argument.dtype,
+                                            expected.shape, expected.dtype)
         return buffers[0]
 
     def _check_count(self, count: int) -> None:

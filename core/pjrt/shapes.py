@@ -18,7 +18,7 @@ from . import dtypes
 from ._wire import protowire as pw
 from .layouts import Layout
 
-__all__ = ["PrimitiveType", "Shape"]
+__all__ = ["PrimitiveType", "Shape", "ShapeIndex"]
 
 
 def _primitive_type_members() -> dict[str, int]:
@@ -342,3 +342,34 @@ def _parse_one(text: str, whole: str) -> tuple[Shape, str]:
     if kind == PrimitiveType.TOKEN:
         return Shape.token_shape(), text[match.end():]
     return Shape._make(kind, dims, layout, dynamic), text[match.end():]
+
+
+class ShapeIndex:
+    """A path into a (possibly nested) tuple shape: the indices of the elements to descend
+    through, outermost first (jaxlib's ``ShapeIndex``; ``ShapeIndex(())`` is the shape itself).
+    Equal paths compare and hash equal."""
+
+    __slots__ = ("_path",)
+
+    def __init__(self, path=()):
+        indices = tuple(path)
+        for index in indices:
+            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+                raise TypeError(f"a ShapeIndex is made of non-negative ints; got {index!r} in "
+                                f"{path!r}")
+        self._path = indices
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ShapeIndex) and self._path == other._path
+
+    def __hash__(self) -> int:
+        return hash((ShapeIndex, self._path))
+
+    def __iter__(self):
+        return iter(self._path)
+
+    def __len__(self) -> int:
+        return len(self._path)
+
+    def __repr__(self) -> str:
+        return f"ShapeIndex({self._path!r})"

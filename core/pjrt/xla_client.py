@@ -33,7 +33,7 @@ from .sharding import (GSPMDSharding, NamedSharding, PmapSharding, Sharding,
 from .topology import DeviceTopology
 from .ffi import CustomCallTargetTraits
 from .layouts import Layout, PjRtLayout
-from .shapes import PrimitiveType, Shape
+from .shapes import PrimitiveType, Shape, ShapeIndex
 from .sharding import check_and_canonicalize_memory_kind
 from .transfers import ArrayCopySemantics
 from .transfers import (batched_block_until_ready, batched_copy_array_to_devices_with_sharding,
@@ -54,7 +54,7 @@ __all__ = [
     "Sharding", "NamedSharding", "SingleDeviceSharding", "GSPMDSharding", "PmapSharding",
     "HloSharding", "OpShardingType",
     # shapes, element types and layouts
-    "Shape", "PrimitiveType", "Layout", "PjRtLayout", "ArrayCopySemantics",
+    "Shape", "ShapeIndex", "PrimitiveType", "Layout", "PjRtLayout", "ArrayCopySemantics",
     "check_and_canonicalize_memory_kind",
     # custom calls and errors
     "register_custom_call_target", "custom_call_targets", "CustomCallTargetTraits",

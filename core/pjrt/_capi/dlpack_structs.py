@@ -32,6 +32,7 @@ import numpy as np
 
 from .. import dtypes
 from .._pjrt_cffi import ffi, lib
+from ..errors import ConsumedCapsuleError
 from ..layouts import buffer_layout
 
 _NULL = ffi.NULL
@@ -139,6 +140,8 @@ def _address(pointer) -> int:
 # Static C strings: a capsule keeps a pointer to its name for as long as it lives.
 _NAMES = [_address(lib.pjrt_dlpack_capsule_name(i)) for i in range(4)]
 _NAME_BYTES = [b"dltensor", b"dltensor_versioned"]
+#: The names a consumer gives a capsule it has taken the tensor out of.
+_USED_NAME_BYTES = (b"used_dltensor", b"used_dltensor_versioned")
 _DESTRUCTOR = _address(ffi.addressof(lib, "pjrt_dlpack_capsule_destructor"))
 
 
@@ -319,10 +322,23 @@ class Consumed:
                           strides=tuple(s * itemsize for s in strides))
 
 
+def _was_consumed(capsule) -> bool:
+    """Whether ``capsule`` is a DLPack capsule a consumer has renamed ``used_...``."""
+    for name in _USED_NAME_BYTES:
+        try:
+            if _capsule_is_valid(capsule, name):
+                return True
+        except ctypes.ArgumentError:
+            return False
+    return False
+
+
 def consume(capsule) -> Consumed:
     """Take the tensor out of a DLPack capsule (renaming it ``used_...``).
 
     Raises:
+      ConsumedCapsuleError: the capsule was consumed already (a ``BufferError``, and the
+        ``RuntimeError`` jaxlib raises).
       BufferError: the object is not an unconsumed DLPack capsule, or the tensor has a
         dtype or lane count pjrt cannot hold (the capsule is then left to its producer).
       ValueError: a field of the tensor is damaged (ndim, shape, strides, byte_offset, data
@@ -337,6 +353,10 @@ def consume(capsule) -> Consumed:
         except ctypes.ArgumentError:
             break
     if versioned is None:
+        if _was_consumed(capsule):
+            raise ConsumedCapsuleError(
+                "this DLPack capsule was consumed already, and a DLPack tensor may be consumed "
+                "at most once; export the array again for another consumer")
         raise BufferError("expected an unconsumed DLPack capsule ('dltensor' or "
                           "'dltensor_versioned'); a capsule can be consumed only once")
     address = _capsule_get_pointer(capsule, _NAME_BYTES[int(versioned)])
