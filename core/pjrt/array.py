@@ -177,6 +177,20 @@ class Array(HostReads):
                 f"be used (a donated array is consumed by the program it was passed to)")
         return buffers
 
+    def clone(self) -> "Array":
+        """A new Array of the same buffers, with no copy (jaxlib's ``clone``): the two share
+        the device memory, so deleting or donating either deletes both.
+
+        Raises:
+          DeletedArrayError: the array was deleted or donated.
+          ClosedClientError: its client is closed.
+        """
+        buffers = self.live_buffers()
+        owner = self._parent if self._parent is not None else self
+        return Array(self._client, list(buffers), self._devices, self.shape, self.dtype,
+                     sharding=self._sharding, parent=owner,
+                     physical_order=self._physical_order)
+
     def delete(self) -> None:
         """Free the device memory now. Using the array afterwards raises DeletedArrayError."""
         self._release("deleted")

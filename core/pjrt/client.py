@@ -152,6 +152,20 @@ class Client:
         """All devices of the client, addressable or not."""
         return list(self._devices)
 
+    def _get_all_devices(self) -> list[Device]:
+        """jaxlib's name for `devices` (every device, addressable or not)."""
+        return self.devices()
+
+    @property
+    def pjrt_c_api_major_version(self) -> int:
+        """The major PJRT C API version the client's plugin was negotiated at."""
+        return self.plugin.api_version[0]
+
+    @property
+    def pjrt_c_api_minor_version(self) -> int:
+        """The minor PJRT C API version the client's plugin was negotiated at."""
+        return self.plugin.api_version[1]
+
     def local_devices(self) -> list[Device]:
         """The devices this process can address."""
         return list(self._local_devices)
@@ -169,6 +183,16 @@ class Client:
             return [self._memory(args.addressable_memories[i])
                     for i in range(args.num_addressable_memories)]
 
+    def device_from_local_hardware_id(self, local_hardware_id: int) -> Device:
+        """The addressable device with this local hardware id; ValueError listing the ids
+        otherwise."""
+        for device in self._local_devices:
+            if local_hardware_id is not None and device.local_hardware_id == local_hardware_id:
+                return device
+        ids = ", ".join(str(d.local_hardware_id) for d in self._local_devices)
+        raise ValueError(f"no addressable device with local hardware id {local_hardware_id} on "
+                         f"this {self.platform} client (local hardware ids: {ids})")
+
     def lookup_device(self, device_id: int) -> Device:
         """The device with global id ``device_id``; ValueError listing the ids otherwise."""
         for device in self._devices:
@@ -179,7 +203,8 @@ class Client:
                          f"(device ids: {ids})")
 
     def live_arrays(self) -> list:
-        """Arrays made through this client that are alive and not deleted.
+        """Arrays made through this client that are alive and not deleted, newest first (as
+        jaxlib lists them).
 
         Arrays are not tracked one by one (that would slow every execution down); this walks
         the objects the garbage collector knows, so it is meant for debugging, not hot loops.
@@ -187,8 +212,13 @@ class Client:
         from .array import Array
 
         handle = self._handle
-        return [o for o in gc.get_objects()
-                if type(o) is Array and o._handle is handle and not o.is_deleted()]
+        arrays = [o for o in gc.get_objects()
+                  if type(o) is Array and o._handle is handle and not o.is_deleted()]
+        # The handle registers each owner's buffers as the owner is made, so its registry's
+        # order is the order of making; a shard or clone sorts with its owner.
+        newest_first = {owner: place for place, owner in enumerate(reversed(list(handle.buffers)))}
+        last = len(newest_first)
+        return sorted(arrays, key=lambda array: newest_first.get(array._owner_id(), last))
 
     def live_buffers(self) -> list:
         return self.live_arrays()

@@ -32,6 +32,8 @@ from .errors import ArgumentMismatchError, UnsupportedFeatureError, XlaRuntimeEr
 from ._host_values import HostCopies, check_shards, host_array
 from ._capi.staging import CALL_STAGING_THRESHOLD_BYTES
 from .sharding import global_shape_of_shards
+from . import tokens
+from .tokens import ShardedToken, Token
 
 if TYPE_CHECKING:
     from .device import ClientView, Device
@@ -141,8 +143,22 @@ def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
 class ExecuteResults:
     """Outputs of [`LoadedExecutable.execute_sharded`][pjrt.executable.LoadedExecutable.execute_sharded], one Array per output and device."""
 
-    def __init__(self, outputs: list[list[Array]]):
+    def __init__(self, outputs: list[list[Array]], token: ShardedToken | None = None):
         self._outputs = outputs
+        self._token = token
+
+    def consume_token(self) -> ShardedToken:
+        """The run's [`ShardedToken`][pjrt.tokens.ShardedToken] (``execute_sharded(...,
+        with_tokens=True)``); it can be taken once.
+
+        Raises:
+          RuntimeError: the call was made without ``with_tokens``, or the token was taken.
+        """
+        token, self._token = self._token, None
+        if token is None:
+            raise RuntimeError("this run has no token to give: call execute_sharded(..., "
+                               "with_tokens=True) for one (each can be taken once)")
+        return token
 
     def __len__(self) -> int:
         return len(self._outputs)
@@ -310,7 +326,15 @@ class LoadedExecutable(ExecutableMetadata):
                 return outputs
         return self._execute_checked(arguments, copy_host_values)
 
-    def _execute_checked(self, arguments: Sequence, copy_host_values: bool) -> list[Array]:
+    def execute_with_token(self, arguments: Sequence[Array], *,
+                           copy_host_values: bool = False) -> tuple[list[Array], Token]:
+        """`execute`, and the run's [`Token`][pjrt.tokens.Token] (its completion)."""
+        slots = ffi.new("PJRT_Event*[]", 1)
+        outputs = self._execute_checked(arguments, copy_host_values, slots)
+        return outputs, Token(tokens.take_events(self._handle, slots, 1))
+
+    def _execute_checked(self, arguments: Sequence, copy_host_values: bool,
+                         events=_NULL) -> list[Array]:
         """`execute` with every check that builds an error message, and host values of any
         kind (see `pjrt._host_values`)."""
         devices = self._devices
@@ -345,10 +369,10 @@ class LoadedExecutable(ExecutableMetadata):
                 copies.start(argument_array)
             if self._donated:
                 keep = _prepare_donations(self._donated, [arguments])
-                self._launch(call, keep)
+                self._launch(call, keep, events)
                 _consume_donated(self._donated, [arguments], keep)
             else:
-                self._launch(call, ())
+                self._launch(call, (), events)
             return self._wrap_outputs(call.outputs, 0, devices)
         finally:
             if copies is not None:
@@ -358,12 +382,14 @@ class LoadedExecutable(ExecutableMetadata):
             handle.end(ticket)
 
     @handles.native_method
-    def execute_sharded(self, arguments: Sequence[Sequence[Array]]) -> ExecuteResults:
+    def execute_sharded(self, arguments: Sequence[Sequence[Array]], *,
+                        with_tokens: bool = False) -> ExecuteResults:
         """Run on every device of the executable.
 
         Args:
           arguments: ``arguments[i][d]`` is argument ``i`` on the executable's ``d``-th device
             (``local_devices()`` order), a single-device Array.
+          with_tokens: keep the run's completion, for the results' ``consume_token()``.
 
         Returns:
           [`ExecuteResults`][pjrt.executable.ExecuteResults]; ``disassemble_into_single_device_arrays()[i][d]`` is output
@@ -382,19 +408,23 @@ class LoadedExecutable(ExecutableMetadata):
         per_device_arguments = list(zip(*arguments)) if arguments else []
         keep = _prepare_donations(self._donated, per_device_arguments) if self._donated else ()
         call = self._thread_call(len(arguments), num_devices)
+        slots = ffi.new("PJRT_Event*[]", num_devices) if with_tokens else _NULL
         try:
             for position, buffer in enumerate(flat):
                 call.arguments[position] = buffer
-            self._launch(call, keep)
+            self._launch(call, keep, slots)
             outputs = call.outputs
         finally:
             call.busy = False
+        token = (ShardedToken(tokens.take_events(self._handle, slots, num_devices),
+                              [device.id for device in self._devices])
+                 if with_tokens else None)
         _consume_donated(self._donated, per_device_arguments, keep)
         results: list[list[Any]] = [[None] * num_devices for _ in range(self._num_outputs)]
         for d, device in enumerate(self._devices):
             for i, array in enumerate(self._wrap_outputs(outputs, d, (device,))):
                 results[i][d] = array
-        return ExecuteResults(results)
+        return ExecuteResults(results, token)
 
     def execute_global(self, arguments: Sequence[Array], *,
                        copy_host_values: bool = False) -> list[Array]:
@@ -539,10 +569,12 @@ class LoadedExecutable(ExecutableMetadata):
         call.busy = True
         return call
 
-    def _launch(self, call: _Call, keep: tuple) -> None:
+    def _launch(self, call: _Call, keep: tuple, events=_NULL) -> None:
         """Run ``call`` (its arguments placed) through the one launcher, here or on a worker
-        thread (see `pjrt._capi.long_runs`); its outputs land in ``call.outputs``."""
+        thread (see `pjrt._capi.long_runs`); its outputs land in ``call.outputs``, and each
+        device's completion event in ``events`` unless that is NULL."""
         struct = call.call
+        struct.complete_events = events
         if self._launch_need is None or self._launch_need >= memory_headroom.CHECKED_FROM_BYTES:
             _check_headroom(self, int(struct.num_devices))
         if keep:
@@ -561,6 +593,7 @@ class LoadedExecutable(ExecutableMetadata):
                     raise MemoryError("out of host memory while preparing the execution")
                 raise consume(self._handle.api, error)
         finally:
+            struct.complete_events = _NULL
             if keep:
                 struct.non_donatable, struct.num_non_donatable = _NULL, 0
                 call.keep = None

@@ -232,9 +232,11 @@ class ExecutableMetadata:
         return int(self._handle.api.call_new("PJRT_Executable_NumPartitions",
                                              executable=self._executable_ptr()).num_partitions)
 
+    @property
     @handles.native_method
     def fingerprint(self) -> bytes | None:
-        """A fingerprint of the compiled program, or None if the plugin has none."""
+        """A fingerprint of the compiled program, or None if the plugin has none (a property,
+        as in jaxlib)."""
         api = self._handle.api
         if not api.has("PJRT_Executable_Fingerprint"):
             return None

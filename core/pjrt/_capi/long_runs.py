@@ -100,6 +100,10 @@ def launch(handle, call) -> bool:
         keep = ffi.new("int64_t[]", int(struct.num_non_donatable))
         ffi.memmove(keep, struct.non_donatable, ffi.sizeof(keep))
     own.non_donatable = keep
+    events = _NULL  # the completion events the caller asked for, written here first
+    if struct.complete_events != _NULL:
+        events = ffi.new("PJRT_Event*[]", num_devices)
+    own.complete_events = events
     after = _AfterLaunch()
     ticket = handle.begin()  # its own: the caller's may end before the launch does
 
@@ -115,6 +119,8 @@ def launch(handle, call) -> bool:
                 if made:
                     lib.pjrt_shim_buffers_destroy(api.table, ffi.new("PJRT_Buffer*[]", made),
                                                   len(made))
+                for d in range(num_devices if events != _NULL else 0):
+                    lib.pjrt_shim_event_destroy(api.table, events[d])
         finally:
             after.finish()
             handle.end(ticket)
@@ -133,4 +139,6 @@ def launch(handle, call) -> bool:
             raise MemoryError("out of host memory while preparing the execution")
         raise consume(api, own.error)
     ffi.memmove(struct.outputs, outputs, total_outputs * _POINTER_SIZE)
+    if events != _NULL:
+        ffi.memmove(struct.complete_events, events, num_devices * _POINTER_SIZE)
     return not status & lib.PJRT_SHIM_CALL_SLOW

@@ -130,7 +130,8 @@ static int shim_call_run_on_devices(pjrt_shim_call* call, int64_t started) {
   int failed = pjrt_shim_execute(call->api, call->executable, call->arguments,
                                  call->num_devices, call->num_arguments, call->outputs,
                                  call->num_outputs, call->non_donatable,
-                                 call->num_non_donatable, NULL, NULL, &error);
+                                 call->num_non_donatable, NULL, call->complete_events,
+                                 &error);
   call->error = error;
   return (failed || error != NULL ? PJRT_SHIM_CALL_ERROR : 0) |
          (shim_now_ns() - started > call->slow_ns ? PJRT_SHIM_CALL_SLOW : 0);
@@ -180,6 +181,7 @@ int pjrt_shim_call_run(pjrt_shim_call* call) {
     args.num_devices = 1;
     args.num_args = n;
     args.output_lists = &output_list;
+    args.device_complete_events = call->complete_events;
     error = api->PJRT_LoadedExecutable_Execute(&args);
   }
   if (copies) {

@@ -82,6 +82,9 @@ typedef struct {
   size_t num_non_donatable;
   /* A launch that takes longer than this is reported (PJRT_SHIM_CALL_SLOW). */
   int64_t slow_ns;
+  /* NULL, or num_devices slots that receive each device's completion event
+   * (owned by the caller; a token of the call). */
+  PJRT_Event** complete_events;
   PJRT_Error* error;        /* the plugin's error, owned by the caller */
 } pjrt_shim_call;
 
