@@ -221,7 +221,7 @@ def main(argv=None) -> int:
     step("output Array, full path: construct + free (Python; C destroy of NULL)",
          lambda: [Array(client, [null_buffer], devices, shape, dtype)])
 
-    # The pieces of a small read (pjrt/_host_reads.py): one C call copies a ready buffer into
+    # The pieces of a small read (pjrt/_runtime/host_reads.py): one C call copies a ready buffer into
     # a fresh array, which is handed out read-only.
     ready = execute([a, b])[0]
     ready.block_until_ready()

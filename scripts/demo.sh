@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 
 python3 -m venv .venv
 .venv/bin/pip install --quiet ./core ./plugins/cpu
-.venv/bin/python -m pjrt.demo
+.venv/bin/python -m pjrt demo

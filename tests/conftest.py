@@ -254,6 +254,11 @@ def child_env(*, drop: tuple[str, ...] = (), **extra: str) -> dict:
     """This environment for a child interpreter, without the variables whose names start with
     one of ``drop``, with ``extra`` set, and with this process's import path."""
     env = {k: v for k, v in os.environ.items() if not (drop and k.startswith(drop))}
+    if (any("PJRT_PLATFORMS".startswith(prefix) for prefix in drop)
+            and "PJRT_PLATFORMS" not in extra and "JAX_PLATFORMS" in env):
+        # pjrt reads JAX_PLATFORMS (kept for jax, the oracle) when PJRT_PLATFORMS is unset:
+        # an empty PJRT_PLATFORMS keeps the child's pjrt selecting no platform, as meant.
+        env["PJRT_PLATFORMS"] = ""
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     env.update(extra)
     return env

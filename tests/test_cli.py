@@ -1,7 +1,7 @@
 """The ``pjrt`` command, on the real CPU plugin.
 
 Most cases run the command the way a person does, ``python -m pjrt ...`` in a subprocess with
-a controlled environment; the rest call :func:`pjrt.cli.main` in this process with a registry
+a controlled environment; the rest call :func:`pjrt._app.cli.main` in this process with a registry
 of their own (so they do not disturb the default one) and read what it printed.
 """
 from __future__ import annotations
@@ -17,7 +17,8 @@ import pytest
 
 import pjrt
 import pjrt_cpu
-from pjrt import cli, registry
+from pjrt import registry
+from pjrt._app import cli
 from pjrt.plugin import PluginTable
 
 from conftest import cpu_plugin_path
@@ -33,7 +34,9 @@ HEADER = "{}.{}".format(*pjrt.PJRT_C_API_VERSION)
 def command_env(**extra: str) -> dict:
     """The environment a command runs in: this one, minus the variables that steer pjrt."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PJRT_", "JAX_"))}
-    env.update(JAX_PLATFORMS="cpu", PYTHONDONTWRITEBYTECODE="1", **extra)
+    # JAX_PLATFORMS keeps jax on the CPU; pjrt reads it only while PJRT_PLATFORMS is unset.
+    env.update(JAX_PLATFORMS="cpu", PJRT_PLATFORMS="", PYTHONDONTWRITEBYTECODE="1")
+    env.update(extra)
     return env
 
 

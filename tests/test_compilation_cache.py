@@ -161,7 +161,7 @@ def test_in_process_hits_key_on_devices_and_plugin(cache_dir, client, caplog):
 
 
 def test_entry_from_another_plugin_build_is_refused(cache_dir, client, caplog, tmp_path):
-    from pjrt import serialization
+    from pjrt._runtime import serialization
 
     device = client.local_devices()[0]
     pjrt.compile(ADD, device)
@@ -239,7 +239,7 @@ def test_concurrent_writers_leave_whole_entries(tmp_path):
 def test_a_new_process_does_not_hash_the_library_again(tmp_path):
     """The plugin's digest, part of every key, is remembered in the cache directory: a second
     process reads it instead of the 100+ MB library; a changed library is hashed again."""
-    from pjrt import serialization
+    from pjrt._runtime import serialization
 
     library = tmp_path / "plugin.so"
     library.write_bytes(b"not a real library, only bytes to hash" * 1000)

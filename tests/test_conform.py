@@ -19,8 +19,8 @@ import ml_dtypes
 import pytest
 
 import pjrt
-import pjrt.conform
-from pjrt import cli, dtypes
+from pjrt import dtypes
+from pjrt._app import cli, conform
 
 from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT, cpu_plugin_path, vendor_library
 
@@ -54,12 +54,12 @@ def fault_plugin(tmp_path_factory) -> str:
 @pytest.mark.parametrize("name", sorted(CPU_PLUGINS))
 def test_cpu_plugins_pass_every_check_that_applies(name):
     started = time.monotonic()
-    report = pjrt.conform.run(cpu_plugin_path(name), options=OPTIONS, timeout=TIME_BUDGET_S)
+    report = conform.run(cpu_plugin_path(name), options=OPTIONS, timeout=TIME_BUDGET_S)
     elapsed = time.monotonic() - started
     print(f"\n{name}: {len(report.results)} checks {report.counts()} in {elapsed:.1f}s")
     assert report.failed() == [], report.format_table()
     assert report.passed
-    skipped = {r.name for r in report.results if r.status == pjrt.conform.SKIP}
+    skipped = {r.name for r in report.results if r.status == conform.SKIP}
     assert skipped <= CPU_SKIPS, report.format_table()
     assert report.counts()["pass"] >= 30
     assert elapsed < TIME_BUDGET_S
@@ -71,12 +71,12 @@ def test_cpu_plugins_pass_every_check_that_applies(name):
                   "compile.sort", "execute.donation", "ffi.custom_call",
                   "collectives.all_reduce", "spmd.shardy", "spmd.gspmd", "errors.bad_program",
                   "errors.codes", "events.async", "executable.serialize_roundtrip"):
-        assert report.result(check).status == pjrt.conform.PASS, check
+        assert report.result(check).status == conform.PASS, check
     assert "FFI" in report.info["extensions"]
 
 
 def test_check_names_are_stable_and_unique():
-    names = pjrt.conform.check_names()
+    names = conform.check_names()
     assert len(names) == len(set(names)) >= 30
     assert names[0] == "library.elf" and names[-1] == "client.destroy"
     for dtype in dtypes.SUPPORTED_DTYPES:
@@ -116,7 +116,7 @@ def _run_fault(monkeypatch, fault_plugin, fault: str | None, timeout: float = 60
     else:
         monkeypatch.setenv("PJRT_FAULT", fault)
     started = time.monotonic()
-    report = pjrt.conform.run(fault_plugin, options=OPTIONS, timeout=timeout)
+    report = conform.run(fault_plugin, options=OPTIONS, timeout=timeout)
     return report, time.monotonic() - started
 
 
@@ -135,8 +135,8 @@ def test_abort_in_compile_fails_that_compile_only(monkeypatch, fault_plugin):
     assert "killed by SIGABRT during this check" in sort.detail
     assert "aborting in PJRT_Client_Compile" in sort.detail  # the plugin's last words
     # The checks after it ran in a new worker.
-    assert report.result("compile.multi_output").status == pjrt.conform.PASS
-    assert report.result("client.destroy").status == pjrt.conform.PASS
+    assert report.result("compile.multi_output").status == conform.PASS
+    assert report.result("client.destroy").status == conform.PASS
     assert elapsed < 120
 
 
@@ -169,7 +169,7 @@ def test_hang_in_execute_times_out_that_check(monkeypatch, fault_plugin):
     result = report.result("compile.while_loop")
     assert result.timed_out and f"did not finish within {timeout}s" in result.detail
     assert timeout <= result.seconds < timeout + 5
-    assert report.result("compile.sort").status == pjrt.conform.PASS
+    assert report.result("compile.sort").status == conform.PASS
     assert elapsed < 120
 
 
@@ -179,7 +179,7 @@ def test_abort_in_client_create_keeps_the_plugins_last_words(monkeypatch, fault_
     monkeypatch.delenv("PJRT_LOG_LEVEL", raising=False)
     report, _ = _run_fault(monkeypatch, fault_plugin, "abort_create")
     created = report.result("client.create")
-    assert created.status == pjrt.conform.FAIL and created.signal == "SIGABRT"
+    assert created.status == conform.FAIL and created.signal == "SIGABRT"
     assert "fault plugin: aborting in PJRT_Client_Create" in created.detail
 
 
@@ -187,9 +187,9 @@ def test_null_api_fails_get_pjrt_api_and_skips_the_rest(monkeypatch, fault_plugi
     report, _ = _run_fault(monkeypatch, fault_plugin, "null_api")
     assert report.failed() == ["library.get_pjrt_api"], report.format_table()
     assert "returned NULL" in report.result("library.get_pjrt_api").detail
-    assert report.result("library.elf").status == pjrt.conform.PASS
+    assert report.result("library.elf").status == conform.PASS
     rest = report.results[2:]
-    assert rest and all(r.status == pjrt.conform.SKIP for r in rest)
+    assert rest and all(r.status == conform.SKIP for r in rest)
     assert all("library.get_pjrt_api" in r.detail for r in rest)
 
 
@@ -212,13 +212,13 @@ def test_plugin_without_compile_is_told_so_once(monkeypatch, fault_plugin):
     check names what is missing, and the compile checks are skipped for it."""
     monkeypatch.delenv("PJRT_FAULT_DELEGATE", raising=False)
     monkeypatch.delenv("PJRT_FAULT", raising=False)
-    report = pjrt.conform.run(fault_plugin, timeout=60)
+    report = conform.run(fault_plugin, timeout=60)
     assert report.failed() == ["api.function_table"], report.format_table()
     assert "PJRT_Client_Compile" in report.result("api.function_table").detail
     assert report.result("compile.sort").detail == "the plugin has no PJRT_Client_Compile"
-    assert report.result("transfer.roundtrip.float32").status == pjrt.conform.PASS
+    assert report.result("transfer.roundtrip.float32").status == conform.PASS
     int4 = report.result("transfer.roundtrip.int4")
-    assert int4.status == pjrt.conform.SKIP and "does not take int4" in int4.detail
+    assert int4.status == conform.SKIP and "does not take int4" in int4.detail
 
 
 # -- the vendors' plugins, without their hardware --------------------------------------------
@@ -240,14 +240,14 @@ def test_vendor_plugin_without_hardware_reports_client_creation(monkeypatch, dis
     # Other tests in this process may have loaded libtpu, which then holds its one-process
     # lock file; the worker's libtpu would report that instead of the missing TPU.
     monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-    report = pjrt.conform.run(vendor_library(distribution, filename), timeout=120)
+    report = conform.run(vendor_library(distribution, filename), timeout=120)
     created = report.result("client.create")
-    assert created.status == pjrt.conform.FAIL
+    assert created.status == conform.FAIL
     assert f"{code}: {message}" in created.detail
-    assert report.result("api.function_table").status == pjrt.conform.PASS
+    assert report.result("api.function_table").status == conform.PASS
     client_checks = [r for r in report.results if r.name.startswith(("transfer.", "compile.",
                                                                        "spmd.", "devices."))]
-    assert client_checks and all(r.status == pjrt.conform.SKIP for r in client_checks)
+    assert client_checks and all(r.status == conform.SKIP for r in client_checks)
     assert set(report.failed()) == {"client.create"}, report.format_table()
 
 
@@ -256,11 +256,11 @@ def test_vendor_plugin_without_hardware_reports_client_creation(monkeypatch, dis
 def test_rocm_plugin_without_its_libraries_reports_the_missing_one(distribution):
     if os.path.exists("/dev/kfd"):
         pytest.skip("this machine has an AMD GPU")
-    report = pjrt.conform.run(vendor_library(distribution, "xla_rocm_plugin.so"),
+    report = conform.run(vendor_library(distribution, "xla_rocm_plugin.so"),
                               timeout=120)
-    assert report.result("library.elf").status == pjrt.conform.PASS
+    assert report.result("library.elf").status == conform.PASS
     loaded = report.result("library.get_pjrt_api")
-    assert loaded.status == pjrt.conform.FAIL
+    assert loaded.status == conform.FAIL
     # The whole report, the ROCm runtimes first, not only the library dlopen stopped at.
     assert loaded.detail.index("libhsa-runtime64.so.1") < loaded.detail.index("libamdhip64.so.7")
     assert loaded.detail.index("libamdhip64.so.7") < loaded.detail.index("libMIOpen.so.1")
@@ -326,7 +326,7 @@ def _detail_lines(table: str, name: str) -> list[str]:
 
 def test_a_terminal_table_wraps_whole_words_and_verbose_keeps_every_line(
         plugin_missing_hyphenated_libraries):
-    report = pjrt.conform.run(plugin_missing_hyphenated_libraries, patterns=["library."],
+    report = conform.run(plugin_missing_hyphenated_libraries, patterns=["library."],
                               timeout=60)
     detail = " ".join(report.result("library.get_pjrt_api").detail.split())
     full = _detail_lines(report.format_table(width=72, full=True), "library.get_pjrt_api")

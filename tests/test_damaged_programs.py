@@ -33,9 +33,9 @@ import json, sys
 import pjrt
 from conftest import cpu_plugin_path
 from mutations import damage_shardings, flip_bytes
-from pjrt import serialization
+from pjrt._runtime import serialization
 from pjrt.exported import deserialize_exported
-from pjrt.isolated_compile import IsolatedCompileCrash
+from pjrt.program import IsolatedCompileCrash
 
 name, kind, count, fixtures = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 pjrt.load_pjrt_plugin_dynamically(name, cpu_plugin_path(name))
@@ -122,7 +122,7 @@ def test_a_crash_in_the_worker_is_an_error_and_the_next_compile_works(built, cpu
     import sys
     import numpy as np
     import pjrt
-    from pjrt.isolated_compile import IsolatedCompileCrash
+    from pjrt.program import IsolatedCompileCrash
 
     library, fixtures = sys.argv[1:]
     pjrt.load_pjrt_plugin_dynamically("faulty", library)

@@ -19,7 +19,8 @@ import pytest
 
 import pjrt
 import pjrt_cpu
-from pjrt import discovery, registry
+from pjrt import registry
+from pjrt._registry import discovery
 from pjrt.plugin import PluginTable
 
 from conftest import cpu_plugin_path, run_tiny

@@ -30,7 +30,7 @@ import pytest
 
 from pjrt import plugin_api, registry
 from pjrt.errors import PluginLoadError, XlaRuntimeError
-from pjrt.options import XLA_OPTION_TYPES, check_option_types
+from pjrt._capi.options import XLA_OPTION_TYPES, check_option_types
 from pjrt.plugin import PluginTable
 
 import pjrt_cpu
@@ -176,7 +176,7 @@ def test_no_cuda_wheel_is_a_clear_error_naming_both_extras(monkeypatch, make_reg
 def test_pjrt_info_names_the_vendor_wheels_an_extra_installed():
     # pjrt-cuda requires its vendor wheel through an extra (pjrt-cuda[cuda13]); pjrt info
     # reports those that are installed, and no extra's requirement that is not.
-    from pjrt import cli
+    from pjrt._app import cli
 
     versions = cli.gather_versions(["pjrt-cuda"])
     for distribution in ("jax-cuda13-pjrt", "jax-cuda12-pjrt", "nvidia-cuda-runtime"):

@@ -1,4 +1,4 @@
-"""Reading small arrays to numpy (pjrt/_host_reads.py and _native/host_reads.c): one fresh
+"""Reading small arrays to numpy (pjrt/_runtime/host_reads.py and _native/host_reads.c): one fresh
 numpy array and one C call for a computed value, an interruptible wait for one still being
 computed, a cached read-only copy, and the ownership rules (deletion, closing, threads) kept."""
 from __future__ import annotations

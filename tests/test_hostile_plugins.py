@@ -79,7 +79,7 @@ _CHILD = textwrap.dedent("""\
 
 def _run_child(path, how: str, setup: dict | None = None) -> dict:
     env = dict(os.environ)
-    env.pop("PJRT_PLATFORMS", None)
+    env["PJRT_PLATFORMS"] = ""  # every backend (an unset one would defer to JAX_PLATFORMS)
     if how == "env":
         env["PJRT_NAMES_AND_LIBRARY_PATHS"] = f"hostile:{path}"
     else:

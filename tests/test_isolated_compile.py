@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import pjrt
-from pjrt import isolated_compile
-from pjrt.isolated_compile import IsolatedCompileTimeout
+from pjrt._compile import isolated_compile
+from pjrt.program import IsolatedCompileTimeout
 
 from conftest import child_env
 

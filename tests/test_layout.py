@@ -21,15 +21,19 @@ from conftest import run_python
 CORE = os.path.dirname(os.path.abspath(pjrt.__file__))
 
 #: What each private folder may import, besides itself: folders (``_wire``) and top-level
-#: modules (``errors``). ``_compile`` is the top internal layer and may import anything.
+#: modules (``errors``). ``_compile`` is the top internal layer and ``_app`` (pjrt's own
+#: programs) the top of all; both may import anything.
 ALLOWED = {
     "_wire": {"errors", "dtypes"},
     "_capi": {"_wire", "errors", "dtypes", "layouts", "_pjrt_cffi", "_hot_path"},
-    "_loading": {"_capi", "errors", "plugin_logging"},
+    "_loading": {"_capi", "errors"},
     "_sharding": {"_wire", "errors", "hlo_sharding", "mesh"},
     "_distributed": {"_capi", "errors", "kv_store", "distributed", "_pjrt_cffi"},
+    "_runtime": {"_capi", "_wire", "errors", "dtypes", "layouts", "hlo_sharding", "sharding",
+                 "plugin", "array", "_pjrt_cffi"},
+    "_registry": {"_loading", "errors", "client", "plugin", "topology"},
 }
-FOLDERS = set(ALLOWED) | {"_compile"}
+FOLDERS = set(ALLOWED) | {"_compile", "_app"}
 
 
 def core_modules():
@@ -94,12 +98,24 @@ def test_each_private_folder_imports_only_what_its_rule_allows():
             if target == ["pjrt"] or target[0] != "pjrt":
                 broken.append(where + " (the package face or a plugin package)")
                 continue
-            if folder == "_compile" or target[1] == folder:
+            if folder in ("_compile", "_app") or target[1] == folder:
                 continue
             if target[1] not in ALLOWED[folder]:
                 broken.append(where)
     assert seen == FOLDERS, f"folders missing from the package: {FOLDERS - seen}"
     assert not broken, "imports against the folder rule:\n" + "\n".join(broken)
+
+
+def test_nothing_in_the_library_imports_its_programs():
+    """``_app`` (the ``pjrt`` command, the demo, ``pjrt conform``) is built on the library; the
+    library never imports it, but ``python -m pjrt`` (``pjrt/__main__.py``) starts it."""
+    found = []
+    for parts, is_package, path in core_modules():
+        if parts[1:2] == ["_app"] or parts == ["pjrt", "__main__"]:
+            continue
+        found += [f"{'.'.join(parts)}:{line}" for line, target in imports(parts, is_package, path)
+                  if target[1:2] == ["_app"]]
+    assert not found, found
 
 
 def test_importing_pjrt_and_creating_a_client_loads_nothing_of_the_compiler(cpu_plugin):
@@ -114,7 +130,11 @@ def test_importing_pjrt_and_creating_a_client_loads_nothing_of_the_compiler(cpu_
 
 @pytest.mark.parametrize("old, new", [("pjrt.handles", "pjrt._capi.handles"),
                                       ("pjrt.compiler", "pjrt._compile.pipeline"),
-                                      ("pjrt.sharding_text", "pjrt._sharding.program_text")])
+                                      ("pjrt.sharding_text", "pjrt._sharding.program_text"),
+                                      ("pjrt.options", "pjrt._capi.options"),
+                                      ("pjrt._host_values", "pjrt._runtime.host_values"),
+                                      ("pjrt.cli", "pjrt._app.cli"),
+                                      ("pjrt.conform.report", "pjrt._app.conform.report")])
 def test_an_old_internal_path_still_imports_the_moved_module_with_a_warning(old, new):
     import importlib
     sys.modules.pop(old, None)
@@ -159,8 +179,7 @@ def test_plugin_packages_reach_the_core_only_through_plugin_api():
 #: The C structs filled in by hand outside the C boundary (``_capi/``), by module; every other
 #: struct is made by ``Api.new_args``. docs/architecture.md, section 1, lists the same.
 HAND_BUILT_STRUCTS = {
-    ("pjrt.options", "PJRT_NamedValue"),
-    ("pjrt.executable_metadata", "PJRT_Program"),
+    ("pjrt._runtime.executable_metadata", "PJRT_Program"),
     ("pjrt.ffi", "PJRT_FFI_Register_Handler_Args"),
     ("pjrt.ffi", "XLA_FFI_Error_Create_Args"),
     ("pjrt.executable", "pjrt_shim_call"),  # our helper's own struct, reused call after call
@@ -199,9 +218,9 @@ def test_c_structs_are_made_by_the_c_boundary_except_the_documented_few():
 #: inside functions, and the annotation-only ones under ``if TYPE_CHECKING:``. The client sits
 #: at the top; the modules below name it only as the protocol `pjrt.device.ClientView`.
 LAYERS = ["pjrt.device", "pjrt.device_list", "pjrt.mesh", "pjrt._sharding.annotations",
-          "pjrt.sharding", "pjrt._host_reads", "pjrt.array", "pjrt.executable_metadata",
-          "pjrt._host_values", "pjrt.executable", "pjrt.isolated_compile",
-          "pjrt._compile.pipeline", "pjrt.client"]
+          "pjrt.sharding", "pjrt._runtime.host_reads", "pjrt.array",
+          "pjrt._runtime.executable_metadata", "pjrt._runtime.host_values", "pjrt.executable",
+          "pjrt._compile.isolated_compile", "pjrt._compile.pipeline", "pjrt.client"]
 
 
 def full_import_graph() -> dict[str, set[str]]:
@@ -235,7 +254,7 @@ def test_the_graph_reads_annotation_only_imports():
     """The graph the tests below judge sees imports under ``if TYPE_CHECKING:`` and inside
     functions (a reader that skipped them would pass anything)."""
     graph = full_import_graph()
-    assert "pjrt.device" in graph["pjrt._host_values"]  # under TYPE_CHECKING only
+    assert "pjrt.device" in graph["pjrt._runtime.host_values"]  # under TYPE_CHECKING only
     assert "pjrt._compile.pipeline" in graph["pjrt.client"]  # inside methods only
     assert "pjrt.array" in graph["pjrt.client"]
 

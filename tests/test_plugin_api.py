@@ -173,7 +173,7 @@ def test_register_with_pjrt_directly_uses_options_read_late(monkeypatch):
     declaration = plugin_api.PluginDeclaration(
         "late", library=lambda: LIB_106, options=lambda: {"cpu_device_count": count["n"]},
         make_client=make_client)
-    from pjrt import discovery
+    from pjrt._registry import discovery
 
     with discovery.discovery_scope(discovery.DiscoveryContext(reg)):
         assert declaration.initialize() == "pjrt"
@@ -190,7 +190,7 @@ def test_a_missing_library_is_the_backends_reason():
         raise FileNotFoundError("pjrt-ghost's library is not installed; pip install ghost")
 
     declaration = plugin_api.PluginDeclaration("ghost", library=missing)
-    from pjrt import discovery
+    from pjrt._registry import discovery
 
     with discovery.discovery_scope(discovery.DiscoveryContext(reg)):
         with pytest.raises(pjrt.PluginLoadError, match="pip install ghost"):
@@ -207,7 +207,7 @@ def test_a_missing_library_is_the_backends_reason():
 def test_a_package_that_does_not_match_the_core_is_not_registered():
     reg = registry.BackendRegistry(PluginTable(), environ={}, discover=False)
     declaration = plugin_api.PluginDeclaration("oldpkg", library=LIB_106, version="7.3.0")
-    from pjrt import discovery
+    from pjrt._registry import discovery
 
     with discovery.discovery_scope(discovery.DiscoveryContext(reg)):
         with pytest.warns(RuntimeWarning, match="does not match"):
@@ -227,7 +227,7 @@ def test_a_c_api_declaration_registers_the_capsule():
     assert type(capsule).__name__ == "PyCapsule"
     reg = registry.BackendRegistry(PluginTable(), environ={}, discover=False)
     declaration = plugin_api.PluginDeclaration("incore", c_api=lambda: capsule)
-    from pjrt import discovery
+    from pjrt._registry import discovery
 
     with discovery.discovery_scope(discovery.DiscoveryContext(reg)):
         declaration.initialize()

@@ -242,7 +242,7 @@ def test_topology_compiles_to_bytes_under_its_new_name():
 @pytest.mark.vendor
 def test_topology_compile_is_deprecated_and_still_returns_the_bytes(libtpu_v5e):
     """libtpu describes a v5e slice with no TPU attached; the old name still compiles."""
-    from pjrt import serialization
+    from pjrt._runtime import serialization
 
     _, _, topology = libtpu_v5e
     new = topology.compile_to_bytes(TINY.read_text())

@@ -17,7 +17,9 @@ import sys
 import pytest
 
 import pjrt
-from pjrt import cli, plugin_logging, registry
+from pjrt import registry
+from pjrt._app import cli
+from pjrt._loading import plugin_logging
 from pjrt.plugin import PluginTable
 
 #: Lines the vendors' plugins print while failing to find their hardware.
@@ -78,7 +80,7 @@ def test_cpu_plugin_info_line_is_quiet_by_default_and_back_with_the_switch():
 def test_a_threshold_the_user_set_is_kept():
     # The plugin logs at the user's threshold; whether it reaches stderr is PJRT_LOG_LEVEL's
     # to say: quiet (the default) keeps it with the plugin, as for every client.
-    code = ("import os, pjrt; from pjrt import plugin_logging; pjrt.make_cpu_client(2); "
+    code = ("import os, pjrt; from pjrt._loading import plugin_logging; pjrt.make_cpu_client(2); "
             "print(os.environ['TF_CPP_MIN_LOG_LEVEL']); "
             "print(''.join(plugin_logging.plugin_logs().values()).replace(chr(10), ' '))")
     result = run_python(code, TF_CPP_MIN_LOG_LEVEL="0")
@@ -113,7 +115,7 @@ def test_output_of_a_backend_not_asked_for_is_kept_not_printed(fresh_registry, c
 def test_a_backend_asked_for_by_name_speaks_for_itself(fresh_registry, capfd):
     fresh_registry.register_backend_factory("noisy", noisy_failing_factory("noisy: asked\n"))
     fresh_registry.set_platforms(["cpu", "noisy"])
-    with pytest.raises(RuntimeError, match="unable to initialise backend 'noisy'"):
+    with pytest.raises(RuntimeError, match="Unable to initialize backend 'noisy'"):
         fresh_registry.backends()
     assert "noisy: asked" in capfd.readouterr().err
     assert "noisy" not in fresh_registry.plugin_output.as_dict()
@@ -256,7 +258,7 @@ def test_vendor_devices_prints_no_plugin_logs_and_keeps_them():
 _DIRECT_LOAD = """
 import json, sys
 import pjrt
-from pjrt import plugin_logging
+from pjrt._loading import plugin_logging
 try:
     pjrt.load_pjrt_plugin_dynamically("faulty", sys.argv[1])
 except pjrt.PluginLoadError as error:
@@ -316,7 +318,7 @@ def test_a_cuda_client_made_directly_prints_nothing_and_keeps_the_plugins_words(
     if glob.glob("/dev/nvidia[0-9]*"):
         pytest.skip("this machine has an NVIDIA GPU: the plugin has nothing to complain of")
     code = ("import json, sys, pjrt\n"
-            "from pjrt import plugin_logging\n"
+            "from pjrt._loading import plugin_logging\n"
             "pjrt.load_pjrt_plugin_dynamically('direct_cuda', sys.argv[1])\n"
             "try:\n"
             "    pjrt.make_c_api_client('direct_cuda')\n"

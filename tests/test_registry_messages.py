@@ -12,7 +12,9 @@ import pytest
 
 import pjrt
 import pjrt_cpu
-from pjrt import cli, demo, discovery, registry
+from pjrt import registry
+from pjrt._app import cli, demo
+from pjrt._registry import discovery
 
 from conftest import cpu_plugin_path
 
@@ -81,7 +83,7 @@ def test_gpu_in_pjrt_platforms_is_named_as_written(make_registry):
     with pytest.raises(RuntimeError) as info:
         reg.backends()
     message = str(info.value)
-    assert "unable to initialise backend 'cuda'" in message
+    assert "Unable to initialize backend 'cuda'" in message
     assert "PJRT_PLATFORMS as 'gpu' (which stands for 'cuda')" in message
     assert "remove 'gpu' from it" in message and "remove 'cuda'" not in message
 

@@ -17,7 +17,7 @@ import pytest
 import pjrt
 from conftest import CPU_PLUGINS, TEST_DEVICE_COUNT, cpu_plugin_path, run_python
 from fixtures import programs
-from pjrt import serialization
+from pjrt._runtime import serialization
 from pjrt._pjrt_cffi import ffi
 from pjrt.errors import IncompatibleExecutableError
 
@@ -252,7 +252,7 @@ def test_loading_and_client_creation_hash_nothing():
         f"pjrt.load_pjrt_plugin_dynamically({name!r}, {cpu_plugin_path(name)!r})\n"
         f"client = pjrt.make_c_api_client({name!r})\n"
         "client.compile_and_load(open(sys.argv[1]).read())\n"
-        "serialization = sys.modules.get('pjrt.serialization')\n"
+        "serialization = sys.modules.get('pjrt._runtime.serialization')\n"
         "print(serialization.library_digests.computed if serialization else 'not imported')\n"
     )
     result = run_python(code, TINY.path())

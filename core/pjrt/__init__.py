@@ -89,10 +89,12 @@ _MOVED = {
 }
 
 #: Submodules reachable as attributes (``pjrt.ffi``, ``pjrt.sharding``...) before any import.
-_SUBMODULES = frozenset(_LAZY) | {"dtypes", "demo", "cli", "discovery", "options",
-                                   "plugin_api", "xla_client", "distributed", "kv_store",
-                                   "exported", "compilation_cache",
-                                   "dlpack", "layouts", "shapes", "hosts"}
+#: The last four moved into private subpackages: their old paths import (with a warning) for
+#: one more release (see ``_moved``).
+_SUBMODULES = frozenset(_LAZY) | {"dtypes", "plugin_api", "xla_client", "distributed",
+                                   "kv_store", "exported", "compilation_cache", "dlpack",
+                                   "layouts", "shapes", "hosts",
+                                   "demo", "cli", "discovery", "options"}
 
 
 def __getattr__(name: str) -> Any:

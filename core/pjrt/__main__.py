@@ -1,7 +1,7 @@
-"""``python -m pjrt``: the ``pjrt`` command (see [`pjrt.cli`][pjrt.cli])."""
+"""``python -m pjrt``: the ``pjrt`` command (see [`pjrt._app.cli`][pjrt._app.cli])."""
 import sys
 
-from .cli import main
+from ._app.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -54,7 +54,7 @@ _kv_declarations = (NATIVE_DIR / "kv.h").read_text()
 _dlpack_declarations = (NATIVE_DIR / "dlpack.h").read_text()
 #: One wait for all the shards of a global array (see pjrt/_capi/waits.py).
 _spmd_declarations = (NATIVE_DIR / "spmd.h").read_text()
-#: The one-call read of a small ready buffer (see pjrt/_host_reads.py); its C uses shim.c's.
+#: The one-call read of a small ready buffer (see pjrt/_runtime/host_reads.py); its C uses shim.c's.
 _host_reads_declarations = (NATIVE_DIR / "host_reads.h").read_text()
 
 ffibuilder = cffi.FFI()

@@ -18,16 +18,28 @@ from types import ModuleType
 
 #: Old dotted path -> new dotted path.
 MOVED_MODULES: dict[str, str] = {
+    "pjrt._host_reads": "pjrt._runtime.host_reads",
+    "pjrt._host_values": "pjrt._runtime.host_values",
+    "pjrt.cli": "pjrt._app.cli",
     "pjrt.compiler": "pjrt._compile.pipeline",
+    "pjrt.conform": "pjrt._app.conform",
+    "pjrt.demo": "pjrt._app.demo",
+    "pjrt.discovery": "pjrt._registry.discovery",
+    "pjrt.executable_metadata": "pjrt._runtime.executable_metadata",
     "pjrt.handles": "pjrt._capi.handles",
-    "pjrt.host_values": "pjrt._host_values",
+    "pjrt.host_values": "pjrt._runtime.host_values",
+    "pjrt.isolated_compile": "pjrt._compile.isolated_compile",
     "pjrt.kv_callbacks": "pjrt._distributed.kv_callbacks",
     "pjrt.launch": "pjrt._distributed.launch",
     "pjrt.long_runs": "pjrt._capi.long_runs",
     "pjrt.mlir_bytecode": "pjrt._wire.mlir_bytecode",
     "pjrt.multiprocess": "pjrt._distributed.multiprocess",
+    "pjrt.options": "pjrt._capi.options",
     "pjrt.platforms": "pjrt._loading.platforms",
+    "pjrt.plugin_logging": "pjrt._loading.plugin_logging",
     "pjrt.program_checks": "pjrt._compile.program_checks",
+    "pjrt.registrations": "pjrt._registry.registrations",
+    "pjrt.serialization": "pjrt._runtime.serialization",
     "pjrt.sharding_annotations": "pjrt._sharding.annotations",
     "pjrt.sharding_text": "pjrt._sharding.program_text",
     "pjrt.staging": "pjrt._capi.staging",
@@ -35,6 +47,12 @@ MOVED_MODULES: dict[str, str] = {
     "pjrt.target_preparation": "pjrt._compile.target_preparation",
     "pjrt.vendor_quirks": "pjrt._loading.vendor_quirks",
     "pjrt.waits": "pjrt._capi.waits",
+    # A moved package's submodules are listed too: found through the old package's
+    # ``__path__``, they would otherwise be imported a second time under the old name.
+    **{f"pjrt.conform.{name}": f"pjrt._app.conform.{name}" for name in (
+        "_context", "_registry", "_worker", "catalog", "checks_library", "checks_parallel",
+        "checks_programs", "checks_runtime", "command", "programs", "report", "resolve",
+        "runner")},
 }
 
 
@@ -64,6 +82,8 @@ class MovedModuleFinder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """Adds the finder to ``sys.meta_path`` once per process."""
+    """Puts the finder first on ``sys.meta_path``, once per process: it answers only the old
+    paths, and must answer a moved package's submodules before the path finder finds their
+    files through the package's ``__path__``."""
     if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
-        sys.meta_path.append(MovedModuleFinder())
+        sys.meta_path.insert(0, MovedModuleFinder())

@@ -20,7 +20,7 @@ import numpy as np
 from . import dtypes, layouts
 from ._capi import dlpack_structs as _dlpack
 from ._capi import handles
-from ._host_reads import HostReads, buffer_to_host
+from ._runtime.host_reads import HostReads, buffer_to_host
 from ._capi.native import ArrayCore
 from ._pjrt_cffi import ffi, lib
 from .device import ClientView, Device, Memory

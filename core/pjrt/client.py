@@ -14,7 +14,8 @@ import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 
-from . import distributed, plugin_logging
+from . import distributed
+from ._loading import plugin_logging
 from ._loading import startup
 from ._loading import vendor_quirks
 from . import plugin as plugin_module
@@ -23,8 +24,8 @@ from ._pjrt_cffi import ffi
 from .device import Device, Memory, handle_key
 from .errors import ClosedClientError
 from ._capi.handles import ClientHandle, HostBufferSemantics, fork_generation
-from .options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types,
-                      check_option_values)
+from ._capi.options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types,
+                            check_option_values)
 from ._capi import memory_headroom
 from ._capi.waits import call_off_thread
 
@@ -317,8 +318,8 @@ class Client:
           replicated: run one copy of the program per device, each on its own slice of the
             data (pmap-style), instead of partitioning it.
           isolate: compile in a worker process first, so that a compiler crash on a damaged
-            program is an error here, not the end of this process (see
-            [`pjrt.isolated_compile`][pjrt.isolated_compile]); None: as ``PJRT_ISOLATED_COMPILE`` says.
+            program is an error here, not the end of this process (it raises
+            ``pjrt.program.IsolatedCompileCrash``); None: as ``PJRT_ISOLATED_COMPILE`` says.
 
         Returns:
           A [`LoadedExecutable`][pjrt.executable.LoadedExecutable].
@@ -343,7 +344,7 @@ class Client:
         build (needed for bytes that do not say which build made them). The plugin then
         trusts the bytes too: damaged ones can crash the process or run a wrong program.
         ``isolate``: load them in a worker process first, so that a crash there is an error
-        here (see [`pjrt.isolated_compile`][pjrt.isolated_compile]); None: as ``PJRT_ISOLATED_COMPILE`` says.
+        here (``pjrt.program.IsolatedCompileCrash``); None: as ``PJRT_ISOLATED_COMPILE`` says.
 
         Raises:
           IncompatibleExecutableError: another plugin build made the executable, or the

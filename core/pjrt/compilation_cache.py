@@ -7,7 +7,7 @@ code depends on:
 * the program's bytes (text or bytecode, as given);
 * the serialized compile options (they hold the device assignment, so the device ids are in
   the key, and the replica/partition counts and every build option);
-* the identity of the plugin build ([`pjrt.serialization.PluginIdentity`][pjrt.serialization.PluginIdentity]: platform,
+* the identity of the plugin build ([`PluginIdentity`][pjrt.compilation_cache.PluginIdentity]: platform,
   platform version, PJRT API version and the SHA-256 of the plugin's library);
 * the devices compiled for (their ids and kinds) and how many devices the client has;
 * the environment that changes what the compiler makes ([`compile_environment`][pjrt.compilation_cache.compile_environment]):
@@ -46,14 +46,17 @@ import tempfile
 import threading
 from typing import cast
 
-from . import _version, serialization
-from .serialization import PluginIdentity
+from . import _version
+from ._runtime import serialization
+# Re-exported, its public home: the plugin build a cache entry and a serialized executable
+# name (IncompatibleExecutableError's made_by and loading_with).
+from ._runtime.serialization import PluginIdentity as PluginIdentity
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["CompilationCache", "get_compilation_cache", "set_compilation_cache_dir",
            "compile_environment", "CACHE_DIR_ENV", "MAX_BYTES_ENV", "DEFAULT_MAX_BYTES",
-           "COMPILE_ENVIRONMENT_PREFIXES", "COMPILE_ENVIRONMENT_IGNORED"]
+           "COMPILE_ENVIRONMENT_PREFIXES", "COMPILE_ENVIRONMENT_IGNORED", "PluginIdentity"]
 
 #: The environment variable naming the cache directory.
 CACHE_DIR_ENV = "PJRT_COMPILATION_CACHE_DIR"

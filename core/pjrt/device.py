@@ -13,7 +13,7 @@ from ._capi.api import to_str
 from ._pjrt_cffi import ffi
 from .errors import ErrorCode, XlaRuntimeError
 from ._capi.handles import ClientHandle, native_call
-from .options import named_values_to_dict
+from ._capi.options import named_values_to_dict
 
 if TYPE_CHECKING:
     from .plugin import Plugin

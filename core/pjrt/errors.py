@@ -238,7 +238,7 @@ class IncompatibleExecutableError(ValueError):
     """A serialized executable was refused because the plugin loading it is not the build
     that made it, or that build cannot be verified.
 
-    ``made_by`` and ``loading_with`` are the two [`PluginIdentity`][pjrt.serialization.PluginIdentity]
+    ``made_by`` and ``loading_with`` are the two ``pjrt.compilation_cache.PluginIdentity``
     values (``made_by`` is None for bytes that do not say who made them). The message names
     both and says what to do: recompile with this plugin, or load with the one that made it.
     """

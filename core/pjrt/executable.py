@@ -27,9 +27,9 @@ from ._capi.native import MAX_DEVICES, CallPlan
 from ._pjrt_cffi import ffi, lib
 from .array import Array, check_device_sets
 # CompiledMemoryStats is re-exported: its home was this module.
-from .executable_metadata import CompiledMemoryStats, ExecutableMetadata  # noqa: F401
+from ._runtime.executable_metadata import CompiledMemoryStats, ExecutableMetadata  # noqa: F401
 from .errors import ArgumentMismatchError, UnsupportedFeatureError, XlaRuntimeError, consume
-from ._host_values import HostCopies, check_shards, host_array
+from ._runtime.host_values import HostCopies, check_shards, host_array
 from ._capi.staging import CALL_STAGING_THRESHOLD_BYTES
 from .sharding import global_shape_of_shards
 from . import tokens

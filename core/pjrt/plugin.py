@@ -5,6 +5,11 @@ A plugin is a shared library exporting ``GetPjrtApi()``. Loading it gives a [`Pl
 Both steps are recorded in a [`PluginTable`][pjrt.plugin.PluginTable] so that a plugin is loaded and initialised
 at most once per process, whoever asks. The module-level functions use one default table and
 keep jaxlib's names.
+
+How much plugins may print while they are loaded and their clients made is set by
+``PJRT_LOG_LEVEL`` or [`set_log_level`][pjrt.plugin.set_log_level]; what they printed meanwhile
+and was kept back is [`plugin_logs`][pjrt.plugin.plugin_logs] (see the operators' guide,
+"Logging").
 """
 from __future__ import annotations
 
@@ -13,14 +18,17 @@ import os
 import re
 import threading
 
-from . import plugin_logging
+from ._loading import plugin_logging
+# How loud plugins are: the public names of ``_loading.plugin_logging``, re-exported here.
+from ._loading.plugin_logging import (LOG_LEVEL_ENV as LOG_LEVEL_ENV, LOG_LEVELS as LOG_LEVELS,
+                                      plugin_logs as plugin_logs, set_log_level as set_log_level)
 from ._capi import api as _c
 from ._loading import elf as _elf
 from ._loading import library_search as _library_search
 from ._loading import vendor_quirks
 from ._pjrt_cffi import ffi, lib
 from .errors import PluginLoadError
-from .options import named_values_to_dict
+from ._capi.options import named_values_to_dict
 
 logger = logging.getLogger(__name__)
 

@@ -62,7 +62,7 @@ JAX_BRIDGE_MODULE = "jax._src.xla_bridge"
 
 def discovering() -> bool:
     """True while pjrt's discovery is calling plugin modules' ``initialize()``."""
-    from . import discovery
+    from ._registry import discovery
 
     return discovery.discovering()
 

@@ -13,6 +13,9 @@ import numpy as np
 
 from .array import Array
 from ._compile.pipeline import compile_program
+# What crash-isolated compilation raises (``isolate=True``): re-exported, their public home.
+from ._compile.isolated_compile import (IsolatedCompileCrash as IsolatedCompileCrash,
+                                        IsolatedCompileTimeout as IsolatedCompileTimeout)
 from ._compile.program_facts import read_program
 from .client import Client
 from .device import ClientView, Device
@@ -141,10 +144,10 @@ def compile(program: str | bytes, devices: Device | Sequence[Device] | Mesh | No
         itself as the first argument. [`pjrt.exported.deserialize_exported`][pjrt.exported.deserialize_exported] reads the
         tuple and chooses the index itself.
       isolate: compile in a worker process first, so that a compiler crash on a damaged or
-        hostile program is an error ([`pjrt.isolated_compile.IsolatedCompileCrash`][pjrt.isolated_compile.IsolatedCompileCrash])
-        instead of the end of this process; costs a second compile (see
-        [`pjrt.isolated_compile`][pjrt.isolated_compile]). None: as the ``PJRT_ISOLATED_COMPILE`` environment
-        variable says.
+        hostile program is an error ([`IsolatedCompileCrash`][pjrt.program.IsolatedCompileCrash])
+        instead of the end of this process; costs a second compile (see the API reference's
+        crash isolation section). None: as the ``PJRT_ISOLATED_COMPILE`` environment variable
+        says.
 
     Returns:
       A [`CompiledProgram`][pjrt.program.CompiledProgram].

@@ -2,7 +2,8 @@
 
 A backend is a [`Client`][pjrt.client.Client] made by a factory registered under a platform name
 (``cpu``, ``cuda``, ``rocm``, ``tpu``, or a vendor's own). Nothing happens at import: on the
-first question the installed plugins are discovered (see [`pjrt.discovery`][pjrt.discovery]), then each
+first question the installed plugins are discovered (entry points, ``jax_plugins`` modules and
+``PJRT_NAMES_AND_LIBRARY_PATHS``; see the operators' guide), then each
 selected factory is called once. The state lives in a [`BackendRegistry`][pjrt.registry.BackendRegistry] behind one
 lock; the module-level functions use `default_registry` and keep JAX's names.
 
@@ -16,21 +17,23 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from . import discovery
+from ._registry import discovery
 from ._loading import startup
 from .client import Client
 from .plugin import Plugin, default_plugins
-from .registrations import BackendRegistration, BackendRegistrations
+from ._registry.registrations import BackendRegistrations
 # Re-exported (the ``X as X`` form) where the registry's users look for them: the
 # registrations' types, whose home was this module; platform names, aliases and
 # PJRT_PLATFORMS; whether discovery is running.
-from .registrations import BackendFactory as BackendFactory, Options as Options
+from ._registry.registrations import (BackendFactory as BackendFactory,
+                                     BackendRegistration as BackendRegistration,
+                                     Options as Options)
 from ._loading.platforms import (NON_EXPERIMENTAL_PLATFORMS as NON_EXPERIMENTAL_PLATFORMS,
                                  PLATFORM_ALIASES as PLATFORM_ALIASES,
                                  PLATFORMS_ENV as PLATFORMS_ENV,
                                  expand_platform_alias as expand_platform_alias,
                                  is_gpu as is_gpu, parse_platforms as parse_platforms)
-from .discovery import discovering as discovering
+from ._registry.discovery import discovering as discovering
 
 if TYPE_CHECKING:
     from .device import Device
@@ -73,7 +76,7 @@ class BackendRegistry(BackendRegistrations):
         """The platform names as written in set_platforms() or PJRT_PLATFORMS, aliases kept."""
         if self._platforms_override is not None:
             return self._platforms_override
-        return parse_platforms(self._env(PLATFORMS_ENV)) or []
+        return parse_platforms(self._env(self.platforms_variable())) or []
 
     def _plan(self) -> list[tuple[str, int, bool]]:
         selected = self.selected_platforms()
@@ -86,9 +89,9 @@ class BackendRegistry(BackendRegistrations):
             if members and not any(m in self._registrations for m in members):
                 known = ", ".join(sorted(self._registrations)) or "none"
                 raise RuntimeError(
-                    f"{PLATFORMS_ENV} asks for {alias!r}, but no plugin for "
+                    f"{self.platforms_variable()} asks for {alias!r}, but no plugin for "
                     f"{' or '.join(members)} is registered (registered: {known}); install "
-                    f"one, or remove {alias!r} from {PLATFORMS_ENV}")
+                    f"one, or remove {alias!r} from {self.platforms_variable()}")
         # Listed platforms: the order is the priority, and every one must come up.
         names = [p for p in selected if p in self._registrations or not self._is_alias_member(p)]
         return [(name, len(names) - i, False) for i, name in enumerate(names)]
@@ -105,8 +108,10 @@ class BackendRegistry(BackendRegistrations):
                 reason = f"{type(error).__name__}: {error}"
                 self._errors[name] = reason
                 if not fail_quietly:
-                    raise RuntimeError(f"unable to initialise backend {name!r}: {reason} "
-                                       f"({self._why_required(name)})") from error
+                    # The seed's words first (jax users' log filters and tests match them).
+                    raise RuntimeError(f"Unable to initialize backend {name!r}: {error} "
+                                       f"({type(error).__name__}; "
+                                       f"{self._why_required(name)})") from error
                 logger.info("backend %r did not start: %s", name, reason)
                 continue
             self._backends[name] = client
@@ -115,6 +120,12 @@ class BackendRegistry(BackendRegistrations):
         if best is None:
             raise RuntimeError(self._nothing_came_up())
         self._default = best[0]
+
+    def _selection_source(self) -> str:
+        """Where the platforms to bring up were chosen, in words."""
+        if self._platforms_override is not None:
+            return "set_platforms()"
+        return self.platforms_variable()
 
     def _why_required(self, name: str) -> str:
         """Why a failure of backend ``name`` stops initialisation, and what to do about it."""
@@ -127,7 +138,8 @@ class BackendRegistry(BackendRegistrations):
         # Name what the user wrote: "gpu", not the "cuda" it stands for.
         written = next((r for r in self._requested() if name in expand_platform_alias(r)), name)
         asked = f"{written!r}" + (f" (which stands for {name!r})" if written != name else "")
-        return (f"it was asked for in {PLATFORMS_ENV} as {asked}; set {PLATFORMS_ENV}='' to use "
+        variable = self.platforms_variable()
+        return (f"it was asked for in {variable} as {asked}; set {variable}='' to use "
                 f"whatever comes up, or remove {written!r} from it")
 
     def _initialize_one(self, name: str, capture: bool = False) -> Client:
@@ -141,13 +153,15 @@ class BackendRegistry(BackendRegistrations):
                                   close=lambda client: client.close(),
                                   keep_output=lambda: self.plugin_output.kept(capture, name))
         if client is None or client.device_count() == 0:
-            raise RuntimeError(f"backend {name!r} has no devices" if client is not None else
-                               f"the factory of backend {name!r} returned no client")
+            raise RuntimeError(f"Backend {name!r} provides no devices." if client is not None
+                               else f"Could not initialize backend {name!r}: its factory "
+                                    f"returned no client")
         # Only a backend that came up is worth this warning; one that failed says why instead.
         if registration.experimental and name not in self._warned_experimental:
             self._warned_experimental.add(name)
-            logger.warning("platform %r comes from a plugin this project does not test; not "
-                           "every feature may work", name)
+            logger.warning("Platform %r is experimental and not all JAX functionality may be "
+                           "correctly supported! (its plugin is not one this project tests)",
+                           name)
         return client
 
     def _nothing_came_up(self) -> str:
@@ -211,9 +225,10 @@ class BackendRegistry(BackendRegistrations):
                                f"{', '.join(backends)}")
         selected = self.selected_platforms()
         if selected is not None and platform in self._registrations:
-            raise RuntimeError(f"backend {platform!r} is not in {PLATFORMS_ENV} "
-                               f"({','.join(selected)}); add it there to use it")
-        raise RuntimeError(f"unknown backend {platform!r}; backends available: "
+            raise RuntimeError(f"Unknown backend {platform}: it is registered but not in "
+                               f"{self._selection_source()} ({','.join(selected)}); add it "
+                               f"there to use it")
+        raise RuntimeError(f"Unknown backend {platform}; backends available: "
                            f"{', '.join(backends)}")
 
     def default_backend(self) -> str:
@@ -448,7 +463,7 @@ def local_devices(process_index: int | None = None, backend: str | Client | None
     if process_index is None:
         process_index = client.process_index()
     if not 0 <= process_index < process_count(backend):
-        raise ValueError(f"unknown process_index {process_index}; the {client.platform} backend "
+        raise ValueError(f"Unknown process_index {process_index}; the {client.platform} backend "
                          f"has {process_count(backend)} process(es)")
     return [d for d in client.devices() if d.process_index == process_index]
 

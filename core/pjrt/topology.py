@@ -13,7 +13,7 @@ from ._capi.api import to_str
 from ._pjrt_cffi import ffi
 from .errors import check
 from ._capi.handles import TopologyHandle, native_method
-from .options import NamedValues, named_values_to_dict
+from ._capi.options import NamedValues, named_values_to_dict
 from .plugin import Plugin
 from ._capi.waits import call_off_thread, run_on_compile_thread
 
@@ -95,7 +95,7 @@ class DeviceTopology:
           UnsupportedFeatureError: the plugin cannot compile without a client.
           XlaRuntimeError: compilation failed (the plugin's message is kept).
         """
-        from . import serialization  # hashing and JSON: only when compiling
+        from ._runtime import serialization  # hashing and JSON: only when compiling
         from .compile_options import CompileOptions
         from ._compile.pipeline import program_argument
         from ._compile.program_facts import read_program

@@ -20,7 +20,7 @@ PARALLEL_COPY_BYTES = 16 << 20
 #: copies them itself as fast (about 5 µs up to 64 KiB); above its own small-copy limit
 #: (100 KiB) it copies into fresh pages at a few GB/s, 8x slower than a staging copy.
 STAGING_THRESHOLD_BYTES = 100 << 10
-#: The same for a program call's own host values (pjrt._host_values), one device each. The
+#: The same for a program call's own host values (pjrt._runtime.host_values), one device each. The
 #: plugin frees its copy as soon as the program is done, and its allocator hands that warm
 #: memory back on the next call, so its own copy keeps up with staging until its allocator
 #: maps fresh pages instead (measured: 1 MiB 0.22 against 0.28 ms staged, 16 MiB 3.2 against

@@ -1,6 +1,6 @@
 """The isolation worker: the child process behind crash-isolated compilation.
 
-`pjrt.isolated_compile` starts it as `python -c "from pjrt._compile.isolated_worker import serve; ..."`
+`pjrt._compile.isolated_compile` starts it as `python -c "from pjrt._compile.isolated_worker import serve; ..."`
 with two pipe descriptors and its own pid; the worker ends when that process does (a killed
 parent leaves no worker behind, even one busy in a compile). It loads the plugin and makes a client as told, then compiles or
 deserializes each request exactly as the parent will, and answers with None or the plugin's
@@ -21,7 +21,7 @@ from ..client import make_c_api_client
 from ..errors import ErrorCode, XlaRuntimeError
 from ..executable import LoadedExecutable
 from ..ffi import register_custom_call_target
-from ..isolated_compile import receive_message, send_message
+from .isolated_compile import receive_message, send_message
 from ..plugin import load_pjrt_plugin_dynamically
 from .pipeline import program_argument
 from .program_facts import ProgramFacts, read_program

@@ -8,7 +8,7 @@ is checked against the largest extent a plugin can address before the plugin's c
 it (XLA aborts the process on an overflowing extent); so are its sharding annotations and its
 call graph (`pjrt._compile.program_checks`). Of a bytecode program, the container is checked
 (`pjrt._wire.mlir_bytecode`). With ``isolate`` (or ``PJRT_ISOLATED_COMPILE=1``) the program
-is compiled in a worker process first ([`pjrt.isolated_compile`][pjrt.isolated_compile]).
+is compiled in a worker process first (`pjrt._compile.isolated_compile`).
 Compilation itself runs on a thread with a large stack (deeply nested programs recurse deeply
 in XLA's compiler) while the caller waits where Ctrl-C reaches it.
 """
@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .. import compilation_cache, isolated_compile, serialization
+from .. import compilation_cache
+from .._runtime import serialization
+from . import isolated_compile
 from .._capi import handles, memory_headroom
 from .._capi.api import Api
 from .._wire import mlir_bytecode
@@ -346,7 +348,7 @@ def deserialize_executable(client: "ClientView", serialized: bytes,
     plugin trusts them: damaged or hostile bytes can crash the process or run a wrong
     program. For bytes you did not make, load with ``isolate=True`` (a crash is then an
     error) and never with ``trust_unverified``.
-    ``isolate``: deserialize in a worker process first (see [`pjrt.isolated_compile`][pjrt.isolated_compile]);
+    ``isolate``: deserialize in a worker process first (see `pjrt._compile.isolated_compile`);
     None: as ``PJRT_ISOLATED_COMPILE`` says.
     ``targets_prepared``: the custom-call targets the program calls are known to be set up
     (see [`pjrt.ffi.register_target_preparation`][pjrt.ffi.register_target_preparation]); otherwise every pending set-up for
@@ -354,7 +356,7 @@ def deserialize_executable(client: "ClientView", serialized: bytes,
 
     Raises:
       IncompatibleExecutableError: another plugin build made the executable, or the bytes do
-        not say which did (see [`pjrt.serialization.unpack`][pjrt.serialization.unpack]).
+        not say which did (see `pjrt._runtime.serialization.unpack`).
       ValueError: the serialized executable is truncated or damaged.
     """
     api = client.raw_handle.api

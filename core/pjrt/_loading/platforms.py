@@ -8,6 +8,8 @@ from typing import Sequence
 
 #: The environment variable listing the platforms to bring up, first = default.
 PLATFORMS_ENV = "PJRT_PLATFORMS"
+#: jax's variable for the same list, read when PLATFORMS_ENV is unset.
+JAX_PLATFORMS_ENV = "JAX_PLATFORMS"
 
 #: Platform aliases: a name users may write for a family of platforms.
 PLATFORM_ALIASES: dict[str, tuple[str, ...]] = {"gpu": ("cuda", "rocm")}
@@ -27,10 +29,11 @@ def is_gpu(platform: str) -> bool:
 
 
 def parse_platforms(value: str | Sequence[str] | None) -> list[str] | None:
-    """A ``PJRT_PLATFORMS``-style value (``"cuda,cpu"`` or a list) as lower-case names;
-    None when it names nothing."""
+    """A ``PJRT_PLATFORMS``-style value (``"cuda,cpu"`` or a list) as names, spelled as
+    written (platform names are case-sensitive, as in jax: a backend registered as
+    ``platform_A`` is selected as ``platform_A``); None when it names nothing."""
     if value is None:
         return None
     names = value.split(",") if isinstance(value, str) else list(value)
-    names = [n.strip().lower() for n in names if n and n.strip()]
+    names = [n.strip() for n in names if n and n.strip()]
     return names or None

@@ -1,4 +1,4 @@
-/* The C side of a small host read (see pjrt/_host_reads.py): everything a
+/* The C side of a small host read (see pjrt/_runtime/host_reads.py): everything a
  * `np.asarray(array)` of a ready buffer asks of the plugin, in one call.
  *
  * This file is read twice: by the C compiler, and by the build script as part
@@ -20,6 +20,6 @@ typedef enum {
  * of the copy, owned by the caller. `size` 0 only checks readiness and error.
  * Python passes a `bytes` object made for this read alone as `destination`
  * (cffi hands over its character array; see private_bytes in
- * pjrt/_host_reads.py), or ffi.from_buffer of a numpy array. */
+ * pjrt/_runtime/host_reads.py), or ffi.from_buffer of a numpy array. */
 intptr_t pjrt_host_read(const PJRT_Api* api, PJRT_Buffer* buffer,
                         void* destination, size_t size);

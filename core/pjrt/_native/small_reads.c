@@ -1,5 +1,5 @@
 /* read_small: the first read of a small computed value, in one C call (see
- * hot_path.h for the map, and pjrt/_host_reads.py for the reads around it). */
+ * hot_path.h for the map, and pjrt/_runtime/host_reads.py for the reads around it). */
 #include "hot_path.h"
 
 /* Reads of this many bytes or more are views, not copies. */
@@ -79,7 +79,7 @@ PyObject* hp_read_small(PyObject* module, PyObject* argument) {
 }
 
 /* set_small_read_limit(view_threshold_bytes): reads of this many bytes or
- * more are views (the policy is pjrt._host_reads's). */
+ * more are views (the policy is pjrt._runtime.host_reads's). */
 PyObject* hp_set_small_read_limit(PyObject* module, PyObject* limit) {
   Py_ssize_t bytes = PyLong_AsSsize_t(limit);
   if (bytes < 0) {

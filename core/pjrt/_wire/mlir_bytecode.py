@@ -16,7 +16,7 @@ refuses bytes whose structure is out of bounds:
 
 What lies inside the sections (the operations, attributes and types) is for the plugin's
 reader; damage there that still ends the process is what crash-isolated compilation
-([`pjrt.isolated_compile`][pjrt.isolated_compile]) is for.
+(`pjrt._compile.isolated_compile`) is for.
 """
 from __future__ import annotations
 

@@ -10,10 +10,10 @@ backend's reason does not. So, unless told otherwise with `LOG_LEVEL_ENV`:
   (``TF_CPP_MIN_LOG_LEVEL=1``, which is what XLA's plugins read; a value the user set is
   kept), which silences XLA's ``I0000 ... cpu_device_count set via create_options`` line;
 * what a plugin writes to stderr while a backend that was not asked for by name is loaded and
-  brought up is captured ([`capture_stderr`][pjrt.plugin_logging.capture_stderr]) and kept with that backend
+  brought up is captured (`capture_stderr`) and kept with that backend
   (``pjrt.registry.backend_logs()``, ``pjrt info -v``) instead of being printed.
 
-``PJRT_LOG_LEVEL`` (or [`set_log_level`][pjrt.plugin_logging.set_log_level]) is the one switch:
+``PJRT_LOG_LEVEL`` (or `set_log_level`, public as ``pjrt.plugin.set_log_level``) is the one switch:
 
 ``quiet`` (the default)
     as above;
@@ -74,7 +74,7 @@ def set_log_level(level: str | None) -> None:
 
 
 def log_level(environ=None) -> str:
-    """The log level in force: [`set_log_level`][pjrt.plugin_logging.set_log_level]'s, else `LOG_LEVEL_ENV`'s, else quiet.
+    """The log level in force: `set_log_level`'s, else `LOG_LEVEL_ENV`'s, else quiet.
 
     Raises:
       ValueError: `LOG_LEVEL_ENV` names no level.
@@ -94,7 +94,7 @@ def apply_plugin_log_defaults(level: str) -> None:
 
 
 def apply_defaults() -> None:
-    """[`apply_plugin_log_defaults`][pjrt.plugin_logging.apply_plugin_log_defaults] for the level in force, before a library is loaded.
+    """`apply_plugin_log_defaults` for the level in force, before a library is loaded.
 
     An unknown `LOG_LEVEL_ENV` counts as ``quiet`` here; the registry reports it.
     """
@@ -201,7 +201,7 @@ class PluginOutput:
         under each platform the module registered (its ``registrations`` entries whose
         ``module`` it is, known only after the block), else under the module's name; it is
         also appended to ``printed`` when given. Whether enabled or not, the block has
-        decided for the calls inside it: [`quietly`][pjrt.plugin_logging.quietly] does nothing there.
+        decided for the calls inside it: `quietly` does nothing there.
         """
         decided = _output_decided.set(True)
         if not enabled:
@@ -239,7 +239,7 @@ class PluginOutput:
 
 
 #: Whether a caller up the stack (the registry bringing a backend up) has decided what
-#: becomes of plugin output; then [`quietly`][pjrt.plugin_logging.quietly] leaves it to that caller.
+#: becomes of plugin output; then `quietly` leaves it to that caller.
 _output_decided: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "pjrt_plugin_output_decided", default=False)
 
@@ -252,7 +252,7 @@ def quietly(plugin_name: str, printed: list[str] | None = None) -> Iterator[None
     """Keep back what a plugin prints while it is loaded or makes a client outside the
     registry (``load_pjrt_plugin_dynamically``, ``make_c_api_client``), as the registry keeps
     back what backends print: at the ``quiet`` level (the default) it is kept by plugin
-    name ([`plugin_logs`][pjrt.plugin_logging.plugin_logs]) and appended to ``printed``; at the others it is printed. In
+    name (`plugin_logs`) and appended to ``printed``; at the others it is printed. In
     the registry's own bring-up, which decides for itself, this does nothing.
     """
     try:

@@ -3,7 +3,7 @@
 The bytes a plugin writes for a compiled executable (``PJRT_Executable_Serialize``) are only
 meaningful to that same build of that plugin: another build may accept them and run something
 else, returning wrong numbers without any error. So pjrt wraps them in a small envelope that
-records the [`PluginIdentity`][pjrt.serialization.PluginIdentity] of the producer, and [`unpack`][pjrt.serialization.unpack] refuses bytes whose
+records the [`PluginIdentity`][pjrt.compilation_cache.PluginIdentity] of the producer, and `unpack` refuses bytes whose
 producer is not the plugin now loading them.
 
 Envelope format (version 1), all integers big-endian::
@@ -40,9 +40,9 @@ import struct
 import threading
 from typing import Any
 
-from ._pjrt_cffi import ffi
-from .errors import IncompatibleExecutableError
-from .plugin import Plugin
+from .._pjrt_cffi import ffi
+from ..errors import IncompatibleExecutableError
+from ..plugin import Plugin
 
 #: The first bytes of every envelope.
 MAGIC = b"PJRTEXE\x00"
@@ -189,7 +189,7 @@ def _file_sha256(path: str) -> str:
             digest.update(view[:size])
 
 
-#: The process-wide cache [`plugin_identity`][pjrt.serialization.plugin_identity] uses.
+#: The process-wide cache `plugin_identity` uses.
 library_digests = DigestCache()
 
 
@@ -241,7 +241,7 @@ def unpack(blob: bytes, identity: PluginIdentity, *, trust_unverified: bool = Fa
     """The plugin's serialized executable inside ``blob``, if ``identity`` may load it.
 
     Args:
-      blob: bytes written by [`pack`][pjrt.serialization.pack] (``LoadedExecutable.serialize()``).
+      blob: bytes written by `pack` (``LoadedExecutable.serialize()``).
       identity: the plugin that is about to load the executable.
       trust_unverified: you vouch that these bytes were produced by this exact plugin build.
         Accepts bytes without an envelope (e.g. written by another program) and envelopes
@@ -249,7 +249,7 @@ def unpack(blob: bytes, identity: PluginIdentity, *, trust_unverified: bool = Fa
         envelope that names a different build is refused all the same. The plugin trusts
         such bytes too: damaged or hostile ones can crash the process or run a wrong
         program; load bytes from elsewhere with ``isolate=True`` (see
-        [`pjrt.isolated_compile`][pjrt.isolated_compile]), never with this flag alone.
+        `pjrt._compile.isolated_compile`), never with this flag alone.
 
     Raises:
       IncompatibleExecutableError: another plugin build made the executable, or its maker
@@ -354,7 +354,7 @@ def _damaged(why: str) -> ValueError:
 
 def executable_bytes(api, executable) -> bytes:
     """The plugin's own bytes for a ``PJRT_Executable`` (``PJRT_Executable_Serialize``), to
-    be wrapped by [`pack`][pjrt.serialization.pack]."""
+    be wrapped by `pack`."""
     args = api.call_new("PJRT_Executable_Serialize", executable=executable)
     try:
         return ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)

@@ -1,9 +1,9 @@
 """Checks of the library and its function table: before any client exists."""
 from __future__ import annotations
 
-from .._capi import api as _c
-from .._loading import elf as _elf
-from .._pjrt_cffi import ffi, lib
+from ..._capi import api as _c
+from ..._loading import elf as _elf
+from ..._pjrt_cffi import ffi, lib
 from ._registry import LOADED, CheckFailed, Skip, check
 
 #: Entries without which a host cannot drive a plugin at all: errors, a client, its devices,

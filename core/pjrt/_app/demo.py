@@ -1,4 +1,4 @@
-"""A tour of pjrt on the CPU plugin: ``python -m pjrt.demo``.
+"""A tour of pjrt on the CPU plugin: ``pjrt demo`` (or ``python -m pjrt demo``).
 
 Makes a client of XLA's CPU plugin (from whichever plugin package is registered for ``cpu``,
 normally ``pjrt-cpu``) with 8 devices, lists them, runs a
@@ -13,7 +13,11 @@ import time
 
 import numpy as np
 
-import pjrt
+from .._capi.api import HEADER_VERSION
+from ..program import compile as compile_program
+from ..registry import default_registry
+from ..sharding import Mesh, NamedSharding, P
+from ..transfers import device_put
 
 PROGRAMS = os.path.join(os.path.dirname(__file__), "demo_programs")
 DEVICE_COUNT = 8
@@ -54,7 +58,7 @@ def main(registry=None) -> None:
       DemoUnavailable: no CPU plugin package is installed, or its plugin cannot be loaded.
     """
     started = time.perf_counter()
-    registry = registry if registry is not None else pjrt.registry.default_registry
+    registry = registry if registry is not None else default_registry
     try:
         client = registry.new_client("cpu", num_devices=DEVICE_COUNT)
     except (RuntimeError, FileNotFoundError) as error:
@@ -63,8 +67,8 @@ def main(registry=None) -> None:
     plugin = client.plugin
     major, minor = plugin.api_version
     print(f"plugin      {plugin.library_path}")
-    print(f"PJRT API    {major}.{minor} (plugin), {pjrt.PJRT_C_API_VERSION[0]}."
-          f"{pjrt.PJRT_C_API_VERSION[1]} (our header)")
+    print(f"PJRT API    {major}.{minor} (plugin), {HEADER_VERSION[0]}."
+          f"{HEADER_VERSION[1]} (our header)")
     attributes = plugin.attributes()
     print("StableHLO   {}..{}".format(".".join(map(str, attributes["stablehlo_minimum_version"])),
                                       ".".join(map(str, attributes["stablehlo_current_version"]))))
@@ -81,7 +85,7 @@ def main(registry=None) -> None:
     w = rng.standard_normal((8, 5)).astype(np.float32)
     b = rng.standard_normal(5).astype(np.float32)
     start = time.perf_counter()
-    softmax_layer = pjrt.compile(_read("matmul_softmax.mlir"), device)
+    softmax_layer = compile_program(_read("matmul_softmax.mlir"), device)
     compile_ms = (time.perf_counter() - start) * 1e3
     result = np.asarray(softmax_layer(x, w, b))
     expected = _softmax(x.astype(np.float64) @ w + b)
@@ -95,14 +99,14 @@ def main(registry=None) -> None:
     print("  row sums:", np.round(result.sum(axis=1), 6))
 
     # Eight devices: x[8,16] split by rows, w[16,4] replicated, an SPMD program (Shardy).
-    mesh = pjrt.Mesh(np.array(client.local_devices()), ("x",))
+    mesh = Mesh(np.array(client.local_devices()), ("x",))
     xs = rng.standard_normal((8, 16)).astype(np.float32)
     ws = rng.standard_normal((16, 4)).astype(np.float32)
     start = time.perf_counter()
-    matmul = pjrt.compile(_read("spmd_matmul.shardy.mlir"), mesh)
+    matmul = compile_program(_read("spmd_matmul.shardy.mlir"), mesh)
     compile_ms = (time.perf_counter() - start) * 1e3
-    x_global = pjrt.device_put(xs, pjrt.NamedSharding(mesh, pjrt.P("x")))
-    w_global = pjrt.device_put(ws, pjrt.NamedSharding(mesh, pjrt.P()))
+    x_global = device_put(xs, NamedSharding(mesh, P("x")))
+    w_global = device_put(ws, NamedSharding(mesh, P()))
     product = matmul(x_global, w_global)
     error = np.abs(np.asarray(product) - xs.astype(np.float64) @ ws).max()
     per_call = _median_microseconds(lambda: matmul(x_global, w_global), loops=50)

@@ -10,7 +10,7 @@ import numbers
 import sys
 from typing import Mapping, Union
 
-from ._pjrt_cffi import ffi, lib
+from .._pjrt_cffi import ffi, lib
 
 OptionValue = Union[str, int, float, bool, "list[int]"]
 

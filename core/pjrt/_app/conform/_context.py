@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from .._pjrt_cffi import ffi
-from ..client import create_client
-from ..errors import XlaRuntimeError
-from ..plugin import load_pjrt_plugin_dynamically
+from ... import dtypes
+from ..._pjrt_cffi import ffi
+from ...client import create_client
+from ...errors import XlaRuntimeError
+from ...plugin import load_pjrt_plugin_dynamically
 from ._registry import Skip
 
 _NULL = ffi.NULL

@@ -27,7 +27,7 @@ import sys
 import threading
 from typing import Any, Iterator
 
-from .errors import PluginLoadError
+from ..errors import PluginLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -184,10 +184,10 @@ def plugins_from_env(value: str | None) -> list[EnvPlugin]:
     """Parse ``name1:path1,name2:path2`` (``;`` between name and path on Windows).
 
     A malformed entry is a warning naming it; the other entries are still returned. A path
-    ending in ``.json`` is a configuration file (see [`read_plugin_config`][pjrt.discovery.read_plugin_config]).
+    ending in ``.json`` is a configuration file (see `read_plugin_config`).
 
     Raises:
-      ValueError: a JSON configuration that cannot be used (see [`read_plugin_config`][pjrt.discovery.read_plugin_config]).
+      ValueError: a JSON configuration that cannot be used (see `read_plugin_config`).
     """
     plugins = []
     separator = ";" if sys.platform == "win32" else ":"

@@ -79,7 +79,7 @@ def _start_worker(job: dict, python: str) -> _Worker:
     output = tempfile.TemporaryFile()
     env = dict(os.environ)
     # The worker imports this same pjrt, wherever it was imported from.
-    package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    package_root = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 3))
     env["PYTHONPATH"] = os.pathsep.join(
         [package_root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     # The worker's stderr is already kept (and quoted when the plugin crashes or hangs): let
@@ -87,7 +87,7 @@ def _start_worker(job: dict, python: str) -> _Worker:
     env.setdefault("PJRT_LOG_LEVEL", "warning")
     try:
         process = subprocess.Popen(
-            [python, "-m", "pjrt.conform._worker", "--report-fd", str(write_fd),
+            [python, "-m", "pjrt._app.conform._worker", "--report-fd", str(write_fd),
              "--parent-pid", str(os.getpid())],
             stdin=subprocess.PIPE, stdout=output, stderr=output, pass_fds=(write_fd,),
             env=env, start_new_session=True)
@@ -159,7 +159,7 @@ def run(plugin: str, *, checks: list[str] | None = None, patterns: list[str] | N
       python: the interpreter that runs the workers (this one by default).
 
     Returns:
-      A [`Report`][pjrt.conform.report.Report]; ``report.passed`` is False when any check failed.
+      A [`Report`][pjrt._app.conform.report.Report]; ``report.passed`` is False when any check failed.
 
     Raises:
       ValueError: an unknown check name, a pattern matching nothing, or a plugin that is

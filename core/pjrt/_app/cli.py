@@ -1,12 +1,13 @@
-"""The ``pjrt`` command: what is installed, running a StableHLO file, and the demo.
+"""The ``pjrt`` command (also ``python -m pjrt``): what is installed, running a StableHLO
+file, the demo, and the conformance checks for plugin vendors.
 
 ``pjrt info``
     The pjrt version and PJRT C API version, the versions of Python, numpy, ml_dtypes, cffi
     and each plugin package (with the vendor wheels they need), the plugins discovery found
     and where from, the backends that came up (or why not, wrapped, never cut), their
     devices, memories and memory statistics. ``-v`` adds what each plugin printed while it
-    was brought up (kept back by default; see [`pjrt.plugin_logging`][pjrt.plugin_logging]). ``--platform P``
-    looks at one platform only (the others are not loaded); ``--json`` prints the same facts
+    was brought up (kept back by default; see [`set_log_level`][pjrt.plugin.set_log_level]).
+    ``--platform P`` looks at one platform only (the others are not loaded); ``--json`` prints the same facts
     for programs to read.
 
 ``pjrt run PROGRAM.mlir [--input a.npy ...]``
@@ -15,7 +16,15 @@
     of each with the compile and run times.
 
 ``pjrt demo``
-    The tour of [`pjrt.demo`][pjrt.demo].
+    A tour on XLA's CPU plugin: a client of 8 devices, a bundled program run on one device
+    and an SPMD program sharded over all eight, checked against numpy, with timings.
+
+``pjrt conform PLUGIN``
+    Checks, one named check at a time and in worker processes, whether a PJRT plugin (a
+    library, a directory, or an installed platform's name) does what a host needs; each check
+    passes, fails or is skipped, and a plugin that crashes or hangs fails only the check it
+    was running. ``--check NAME`` and ``-k PATTERN`` select checks, ``-o NAME=VALUE`` passes
+    create options, ``--json FILE`` writes the report (see the vendors' guide, "Conformance").
 
 ``pjrt launch -n N SCRIPT.py [ARGS...]``
     Runs a script as N processes of one job on this machine (see `pjrt._distributed.launch`); each
@@ -44,10 +53,10 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from . import discovery
-from ._version import __version__
-from . import registry as registry_module
-from ._capi.api import HEADER_VERSION
+from .._registry import discovery
+from .._version import __version__
+from .. import registry as registry_module
+from .._capi.api import HEADER_VERSION
 
 #: Exit statuses.
 OK, FAILED, USAGE = 0, 1, 2
@@ -182,7 +191,7 @@ def gather_versions(plugin_packages: Sequence[str]) -> dict[str, str | None]:
         if name not in versions:
             versions[name] = _installed_version(name)
     if versions.get("pjrt") is None:
-        versions["pjrt"] = f"{__version__} (not installed: from {os.path.dirname(__file__)})"
+        versions["pjrt"] = f"{__version__} (not installed: from {os.path.dirname(os.path.dirname(__file__))})"
     return versions
 
 
@@ -318,7 +327,7 @@ def format_info(info: dict, verbose: bool = False) -> str:
     """``pjrt info`` as text a person reads at a glance.
 
     With ``verbose``, also what each plugin printed while it was brought up (kept, not
-    shown, by default; see [`pjrt.plugin_logging`][pjrt.plugin_logging]).
+    shown, by default; see [`set_log_level`][pjrt.plugin.set_log_level]).
     """
     lines = [f"pjrt {info['pjrt_version']}, PJRT C API {info['pjrt_c_api_version']} (header)"]
 
@@ -501,7 +510,7 @@ def _pick_device(reg, platform: str | None, device_id: int | None):
 
 
 def _cmd_run(args, reg) -> int:
-    from .errors import XlaRuntimeError
+    from ..errors import XlaRuntimeError
 
     program, kind = _read_program(args.program)
     paths = list(args.input or [])
@@ -579,7 +588,7 @@ def _cmd_conform(args, reg) -> int:
 
 
 def _cmd_launch(args, reg) -> int:
-    from ._distributed.launch import launch
+    from .._distributed.launch import launch
 
     try:
         return launch(args.script, args.arguments, num_processes=args.num_processes,

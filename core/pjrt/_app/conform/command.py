@@ -1,4 +1,4 @@
-"""``pjrt conform``: the command line over [`pjrt.conform.run`][pjrt.conform.run]."""
+"""``pjrt conform``: the command line over [`run`][pjrt._app.conform.run]."""
 from __future__ import annotations
 
 import argparse

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ._capi.native import ArrayCore, read_small as _read_small, set_small_read_limit
-from ._pjrt_cffi import ffi, lib
-from .errors import check, consume
-from ._capi.waits import wait_buffer_ready
+from .._capi.native import ArrayCore, read_small as _read_small, set_small_read_limit
+from .._pjrt_cffi import ffi, lib
+from ..errors import check, consume
+from .._capi.waits import wait_buffer_ready
 
 #: Arrays at least this large are read through a view of host-resident buffers; a copy is
 #: cheaper than setting up the view below it.

@@ -5,8 +5,8 @@ Every check has a stable dotted name (``library.elf``, ``transfer.roundtrip.int4
 what was seen and how long it took. Checks run in worker processes, so a plugin that crashes,
 aborts or hangs fails the check it was running and the others still run::
 
-    import pjrt.conform
-    report = pjrt.conform.run("/path/to/libmy_pjrt_plugin.so", options={"devices": 2})
+    from pjrt._app import conform
+    report = conform.run("/path/to/libmy_pjrt_plugin.so", options={"devices": 2})
     print(report.format_table())
     assert report.passed, report.failed()
 

@@ -17,17 +17,17 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from ._pjrt_cffi import ffi, lib
-from .array import native_host
-from .dtypes import to_pjrt_type
-from .errors import ArgumentMismatchError, consume
-from ._capi.handles import HostBufferSemantics
-from ._capi.staging import (CALL_STAGING_THRESHOLD_BYTES, SharedStaging, adoptable_copy,
+from .._pjrt_cffi import ffi, lib
+from ..array import native_host
+from ..dtypes import to_pjrt_type
+from ..errors import ArgumentMismatchError, consume
+from .._capi.handles import HostBufferSemantics
+from .._capi.staging import (CALL_STAGING_THRESHOLD_BYTES, SharedStaging, adoptable_copy,
                             should_stage)
 
 if TYPE_CHECKING:
-    from .device import ClientView, Device
-    from .sharding import Sharding
+    from ..device import ClientView, Device
+    from ..sharding import Sharding
 
 _NULL = ffi.NULL
 _ZERO_COPY = int(HostBufferSemantics.ZERO_COPY)

@@ -42,7 +42,7 @@ class Report:
     Attributes:
       plugin: what was asked for (a library path or a platform name).
       library: the shared library that was driven.
-      results: one [`CheckResult`][pjrt.conform.report.CheckResult] per check that was selected, in run order.
+      results: one [`CheckResult`][pjrt._app.conform.report.CheckResult] per check that was selected, in run order.
       seconds: the wall time of the whole run.
       info: what the run learned about the plugin (API version, platform...).
     """

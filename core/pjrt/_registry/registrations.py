@@ -15,12 +15,13 @@ import os
 import threading
 from typing import Any, Callable, Mapping, Sequence
 
-from . import discovery, plugin_logging
-from .client import Client, create_client
-from .errors import PluginLoadError
-from ._loading.platforms import (NON_EXPERIMENTAL_PLATFORMS, PLATFORMS_ENV, expand_platform_alias,
-                        parse_platforms)
-from .plugin import Plugin, PluginTable
+from . import discovery
+from ..client import Client, create_client
+from ..errors import PluginLoadError
+from .._loading import plugin_logging
+from .._loading.platforms import (JAX_PLATFORMS_ENV, NON_EXPERIMENTAL_PLATFORMS, PLATFORMS_ENV,
+                                 expand_platform_alias, parse_platforms)
+from ..plugin import Plugin, PluginTable
 
 # The registry's logger: what discovery reports is the registry's to say.
 logger = logging.getLogger("pjrt.registry")
@@ -67,7 +68,7 @@ def _read_options(options: Options) -> dict:
 
 
 def _default_topology(plugin: Plugin, topology_name: str, options: dict):
-    from .topology import make_topology
+    from ..topology import make_topology
 
     return make_topology(plugin, topology_name, options)
 
@@ -107,6 +108,14 @@ class BackendRegistrations:
     def _env(self, name: str) -> str | None:
         return (self._environ if self._environ is not None else os.environ).get(name)
 
+    def platforms_variable(self) -> str:
+        """The environment variable that lists the platforms to bring up: PJRT_PLATFORMS,
+        or jax's JAX_PLATFORMS when PJRT_PLATFORMS is unset (so a jax user's environment
+        is honoured; PJRT_PLATFORMS wins when both are set, even empty)."""
+        if self._env(PLATFORMS_ENV) is None and self._env(JAX_PLATFORMS_ENV) is not None:
+            return JAX_PLATFORMS_ENV
+        return PLATFORMS_ENV
+
     # -- registration ----------------------------------------------------------------------
 
     def register_backend_factory(self, name: str, factory: BackendFactory, *, priority: int = 0,
@@ -116,7 +125,7 @@ class BackendRegistrations:
                                  new_client: Callable[..., Client] | None = None) -> None:
         """Register ``factory`` as the maker of backend ``name`` (replacing any earlier one).
 
-        The keyword arguments are the fields of [`BackendRegistration`][pjrt.registrations.BackendRegistration].
+        The keyword arguments are the fields of [`BackendRegistration`][pjrt.registry.BackendRegistration].
 
         Raises:
           RuntimeError: backend ``name`` is already initialised.
@@ -323,7 +332,7 @@ class BackendRegistrations:
         """The platforms asked for (aliases kept as written), or None for all."""
         if self._platforms_override is not None:
             return self._expand(self._platforms_override)
-        return self._expand(parse_platforms(self._env(PLATFORMS_ENV)))
+        return self._expand(parse_platforms(self._env(self.platforms_variable())))
 
     def _expand(self, names: list[str] | None) -> list[str] | None:
         if names is None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import XlaRuntimeError
-from ..program import compile as compile_program
-from ..sharding import Mesh
-from ..topology import make_topology
+from ...errors import XlaRuntimeError
+from ...program import compile as compile_program
+from ...sharding import Mesh
+from ...topology import make_topology
 from . import programs
 from ._context import refused
 from ._registry import CheckFailed, Skip, check

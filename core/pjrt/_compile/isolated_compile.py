@@ -9,7 +9,7 @@ can ask for isolation: ``pjrt.compile(..., isolate=True)``,
 isolate=True)``, or ``PJRT_ISOLATED_COMPILE=1`` for every compile and deserialization in the
 process. The same plugin library, with the same create options, first compiles the program
 with the same compile options in a worker process; only when it succeeds does this process
-compile it. A crash in the worker becomes an [`IsolatedCompileCrash`][pjrt.isolated_compile.IsolatedCompileCrash] (an
+compile it. A crash in the worker becomes an [`IsolatedCompileCrash`][pjrt.program.IsolatedCompileCrash] (an
 [`XlaRuntimeError`][pjrt.errors.XlaRuntimeError]) naming the signal and the plugin's last words, and the
 next isolated compile starts a new worker. A compile error is raised as the plugin reported it.
 
@@ -21,7 +21,7 @@ entry was made by this build from these bytes and is checked on read).
 
 Time limit: an isolated compile (starting the worker included) that has not finished in
 ``PJRT_ISOLATED_COMPILE_TIMEOUT`` seconds (600 unless set; ``inf`` for none) is an
-[`IsolatedCompileTimeout`][pjrt.isolated_compile.IsolatedCompileTimeout]: the worker is killed, this process compiles nothing, and the
+[`IsolatedCompileTimeout`][pjrt.program.IsolatedCompileTimeout]: the worker is killed, this process compiles nothing, and the
 next isolated compile starts a new worker. Ctrl-C while waiting for the worker raises
 ``KeyboardInterrupt`` at once and kills the worker too (its answer would otherwise be read by
 the next compile).
@@ -59,10 +59,10 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from .errors import ErrorCode, XlaRuntimeError
+from ..errors import ErrorCode, XlaRuntimeError
 
 if TYPE_CHECKING:
-    from .device import ClientView
+    from ..device import ClientView
 
 __all__ = ["ISOLATE_ENV", "TIMEOUT_ENV", "DEFAULT_TIMEOUT", "IsolatedCompileCrash",
            "IsolatedCompileTimeout", "isolation_requested", "isolation_timeout",
@@ -160,7 +160,7 @@ class _Worker:
         # Writes wait in poll() (bounded, interruptible), never in a blocking write() to a
         # worker that stopped reading.
         os.set_blocking(self._to_child, False)
-        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        package_root = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 2))
         env = dict(os.environ)
         env.pop(ISOLATE_ENV, None)
         env["PYTHONPATH"] = os.pathsep.join(

@@ -11,10 +11,10 @@ import importlib
 import os
 from typing import Any, Callable, Mapping, Union, cast
 
-from .. import discovery
-from .._loading import elf as _elf
-from ..errors import PluginLoadError
-from ..plugin_api import PluginDeclaration
+from ..._registry import discovery
+from ..._loading import elf as _elf
+from ...errors import PluginLoadError
+from ...plugin_api import PluginDeclaration
 
 
 @dataclasses.dataclass(frozen=True)

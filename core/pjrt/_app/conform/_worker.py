@@ -1,6 +1,6 @@
 """The worker process: runs checks in order and reports each over a pipe before the next.
 
-Started by `pjrt.conform.runner` as ``python -m pjrt.conform._worker --report-fd N
+Started by `pjrt._app.conform.runner` as ``python -m pjrt._app.conform._worker --report-fd N
 --parent-pid P`` with the job as JSON on stdin; it ends when the runner's process does (a killed
 runner leaves no worker behind, even one hung in the plugin). Each check is announced (``{"start": name}``) before it runs and
 its result sent after, so that when the plugin kills this process the runner knows which
@@ -15,8 +15,8 @@ import sys
 import time
 import traceback
 
-from .._capi.parent_watch import end_with_parent
-from ..errors import XlaRuntimeError
+from ..._capi.parent_watch import end_with_parent
+from ...errors import XlaRuntimeError
 from ._context import Context, refused
 from ._registry import Skip, blocked_by
 from .catalog import load_checks
@@ -55,7 +55,7 @@ def run_one(check, context: Context, failed: set[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pjrt.conform._worker")
+    parser = argparse.ArgumentParser(prog="python -m pjrt._app.conform._worker")
     parser.add_argument("--report-fd", type=int, required=True)
     parser.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)

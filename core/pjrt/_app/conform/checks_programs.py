@@ -5,9 +5,9 @@ import os
 
 import numpy as np
 
-from .. import ffi as pjrt_ffi
-from ..errors import XlaRuntimeError
-from ..program import compile as compile_program
+from ... import ffi as pjrt_ffi
+from ...errors import XlaRuntimeError
+from ...program import compile as compile_program
 from . import programs
 from ._context import refused
 from ._registry import CheckFailed, Skip, check

@@ -6,9 +6,9 @@ import threading
 import ml_dtypes
 import numpy as np
 
-from .. import dtypes
-from .._pjrt_cffi import ffi
-from ..errors import ErrorCode, XlaRuntimeError
+from ... import dtypes
+from ..._pjrt_cffi import ffi
+from ...errors import ErrorCode, XlaRuntimeError
 from ._context import IMMUTABLE_UNTIL_TRANSFER_COMPLETES, refused
 from ._registry import CLIENT, LOADED, CheckFailed, Skip, add, check
 

@@ -11,18 +11,19 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Sequence
 
-from . import dtypes, layouts, serialization
-from ._wire import hlo_module as _hlo
-from ._capi import handles
-from ._capi.api import HEADER_VERSION, to_str
-from ._pjrt_cffi import ffi
-from .errors import ClosedClientError, ErrorCode, UnsupportedFeatureError, XlaRuntimeError
-from .hlo_sharding import HloSharding
-from .options import named_values_to_dict
-from .sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
+from .. import dtypes, layouts
+from . import serialization
+from .._wire import hlo_module as _hlo
+from .._capi import handles
+from .._capi.api import HEADER_VERSION, to_str
+from .._capi.options import named_values_to_dict
+from .._pjrt_cffi import ffi
+from ..errors import ClosedClientError, ErrorCode, UnsupportedFeatureError, XlaRuntimeError
+from ..hlo_sharding import HloSharding
+from ..sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
 
 if TYPE_CHECKING:
-    from .device import ClientView, Device
+    from ..device import ClientView, Device
 
 _NULL = ffi.NULL
 
@@ -335,7 +336,7 @@ class ExecutableMetadata:
     def serialize(self) -> bytes:
         """The compiled executable as bytes, for `Client.deserialize_executable`.
 
-        The bytes name the plugin build that made them (see [`pjrt.serialization`][pjrt.serialization]), and
+        The bytes name the plugin build that made them (a [`PluginIdentity`][pjrt.compilation_cache.PluginIdentity]), and
         only that build will load them.
         """
         payload = serialization.executable_bytes(self._handle.api, self._executable_ptr())

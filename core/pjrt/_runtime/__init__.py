@@ -1,0 +1,13 @@
+"""What arrays and executables are made of, beneath the public ``Array`` and
+``LoadedExecutable``: an array's reads to the host (``host_reads``, its base class
+``HostReads``), what a compiled program says about itself (``executable_metadata``, the base
+class ``ExecutableMetadata``), the numpy arguments of one call (``host_values``), and the
+envelope of a serialized executable, which names the plugin build that made it
+(``serialization``).
+
+Import rule: modules here import each other, ``pjrt._capi``, ``pjrt._wire``, ``pjrt.errors``,
+the value types below the array (``dtypes``, ``layouts``, ``hlo_sharding``, ``sharding``),
+``pjrt.plugin`` and ``pjrt.array``; never an executable, the compiler or a client (they name a
+client only as ``pjrt.device.ClientView``). Within that, each module keeps its rung of the
+ladder in docs/architecture.md ("The layers below the client").
+"""
