@@ -67,7 +67,11 @@ HOT_PATH = setuptools.Extension(
     "pjrt._hot_path", sources=[f"pjrt/_native/{name}" for name in HOT_PATH_SOURCES],
     include_dirs=["pjrt/include", "pjrt/_native"],
     define_macros=[("Py_LIMITED_API", "0x030A0000")], py_limited_api=True,
-    extra_compile_args=["-O2", "-Wall"])
+    extra_compile_args=["-O2", "-Wall"],
+    # The runtime calls no libc function itself (everything goes through Python and the cffi
+    # extension), so the linker would record no libc at all; auditwheel reads which libc a
+    # wheel targets from that record, and refuses an extension without one.
+    extra_link_args=["-Wl,--no-as-needed", "-lc"])
 
 BUILD = dict(cffi_modules=["pjrt/_build_cffi.py:ffibuilder"], ext_modules=[HOT_PATH],
              options={"bdist_wheel": {"py_limited_api": LIMITED_API_TAG}})
