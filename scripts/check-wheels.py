@@ -278,10 +278,12 @@ def check(dist: pathlib.Path, cwd: pathlib.Path, hardware_packages: bool) -> int
     """Run the checks in ``cwd``; 0 when all pass, else 1 (saying which failed)."""
     print(f"Python {sys.version.split()[0]} at {sys.executable}; working in {cwd}")
     # What the snippets test sets, for the same reasons: the CPU plugin alone, jax (absent
-    # here anyway) on the CPU, and no device count or log level from the caller.
+    # here anyway) on the CPU, and no device count or log level from the caller. pjrt reads
+    # JAX_PLATFORMS when PJRT_PLATFORMS is unset: an empty PJRT_PLATFORMS brings up every
+    # backend, as `pjrt info` is checked to.
     env = {k: v for k, v in os.environ.items()
            if k not in ("PJRT_PLATFORMS", "PJRT_CPU_DEVICE_COUNT", "PJRT_LOG_LEVEL")}
-    env.update(JAX_PLATFORMS="cpu")
+    env.update(JAX_PLATFORMS="cpu", PJRT_PLATFORMS="")
     try:
         check_outside_checkout(cwd)
         check_no_compiler()
