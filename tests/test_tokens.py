@@ -59,7 +59,11 @@ def test_results_without_tokens_have_none_to_give(client):
         results.consume_token()
 
 
-def test_tokens_nobody_waits_for_are_freed_and_a_closed_clients_are_left(make_client):
+def test_dropped_tokens_leave_the_client_working_and_a_closed_clients_token_raises(
+        make_client):
+    """Tokens dropped unwaited (their events freed under a ticket) leave the client and its
+    later runs working; a token whose client is closed raises ClosedClientError when waited
+    on, and dropping it calls nothing on the closed client (no crash)."""
     client = make_client()
     executable = client.compile_and_load(TINY.read_text(), client.local_devices()[:1])
     arguments = _inputs(client, client.local_devices()[0])
