@@ -3,7 +3,7 @@
 # (pjrt._capi.handles.ClientHandle.__init__); ArrayCore's are set in C, by its one constructor,
 # so they are declared here, and tests/test_native_core.py checks these names against the C
 # field list (HP_ARRAY_FIELDS).
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -51,9 +51,9 @@ class CallPlan:
 
     def __init__(self, handle: HandleCore, client: Any, devices: tuple, array_type: type,
                  ndarray_type: type, parameters: tuple, outputs: tuple, donated: tuple,
-                 new_call: Callable[[], tuple], prepare_donations: Callable[..., tuple],
-                 consume_donated: Callable[..., None], raise_error: Callable[..., None],
-                 accept: Callable[..., bool] | None = ...) -> None: ...
+                 hooks: tuple, /) -> None:
+        """``hooks``: (new_call, prepare_donations, consume_donated, raise_error[, accept]),
+        named by `pjrt.executable.CallHooks`."""
 
     def run(self, arguments: Any, copy_host_values: bool) -> list | None: ...
 

@@ -14,7 +14,7 @@ import functools
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -214,10 +214,14 @@ class LoadedExecutable(ExecutableMetadata):
             self._output_orders = _output_orders(self)
             parameters = _call_parameters(self) if not any(self._output_orders) else None
             #: The per-call path of `execute` (None: every call takes the full one).
-            self._plan: Any = _make_plan(self, *parameters) if parameters is not None else None
-            self._launch_state: Any = self._plan if self._plan is not None else _LaunchState()
+            self._plan: CallPlan | None = (
+                _make_plan(self, *parameters) if parameters is not None else None)
+            #: Where launches run (``inline``) and whether the executable is loaded (``live``):
+            #: the plan in use, which keeps both for its own calls, or a `_LaunchState`.
+            self._launch_state: CallPlan | _LaunchState = (
+                self._plan if self._plan is not None else _LaunchState())
             #: `execute_global`'s, made after its first call (see `_make_global_plan`).
-            self._global_plan: Any = None
+            self._global_plan: CallPlan | None = None
             self._global_plan_wanted = len(self._devices) > 1
             self._launch_need: int | None = None  # per device, from the first launch on
         except BaseException:
@@ -628,10 +632,8 @@ def _make_plan(executable: "LoadedExecutable", parameters: tuple, fixed: tuple) 
     new_call = functools.partial(_new_call, handle, executable._pointer, device.pointer,
                                  executable._num_outputs, len(parameters), fixed)
     return CallPlan(handle, executable._client, executable._devices, Array, np.ndarray,
-                    parameters, tuple(executable._output_specs), donated, new_call,
-                    functools.partial(_prepare_call_donations, donated),
-                    functools.partial(_consume_call_donations, donated),
-                    functools.partial(_raise_call_error, handle.api))
+                    parameters, tuple(executable._output_specs), donated,
+                    _call_hooks(handle, donated, new_call))
 
 
 def _make_global_plan(executable: "LoadedExecutable") -> CallPlan | None:
@@ -657,12 +659,34 @@ def _make_global_plan(executable: "LoadedExecutable") -> CallPlan | None:
     new_call = functools.partial(_new_call, handle, executable._pointer, _NULL,
                                  executable._num_outputs, count, fixed, len(devices))
     return CallPlan(handle, executable._client, devices, Array, np.ndarray,
-                    (((), None, None),) * count,
-                    outputs, donated, new_call,
-                    functools.partial(_prepare_call_donations, donated),
-                    functools.partial(_consume_call_donations, donated),
-                    functools.partial(_raise_call_error, handle.api),
-                    functools.partial(_fits_parameter, shardings, executable._parameter_specs))
+                    (((), None, None),) * count, outputs, donated,
+                    _call_hooks(handle, donated, new_call,
+                                functools.partial(_fits_parameter, shardings,
+                                                  executable._parameter_specs)))
+
+
+class CallHooks(NamedTuple):
+    """What a `CallPlan` calls back into: the executable's side of a call, which the native
+    plan leaves to Python because each is policy (how a call's scratch is made, what donation
+    means, how an error is worded, which shardings fit)."""
+
+    #: () -> (owner, call struct address, outputs): a fresh call struct for this executable.
+    new_call: Callable[[], tuple]
+    #: (arguments) -> what `consume_donated` needs: checks and holds the donated inputs.
+    prepare_donations: Callable[..., tuple]
+    #: (arguments, held) -> None: marks the donated inputs consumed after a launch.
+    consume_donated: Callable[..., None]
+    #: (call owner) -> None: raises the launch's error, worded.
+    raise_error: Callable[..., None]
+    #: (index, argument) -> bool, on several devices: whether a global argument fits.
+    accept: Callable[[int, Any], bool] | None = None
+
+
+def _call_hooks(handle, donated: tuple, new_call: Callable[[], tuple],
+                accept: Callable[[int, Any], bool] | None = None) -> CallHooks:
+    return CallHooks(new_call, functools.partial(_prepare_call_donations, donated),
+                     functools.partial(_consume_call_donations, donated),
+                     functools.partial(_raise_call_error, handle.api), accept)
 
 
 def _fits_parameter(shardings: tuple, specs: tuple | None, index: int, argument: Array) -> bool:

@@ -578,26 +578,28 @@ static int allocate_tables(CallPlan* plan) {
 }
 
 /* CallPlan(handle, client, devices, array_type, ndarray_type, parameters,
- *          outputs, donated, new_call, prepare_donations, consume_donated,
- *          raise_error, accept=None)
+ *          outputs, donated, hooks)
  * devices: the executable's devices, in its order.
  * parameters: per parameter (shape, dtype, strides or None: host values of it
  *   are not copied by the call); on several devices only their number counts.
  * outputs: per output (global shape, dtype, sharding or None).
- * accept(index, argument) -> bool, on several devices: whether a global
- *   argument's sharding, shape and dtype are the parameter's. */
+ * hooks: the executable's side of a call, a tuple (new_call, prepare_donations,
+ *   consume_donated, raise_error[, accept]); Python's `executable.CallHooks`
+ *   names them. accept(index, argument) -> bool, needed on several devices:
+ *   whether a global argument's sharding, shape and dtype are the parameter's. */
 static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   PyObject *handle, *client, *devices, *array_type, *ndarray_type, *parameters, *outputs,
-      *donated, *new_call, *prepare, *consume, *raise_error;
+      *donated, *hooks, *new_call, *prepare, *consume, *raise_error;
   PyObject* accept = Py_None;
   if (kwargs != NULL && PyDict_Size(kwargs) != 0) {
     PyErr_SetString(PyExc_TypeError, "CallPlan takes positional arguments");
     return NULL;
   }
-  if (!PyArg_ParseTuple(args, "O!OO!O!O!O!O!O!OOOO|O", hp_handle_type, &handle, &client,
+  if (!PyArg_ParseTuple(args, "O!OO!O!O!O!O!O!O!", hp_handle_type, &handle, &client,
                         &PyTuple_Type, &devices, &PyType_Type, &array_type, &PyType_Type,
                         &ndarray_type, &PyTuple_Type, &parameters, &PyTuple_Type, &outputs,
-                        &PyTuple_Type, &donated, &new_call, &prepare, &consume, &raise_error,
+                        &PyTuple_Type, &donated, &PyTuple_Type, &hooks) ||
+      !PyArg_ParseTuple(hooks, "OOOO|O", &new_call, &prepare, &consume, &raise_error,
                         &accept)) {
     return NULL;
   }
