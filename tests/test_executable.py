@@ -88,6 +88,98 @@ def test_optimized_program_text(tiny):
     assert "tanh(" in text and "f32[8]{0} parameter(0)" in text
 
 
+def test_hlo_modules_hold_the_optimized_module(tiny):
+    (module,) = tiny.hlo_modules()
+    assert isinstance(module, pjrt.executable.HloModule)
+    assert module.name == "jit_tiny_tanh"
+    assert module.as_serialized_hlo_module_proto() == tiny.optimized_module_proto()
+    assert module.to_string() == tiny.hlo_text() == str(module)
+    assert repr(module).startswith("HloModule(name='jit_tiny_tanh', ")
+
+
+def test_hlo_module_from_its_serialized_proto(tiny):
+    (module,) = tiny.hlo_modules()
+    again = pjrt.executable.HloModule.from_serialized_hlo_module_proto(
+        module.as_serialized_hlo_module_proto())
+    assert again == module and hash(again) == hash(module)
+    assert again.name == module.name and again.to_string() == module.to_string()
+
+
+@pytest.mark.parametrize("data, why", [
+    (b"", "no computations"),
+    (b"\x0a\x03abc", "no computations"),  # a name and nothing else
+    (b"\xff\xff\xff", "not a serialised HloModuleProto"),  # not protobuf at all
+    (b"\x08\x05\x1a\x00", "name \\(field 1\\) is not a string"),  # name as a number
+])
+def test_hlo_module_refuses_what_is_not_a_module(data, why):
+    with pytest.raises(ValueError, match=why):
+        pjrt.executable.HloModule.from_serialized_hlo_module_proto(data)
+
+
+SCALAR_TIMES_VECTOR = """
+func.func public @main(%arg0: tensor<i32>, %arg1: tensor<4xi32>) -> tensor<4xi32> {
+  %0 = stablehlo.broadcast_in_dim %arg0, dims = [] : (tensor<i32>) -> tensor<4xi32>
+  %1 = stablehlo.multiply %0, %arg1 : tensor<4xi32>
+  return %1 : tensor<4xi32>
+}
+"""
+
+
+def _portable(client):
+    options = pjrt.CompileOptions()
+    options.compile_portable_executable = True
+    return client.compile_and_load(SCALAR_TIMES_VECTOR, compile_options=options)
+
+
+def test_portable_executable_runs_on_the_device_chosen_at_each_call(client):
+    executable = _portable(client)
+    assert executable.local_devices() == []
+    api = client.handle.api
+    for device in client.local_devices()[:3]:
+        arguments = _put(client, [np.int32(3), np.array([10, 15, -2, 7], np.int32)], device)
+        (out,) = executable.execute(arguments, device=device)
+        assert out.device is device
+        # The plugin put the output there, not only the Array's record of it.
+        placed = api.call_new("PJRT_Buffer_Device", buffer=out.live_buffers()[0]).device
+        assert client.device_from_pointer(placed) is device
+        np.testing.assert_array_equal(np.asarray(out), [30, 45, -6, 21])
+
+
+def test_portable_executable_needs_a_device_and_arguments_on_it(client):
+    executable = _portable(client)
+    first, second = client.local_devices()[:2]
+    arguments = _put(client, [np.int32(3), np.array([10, 15, -2, 7], np.int32)], first)
+    with pytest.raises(ValueError, match="portable .* pass execute\\(arguments, device=...\\)"):
+        executable.execute(arguments)
+    with pytest.raises(ValueError, match="argument 0 is on .* runs it on"):
+        executable.execute(arguments, device=second)
+    with pytest.raises(ValueError, match="device= must be a device of this executable's client"):
+        executable.execute(arguments, device="cpu:0")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="takes 2 arguments, 1 were given"):
+        executable.execute(arguments[:1], device=first)
+    with pytest.raises(ValueError, match="portable .* no shardings"):
+        executable.input_shardings  # noqa: B018
+
+
+def test_device_of_a_fixed_executable_must_be_its_own(client):
+    executable = client.compile_and_load(SCALAR_TIMES_VECTOR)
+    own, other = client.local_devices()[:2]
+    arguments = _put(client, [np.int32(3), np.array([10, 15, -2, 7], np.int32)], own)
+    (out,) = executable.execute(arguments, device=own)  # its own device: a plain call
+    np.testing.assert_array_equal(np.asarray(out), [30, 45, -6, 21])
+    with pytest.raises(ValueError, match="compiled for .* call execute without device="):
+        executable.execute(arguments, device=other)
+
+
+def test_portable_executable_of_another_client_refuses_its_devices(client, make_client):
+    other = make_client()
+    executable = _portable(client)
+    device = other.local_devices()[0]
+    arguments = _put(other, [np.int32(3), np.array([10, 15, -2, 7], np.int32)], device)
+    with pytest.raises(ValueError, match="device= must be a device of this executable's client"):
+        executable.execute(arguments, device=device)
+
+
 def test_serialize_and_deserialize_round_trip(client, tiny):
     blob = tiny.serialize()
     assert isinstance(blob, bytes) and len(blob) > 0

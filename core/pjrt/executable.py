@@ -21,13 +21,15 @@ import numpy as np
 from . import dtypes, layouts
 from ._capi import handles
 from ._capi import long_runs
+from ._capi import waits
 from ._capi import memory_headroom
 from ._capi.api import HEADER_VERSION
 from ._capi.native import MAX_DEVICES, CallPlan
 from ._pjrt_cffi import ffi, lib
 from .array import Array, check_device_sets
-# CompiledMemoryStats is re-exported: its home was this module.
-from ._runtime.executable_metadata import CompiledMemoryStats, ExecutableMetadata  # noqa: F401
+# CompiledMemoryStats is re-exported: its home was this module; HloModule is public here.
+from ._runtime.executable_metadata import (CompiledMemoryStats, ExecutableMetadata,  # noqa: F401
+                                           HloModule)
 from .errors import ArgumentMismatchError, UnsupportedFeatureError, XlaRuntimeError, consume
 from ._runtime.host_values import HostCopies, check_shards, host_array
 from ._capi.staging import CALL_STAGING_THRESHOLD_BYTES
@@ -304,7 +306,7 @@ class LoadedExecutable(ExecutableMetadata):
                             f"{count} were given")
 
     def execute(self, arguments: Sequence[Array], *,
-                copy_host_values: bool = False) -> list[Array]:
+                copy_host_values: bool = False, device: "Device | None" = None) -> list[Array]:
         """Run on the executable's single device; returns one Array per output.
 
         Execution is asynchronous: the call returns once the work is queued; reading an output
@@ -313,9 +315,14 @@ class LoadedExecutable(ExecutableMetadata):
         ``np.asarray`` takes): they are copied to the device for this call only, all in one
         native call.
 
+        ``device``: where to run a portable executable (compiled with
+        ``CompileOptions.compile_portable_executable``, it has no device of its own, and
+        ``local_devices()`` is empty); its arguments must be Arrays on that device.
+
         Raises:
           TypeError: wrong number, shape or dtype of arguments, or a non-Array argument.
-          ValueError: an argument lives on another device.
+          ValueError: an argument lives on another device; ``device`` is missing for a
+            portable executable or given for one that is not.
           DeletedArrayError: an argument was deleted or donated before.
           XlaRuntimeError: the plugin failed to launch the program.
         """
@@ -324,11 +331,50 @@ class LoadedExecutable(ExecutableMetadata):
         # ticket, host copies, launch, output Arrays). It answers None for anything else, having
         # done nothing, and the full path below checks everything and reports every error.
         plan = self._plan
-        if plan is not None:
+        if plan is not None and device is None:
             outputs = plan.run(arguments, copy_host_values)
             if outputs is not None:
                 return outputs
+        if device is not None or not self._devices:
+            return self._execute_portable(arguments, device, copy_host_values)
         return self._execute_checked(arguments, copy_host_values)
+
+    def _execute_portable(self, arguments: Sequence[Array], device: "Device | None",
+                          copy_host_values: bool) -> list[Array]:
+        """`execute` of a portable executable on ``device`` (the plugin's ``execute_device``),
+        launched on a worker thread while the caller waits where Ctrl-C reaches it."""
+        devices = self._devices
+        if len(devices) == 1 and device == devices[0]:
+            return self._execute_checked(arguments, copy_host_values)  # its own device
+        if devices:
+            raise ValueError(f"device= chooses where a portable executable runs "
+                             f"(CompileOptions.compile_portable_executable); this one was "
+                             f"compiled for {', '.join(map(str, devices))} and runs there: "
+                             f"call execute without device=")
+        if device is None:
+            raise ValueError("this executable is portable (compiled with CompileOptions."
+                             "compile_portable_executable) and has no device of its own: "
+                             "pass execute(arguments, device=...) to choose one")
+        if getattr(device, "client", None) is not self._client:
+            raise ValueError(f"device= must be a device of this executable's client "
+                             f"({self._client!r}), not {device!r}")
+        handle = self._handle
+        ticket = handle.take_ticket()
+        try:
+            self._live_pointer()
+            count = len(arguments)
+            self._check_count(count)
+            buffers = ffi.new("PJRT_Buffer*[]", max(count, 1))
+            for i, argument in enumerate(arguments):
+                buffers[i] = self._check_argument(i, argument, device)
+            keep = _prepare_donations(self._donated, [arguments]) if self._donated else ()
+            _check_headroom(self, 1)
+            outputs = _launch_on_device(handle, self._pointer, buffers, count,
+                                        self._num_outputs, keep, device)
+            _consume_donated(self._donated, [arguments], keep)
+            return self._wrap_outputs(outputs, 0, (device,))
+        finally:
+            handle.end(ticket)
 
     def execute_with_token(self, arguments: Sequence[Array], *,
                            copy_host_values: bool = False) -> tuple[list[Array], Token]:
@@ -805,6 +851,49 @@ def _consume_donated(donated: tuple, per_device_arguments, keep: tuple) -> None:
         for arguments in per_device_arguments:
             if index < len(arguments) and isinstance(arguments[index], Array):
                 arguments[index]._release("donated")
+
+
+def _launch_on_device(handle, pointer, buffers, count: int, num_outputs: int, keep: tuple,
+                      device: "Device"):
+    """Launch a portable executable with ``count`` argument ``buffers`` on ``device``
+    (``PJRT_LoadedExecutable_Execute``'s ``execute_device``) on a worker thread; returns the
+    array its ``num_outputs`` new buffers landed in. A launch the caller abandoned (Ctrl-C)
+    goes on with its own ticket on the client, and its outputs are freed when it ends."""
+    api = handle.api
+    outputs = ffi.new("PJRT_Buffer*[]", max(num_outputs, 1))
+    error = ffi.new("PJRT_Error**")
+    non_donatable = ffi.new("int64_t[]", keep) if keep else _NULL
+    ticket = handle.begin()  # its own: the caller's may end before the launch does
+
+    def work() -> int:
+        return lib.pjrt_shim_execute(api.table, pointer, buffers, 1, count, outputs,
+                                     num_outputs, non_donatable, len(keep), device.pointer,
+                                     _NULL, error)
+
+    def abandon(status) -> None:
+        try:
+            if error[0] != _NULL:
+                consume(api, error[0])  # destroys the plugin's error; nobody reads it
+            elif status == 0:
+                made = [outputs[i] for i in range(num_outputs) if outputs[i] != _NULL]
+                if made:
+                    lib.pjrt_shim_buffers_destroy(api.table, ffi.new("PJRT_Buffer*[]", made),
+                                                  len(made))
+        finally:
+            handle.end(ticket)
+
+    try:
+        status = waits.call_off_thread(work, abandon)
+    except BaseException as interrupt:
+        if not waits.was_abandoned(interrupt):
+            handle.end(ticket)
+        raise
+    handle.end(ticket)
+    if error[0] != _NULL:
+        raise consume(api, error[0])
+    if status != 0:
+        raise MemoryError("out of host memory while preparing the execution")
+    return outputs
 
 
 def _buffer_metadata(client: "ClientView", buffer) -> tuple:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 from .. import dtypes, layouts
 from . import serialization
 from .._wire import hlo_module as _hlo
+from .._wire import protowire
 from .._capi import handles
 from .._capi.api import HEADER_VERSION, to_str
 from .._capi.options import named_values_to_dict
@@ -43,6 +44,74 @@ class CompiledMemoryStats:
     host_alias_size_in_bytes: int = 0
     host_temp_size_in_bytes: int = 0
     peak_memory_in_bytes: int = 0
+
+
+class HloModule:
+    """One optimised HLO module of a compiled program (jaxlib's ``HloModule``), as
+    ``LoadedExecutable.hlo_modules()`` hands it out: a serialised ``xla.HloModuleProto`` and
+    what is read from it.
+
+    `to_string` is pjrt's rendering of the proto in XLA's textual style (names, shapes,
+    opcodes, operands, called computations, common attributes), written for reading: XLA's
+    own printer is C++ inside the plugin, so the text is not XLA's byte for byte and is not
+    meant to be parsed back. The proto itself is the plugin's, unchanged.
+    """
+
+    __slots__ = ("_serialized", "_name")
+
+    def __init__(self, serialized: bytes):
+        data = bytes(serialized)
+        try:
+            fields = protowire.group_fields(data)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"these {len(data)} bytes are not a serialised HloModuleProto: "
+                             f"{error}") from None
+        if not fields.get(3):
+            raise ValueError(f"these {len(data)} bytes are not a serialised HloModuleProto: "
+                             f"it has no computations (field 3)")
+        names = fields.get(1, [])
+        if names and not isinstance(names[-1], bytes):
+            raise ValueError("these bytes are not a serialised HloModuleProto: its name "
+                             "(field 1) is not a string")
+        self._serialized = data
+        self._name = names[-1].decode("utf-8", "replace") if names else ""
+
+    @classmethod
+    def from_serialized_hlo_module_proto(cls, serialized: bytes) -> "HloModule":
+        """The module a serialised ``HloModuleProto`` holds (what
+        `as_serialized_hlo_module_proto` gives).
+
+        Raises:
+          ValueError: the bytes are not a serialised ``HloModuleProto``.
+        """
+        return cls(serialized)
+
+    @property
+    def name(self) -> str:
+        """The module's name (the StableHLO module's, e.g. ``module @jit_f`` gives ``jit_f``)."""
+        return self._name
+
+    def to_string(self) -> str:
+        """The module as readable HLO text, starting ``HloModule <name>``."""
+        return _hlo.module_text(self._serialized)
+
+    def as_serialized_hlo_module_proto(self) -> bytes:
+        """The module as a serialised ``xla.HloModuleProto``, as the plugin gave it."""
+        return self._serialized
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HloModule):
+            return NotImplemented
+        return self._serialized == other._serialized
+
+    def __hash__(self) -> int:
+        return hash(self._serialized)
+
+    def __str__(self) -> str:
+        return self.to_string()
+
+    def __repr__(self) -> str:
+        return f"HloModule(name={self._name!r}, {len(self._serialized)} bytes)"
 
 
 class ExecutableMetadata:
@@ -200,6 +269,10 @@ class ExecutableMetadata:
 
     def _shardings(self, raw: Sequence | None, count: int) -> tuple:
         devices = self._global_devices or self._devices
+        if not devices:
+            raise ValueError("this executable is portable (compiled with CompileOptions."
+                             "compile_portable_executable): it has no devices, so no "
+                             "shardings; run it with execute(arguments, device=...)")
         if len(devices) == 1:
             return tuple(SingleDeviceSharding(devices[0]) for _ in range(count))
         if self._replicas > 1:
@@ -331,6 +404,15 @@ class ExecutableMetadata:
         return _hlo.module_text(self.optimized_module_proto())
 
     as_text = hlo_text
+
+    def hlo_modules(self) -> list[HloModule]:
+        """The optimised program as jaxlib's ``HloModule`` objects: one, since a PJRT
+        executable is one module (jaxlib's list form kept for code written against it).
+
+        Raises:
+          UnsupportedFeatureError: the plugin cannot return the optimised program.
+        """
+        return [HloModule(self.optimized_module_proto())]
 
     @handles.native_method
     def serialize(self) -> bytes:
