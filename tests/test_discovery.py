@@ -224,6 +224,24 @@ def test_a_broken_module_is_logged_once_and_startup_goes_on(plugin_dir, make_reg
         assert "no file at" in reg.backend_errors()["badcpu"]
 
 
+def test_a_package_whose_plugin_fails_to_come_up_stops_startup(plugin_dir, make_registry):
+    """A plugin package's library loads but its client cannot be made: as in jax (whose
+    plugins register with fail_quietly=False) start-up stops with the reason and the ways
+    out, rather than leaving the program on the CPU."""
+    module = plugin_dir.entry_point(PREFIX + "refuses", pjrt_module_source(
+        "refusingcpu", LIB_81, options={"cpu_device_count": 0}))
+    reg = make_registry()
+    with pytest.raises(RuntimeError) as info:
+        reg.backends()
+    message = str(info.value)
+    assert message.startswith("Unable to initialize backend 'refusingcpu': ")
+    assert f"the plugin package {module} registered it with fail_quietly=False" in message
+    assert ("you may need to uninstall the failing plugin package, or set PJRT_PLATFORMS=cpu "
+            "to skip this backend") in message
+    assert records(reg)[module] == ("entry point", "initialized")
+    assert set(make_registry({"PJRT_PLATFORMS": "cpu"}).backends()) == {"cpu"}
+
+
 def test_module_without_initialize_is_skipped(plugin_dir, make_registry):
     module = plugin_dir.entry_point(PREFIX + "noinit", "VALUE = 1\n")
     reg = make_registry()
@@ -248,7 +266,7 @@ def test_jax_plugin_library_is_registered_without_importing_the_module(plugin_di
     assert (registration.source, registration.module) == ("namespace", module)
     assert records(reg)[module] == ("namespace (JAX plugin)", "registered library")
     # An accelerator-like platform outranks the CPU plugin for the default.
-    assert reg.default_backend() == "jaxcpu"
+    assert reg.default_backend_name() == "jaxcpu"
     run_tiny(backends["jaxcpu"].devices()[0])
 
 
@@ -314,7 +332,7 @@ def test_duplicate_platform_from_the_same_library_keeps_one_backend(plugin_dir, 
     assert set(reg.backends()) == {"cpu", "samecpu"}
     # The later registration replaced the earlier one.
     assert reg.registrations()["samecpu"].module == PREFIX + "same_b"
-    assert reg.default_backend() == "samecpu"
+    assert reg.default_backend_name() == "samecpu"
 
 
 def test_priorities_decide_the_default(plugin_dir, make_registry):
@@ -322,11 +340,11 @@ def test_priorities_decide_the_default(plugin_dir, make_registry):
     plugin_dir.entry_point(PREFIX + "hi", pjrt_module_source("hicpu", LIB_106, priority=700))
     reg = make_registry()
     assert set(reg.backends()) == {"cpu", "locpu", "hicpu"}
-    assert reg.default_backend() == "hicpu"
+    assert reg.default_backend_name() == "hicpu"
     assert reg.get_backend().plugin.api_version == (0, 106)
     # Listed platforms: the order is the priority.
     listed = make_registry({"PJRT_PLATFORMS": "locpu,hicpu"})
-    assert listed.default_backend() == "locpu"
+    assert listed.default_backend_name() == "locpu"
     assert set(listed.backends()) == {"locpu", "hicpu"}
 
 
@@ -337,7 +355,7 @@ def test_discovery_records_describe_every_decision(plugin_dir, make_registry, tm
                                     "def initialize():\n    raise ValueError('nope')\n")
     wheel = plugin_dir.jax_wheel("xla_reccpu", LIB_81, "reccpu_pjrt_plugin.so")
     reg = make_registry({ENV: f"envcpu:{LIB_106},ghost:{tmp_path}/ghost_plugin.so"})
-    assert set(reg.backends()) == {"cpu", "goodcpu", "reccpu", "envcpu"}
+    reg.registrations()  # discovery, and nothing brought up
     assert records(reg) == {
         "pjrt_cpu": ("entry point", "initialized"),
         good: ("entry point", "initialized"),
@@ -351,6 +369,12 @@ def test_discovery_records_describe_every_decision(plugin_dir, make_registry, tm
     assert by_name[broken].detail == "ValueError: nope"
     assert "no file at" in by_name["ghost"].detail
     assert "no file at" in reg.backend_errors()["ghost"]
+    # The library the operator named cannot be loaded: start-up stops (see
+    # test_env_library_that_cannot_be_loaded_stops_startup); without it the rest comes up.
+    with pytest.raises(RuntimeError, match="Unable to initialize backend 'ghost'"):
+        reg.backends()
+    reg.set_platforms("cpu,goodcpu,reccpu,envcpu")
+    assert set(reg.backends()) == {"cpu", "goodcpu", "reccpu", "envcpu"}
 
 
 def test_clear_backends_rediscovers(plugin_dir, make_registry):
@@ -411,11 +435,11 @@ def test_malformed_env_entries_are_named_and_the_rest_load(make_registry, caplog
     value = f"nocolon, :{LIB_81},emptypath: ,envcpu:{LIB_81}"
     reg = make_registry({ENV: value})
     assert set(reg.backends()) == {"cpu", "envcpu"}
-    warnings = [r.getMessage() for r in caplog.records if "malformed" in r.getMessage()]
+    warnings = [r.getMessage() for r in caplog.records if "invalid value" in r.getMessage()]
     assert len(warnings) == 3
-    assert "'nocolon'" in warnings[0]
-    assert f"':{LIB_81}'" in warnings[1]
-    assert "'emptypath:'" in warnings[2]
+    assert warnings[0].startswith(f"invalid value nocolon in env var {ENV} {value}: ")
+    assert warnings[1].startswith(f"invalid value :{LIB_81} in env var {ENV} {value}: ")
+    assert warnings[2].startswith(f"invalid value emptypath: in env var {ENV} {value}: ")
 
 
 def test_env_json_without_library_path_is_a_value_error_naming_the_file(make_registry,
@@ -438,14 +462,44 @@ def test_env_json_that_is_not_json_names_the_file(tmp_path):
     assert str(config) in str(excinfo.value)
 
 
-def test_env_missing_library_records_that_backend_only(make_registry, caplog):
-    caplog.set_level(logging.WARNING, logger="pjrt")
-    reg = make_registry({ENV: f"ghost:/nonexistent/ghost_plugin.so,envcpu:{LIB_81}"})
-    assert set(reg.backends()) == {"cpu", "envcpu"}
+def test_env_library_that_cannot_be_loaded_stops_startup(make_registry):
+    """As in jax, a library the operator named that cannot be loaded is an error, not a
+    backend quietly left out (which would leave the program on the CPU): the error gives
+    jax's words, the reason and the ways out. Leaving it out of PJRT_PLATFORMS is one."""
+    entries = f"ghost:/nonexistent/ghost_plugin.so,envcpu:{LIB_81}"
+    reg = make_registry({ENV: entries})
+    for _ in range(2):  # the same answer each time, nothing half-initialised
+        with pytest.raises(RuntimeError) as info:
+            reg.backends()
+        message = str(info.value)
+        assert message.startswith("Unable to initialize backend 'ghost': plugin 'ghost': no "
+                                  "file at /nonexistent/ghost_plugin.so")
+        assert f"it is named in {ENV}" in message and "fix or remove that entry" in message
+        assert "set PJRT_PLATFORMS=cpu to skip this backend" in message
+    assert not reg.backends_are_initialized()
     assert "no file at /nonexistent/ghost_plugin.so" in reg.backend_errors()["ghost"]
-    assert len(messages_about(caplog, "'ghost'")) == 1
-    with pytest.raises(RuntimeError, match="'ghost' failed to initialise"):
-        reg.get_backend("ghost")
+
+    chosen = make_registry({ENV: entries, "PJRT_PLATFORMS": "cpu,envcpu"})
+    assert set(chosen.backends()) == {"cpu", "envcpu"}
+    with pytest.raises(RuntimeError, match="Unknown backend ghost: it is registered but not "
+                                           "in PJRT_PLATFORMS"):
+        chosen.get_backend("ghost")
+
+
+def test_env_library_whose_client_fails_stops_startup(make_registry, tmp_path):
+    """A library that loads but whose client cannot be made (a create option XLA's CPU
+    plugin refuses) stops start-up too, instead of leaving only the CPU up."""
+    config = tmp_path / "refused.json"
+    config.write_text(json.dumps({"library_path": LIB_106,
+                                  "create_options": {"cpu_device_count": 0}}))
+    reg = make_registry({ENV: f"refused:{config}"})
+    with pytest.raises(RuntimeError) as info:
+        reg.backends()
+    message = str(info.value)
+    assert message.startswith("Unable to initialize backend 'refused': ")
+    assert "'cpu_device_count'" in message and f"it is named in {ENV}" in message
+    assert reg.registrations()["refused"].fail_quietly is False
+    assert "cpu_device_count" in reg.backend_errors()["refused"]
 
 
 def test_env_entry_for_a_registered_name_is_ignored_with_a_warning(make_registry, caplog):

@@ -7,7 +7,8 @@ segfault reading entries past it), GetPjrtApi exported as data (a jump into data
 plugin without the PJRT_Error functions (a NULL call on its first error). Each case runs
 in a child process, so that a regression fails one test instead of ending the run, and
 through each way a plugin arrives: ``load_pjrt_plugin_dynamically``, the
-``PJRT_NAMES_AND_LIBRARY_PATHS`` variable (where the other backends must still come up), and,
+``PJRT_NAMES_AND_LIBRARY_PATHS`` variable (where start-up stops with the reason, and the
+other backends come up once ``PJRT_PLATFORMS`` leaves it out), and,
 for tables, ``load_pjrt_plugin_with_c_api``.
 
 The libraries are built by ``tests/fault_plugin/build.py``; the fault plugin's copies are
@@ -68,6 +69,11 @@ _CHILD = textwrap.dedent("""\
         result["error_path"] = error.path
     if how == "env":
         result["error"] = pjrt.backend_errors().get("hostile")
+        try:
+            pjrt.backends()
+        except RuntimeError as error:  # a library the operator named stops start-up
+            result["startup_error"] = str(error)
+            pjrt.set_platforms("cpu")  # the way out the error gives
     result["loaded"] = pjrt.xla_client.pjrt_plugin_loaded("hostile")
     # The process is whole: the CPU backend comes up and computes.
     result["backends"] = sorted(pjrt.backends())
@@ -153,6 +159,11 @@ def test_hostile_library_is_a_clean_load_error(case, how, built, tmp_path,
     assert message is not None, result
     if how == "env":
         assert message.startswith("PluginLoadError: "), message
+        # As in jax, the library named in PJRT_NAMES_AND_LIBRARY_PATHS is not left out
+        # quietly: start-up stops with the reason, until PJRT_PLATFORMS leaves it out.
+        startup = result["startup_error"]
+        assert startup.startswith("Unable to initialize backend 'hostile': "), startup
+        assert path in startup and "set PJRT_PLATFORMS=cpu to skip this backend" in startup
     else:
         assert result["error_path"] == path
     assert path in message

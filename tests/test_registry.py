@@ -108,7 +108,7 @@ def test_concurrent_first_questions_initialise_each_factory_once(make_registry):
     assert [f.calls for f in factories] == [1, 1, 1]
     assert len(seen) == 16
     assert {c.plugin.name for c in seen} == {"t1", "t2"}
-    assert reg.default_backend() == "t2" and reg.get_backend().device_count() == 3
+    assert reg.default_backend_name() == "t2" and reg.get_backend().device_count() == 3
 
 
 # -- clear_backends --------------------------------------------------------------------------
@@ -185,7 +185,9 @@ def test_platforms_env_brings_up_only_the_listed_platform(make_registry, cpu2_co
 
     backends = reg.backends()
     assert set(backends) == {"cpu2"}
-    assert reg.default_backend() == "cpu2"
+    # The default backend's registration is cpu2; its platform, what jax's
+    # default_backend() answers, is the CPU plugin's.
+    assert reg.default_backend_name() == "cpu2" and reg.default_backend() == "cpu"
     assert backends["cpu2"].device_count() == 3
     run_tiny(backends["cpu2"].devices()[1])
     # The others were registered but never touched: no call, no library loaded.
@@ -255,7 +257,9 @@ def test_set_platforms_overrides_the_environment(make_registry, cpu2_config):
     reg = make_registry({"PJRT_PLATFORMS": "nosuch", ENV: cpu2_config})
     reg.set_platforms(["cpu"])
     assert set(reg.backends()) == {"cpu"}
-    with pytest.raises(RuntimeError, match="already initialised"):
+    reg.set_platforms("cpu")  # what is chosen already may be chosen again, as in jax
+    with pytest.raises(RuntimeError, match="already initialised with set_platforms\\('cpu'\\); "
+                                           "call clear_backends\\(\\)"):
         reg.set_platforms("cpu2")
 
     old = reg.get_backend("cpu")
@@ -266,7 +270,7 @@ def test_set_platforms_overrides_the_environment(make_registry, cpu2_config):
     reg.set_platforms("cpu2, cpu")  # spaces are forgiven (names are case-sensitive, as in jax)
     assert reg.selected_platforms() == ["cpu2", "cpu"]
     assert set(reg.backends()) == {"cpu2", "cpu"}
-    assert reg.default_backend() == "cpu2"
+    assert reg.default_backend_name() == "cpu2"
 
     reg.clear_backends()
     reg.set_platforms(None)  # back to PJRT_PLATFORMS, which names nothing registered
@@ -379,6 +383,112 @@ def test_register_plugin_with_a_missing_library_records_the_reason(make_registry
         reg.register_plugin("gone", library_path="/nonexistent/x.so")
     assert reg.default_backend() == "cpu"
     assert "no file at /nonexistent/x.so" in reg.backend_errors()["gone"]
+
+
+def test_a_plugin_that_fails_to_come_up_stops_startup(make_registry):
+    """register_plugin registers with fail_quietly=False, as jax's does: a plugin that
+    loads but cannot make its client is an error, not a backend quietly left out."""
+    reg = make_registry(discover=False)
+    reg.register_plugin("cpu", library_path=LIB_106)
+    reg.register_plugin("vendorx", library_path=LIB_81, options={"cpu_device_count": 0})
+    assert reg.registrations()["vendorx"].fail_quietly is False
+    with pytest.raises(RuntimeError) as info:
+        reg.backends()
+    message = str(info.value)
+    assert message.startswith("Unable to initialize backend 'vendorx': ")
+    assert "'cpu_device_count'" in message
+    assert "registered with fail_quietly=False" in message
+    assert "set PJRT_PLATFORMS=cpu to skip this backend" in message
+    assert "cpu_device_count" in reg.backend_errors()["vendorx"]
+    reg.set_platforms("cpu")  # the way out the message gives
+    assert set(reg.backends()) == {"cpu"}
+
+
+def _device_nodes(monkeypatch, tmp_path, *, nvidia: bool = False, amd: bool = False):
+    """Make the registry see NVIDIA's and AMD's device nodes, or not."""
+    def nodes(present: bool, name: str) -> tuple:
+        node = tmp_path / name
+        if present:
+            node.touch()
+        return (str(node),)
+    monkeypatch.setattr(registry, "_NVIDIA_DEVICE_NODES", nodes(nvidia, "nvidia0"))
+    monkeypatch.setattr(registry, "_AMD_DEVICE_NODES", nodes(amd, "kfd"))
+
+
+def _refusing_plugins(reg, *platforms):
+    """Register XLA's CPU library under ``platforms``, each with a create option it refuses:
+    plugins that load and then fail to make their client, as a GPU plugin does without a GPU."""
+    reg.register_plugin("cpu", library_path=LIB_106)
+    for platform in platforms:
+        reg.register_plugin(platform, library_path=LIB_81, options={"cpu_device_count": 0})
+
+
+def test_gpu_and_tpu_plugins_without_their_device_fail_quietly(make_registry, monkeypatch,
+                                                               tmp_path):
+    """As in jax: cuda is not a loud failure where no NVIDIA device node exists (jax does not
+    even try it), rocm neither without AMD's (jax's rocm plugin steps aside), and tpu never
+    (jax registers it with fail_quietly=True). The reasons are kept."""
+    _device_nodes(monkeypatch, tmp_path)
+    reg = make_registry(discover=False)
+    _refusing_plugins(reg, "cuda", "rocm", "tpu")
+    assert set(reg.backends()) == {"cpu"}
+    assert set(reg.backend_errors()) == {"cuda", "rocm", "tpu"}
+    assert all("cpu_device_count" in reason for reason in reg.backend_errors().values())
+
+
+@pytest.mark.parametrize("platform", ["cuda", "rocm"])
+def test_a_gpu_plugin_that_fails_where_its_gpu_is_present_stops_startup(
+        make_registry, monkeypatch, tmp_path, platform):
+    _device_nodes(monkeypatch, tmp_path, nvidia=platform == "cuda", amd=platform == "rocm")
+    reg = make_registry(discover=False)
+    _refusing_plugins(reg, "cuda", "rocm")
+    with pytest.raises(RuntimeError, match=f"Unable to initialize backend '{platform}': "):
+        reg.backends()
+
+
+def test_backend_versions_come_from_the_plugin(make_registry):
+    """jax's backend_pjrt_c_api_version, backend_xla_version and backend_stablehlo_version:
+    what each plugin reports (its attributes and the API version it was driven at)."""
+    reg = make_registry(discover=False)
+    reg.register_plugin("old", library_path=LIB_81, priority=1)
+    reg.register_plugin("new", library_path=LIB_106, priority=2)
+    old, new = reg.get_backend("old"), reg.get_backend("new")
+    for client, api, stablehlo in ((old, (0, 81), [1, 13, 3]), (new, (0, 106), [1, 16, 1])):
+        assert registry.backend_pjrt_c_api_version(client) == api
+        assert registry.backend_xla_version(client) == 2
+        assert registry.backend_stablehlo_version(client) == stablehlo
+        assert client.plugin.attributes()["stablehlo_current_version"] == stablehlo
+
+
+def test_backend_versions_of_the_default_backend_and_unknown_ones():
+    client = pjrt.get_backend()
+    attributes = client.plugin.attributes()
+    assert registry.backend_pjrt_c_api_version() == client.plugin.api_version
+    assert registry.backend_xla_version() == attributes.get("xla_version")
+    assert registry.backend_stablehlo_version("cpu") == attributes.get("stablehlo_current_version")
+    for question in (registry.backend_pjrt_c_api_version, registry.backend_xla_version,
+                     registry.backend_stablehlo_version):
+        with pytest.raises(RuntimeError, match="Unknown backend nosuch"):
+            question("nosuch")
+
+
+def test_backend_versions_of_a_backend_that_is_no_plugin_client(make_registry):
+    """A factory's own object (no PJRT C API client): None, as jax answers for such."""
+    class NotAPlugin:
+        platform = "other"
+
+        def device_count(self):
+            return 1
+
+        def close(self):
+            pass
+
+    reg = make_registry(discover=False)
+    reg.register_backend_factory("other", NotAPlugin)
+    backend = reg.get_backend("other")
+    assert registry.backend_pjrt_c_api_version(backend) is None
+    assert registry.backend_xla_version(backend) is None
+    assert registry.backend_stablehlo_version(backend) is None
 
 
 # -- the module-level API on the default registry -------------------------------------------

@@ -250,12 +250,16 @@ def test_a_name_taken_by_the_operators_own_library_leads_the_error():
     ("emptypath:", "its path is empty"),
     (f":{LIB_106}", "it has no name"),
     ("nocolon", "it has no ':' between a name and a path"),
+    (f"one:{LIB_106}:two:{LIB_106}", "it has 3 ':' separators, not one (separate entries "
+                                     "with ',')"),
 ])
 def test_a_malformed_env_entry_says_what_is_missing_and_the_format(entry, what, caplog):
+    """jax's words first (it warns, and goes on with the other entries), then what is wrong
+    and the format."""
     caplog.set_level(logging.WARNING, logger="pjrt")
     assert discovery.plugins_from_env(entry) == []
     (message,) = [r.getMessage() for r in caplog.records]
-    assert repr(entry) in message and what in message
+    assert message.startswith(f"invalid value {entry} in env var {ENV} {entry}: {what}; ")
     assert "write each entry as name:path, e.g." in message
 
 

@@ -9,13 +9,18 @@ lock; the module-level functions use `default_registry` and keep JAX's names.
 
 ``PJRT_PLATFORMS=cuda,cpu`` (or [`set_platforms`][pjrt.registry.set_platforms]) lists the platforms to bring up, the
 first the default; each must come up, and the others are never loaded. Unset, every backend
-is tried, failures are kept ([`backend_errors`][pjrt.registry.backend_errors]), and the highest priority up is default.
+is tried and the highest priority up is default. As in jax, a plugin library (registered by
+a plugin package or named in ``PJRT_NAMES_AND_LIBRARY_PATHS``) that fails to come up then
+stops start-up with the reason, since whoever installed or named it meant it to be used;
+factories registered with ``fail_quietly=True``, the TPU plugin (as jax registers it), and a
+GPU plugin on a machine that shows no such GPU (which jax skips) are recorded instead
+([`backend_errors`][pjrt.registry.backend_errors]) and the others come up.
 """
 from __future__ import annotations
 
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ._registry import discovery
 from ._loading import startup
@@ -36,12 +41,34 @@ from ._loading.platforms import (NON_EXPERIMENTAL_PLATFORMS as NON_EXPERIMENTAL_
 from ._registry.discovery import discovering as discovering
 
 if TYPE_CHECKING:
+    from .compile_options import CompileOptions
     from .device import Device
     from .topology import DeviceTopology
 
 logger = logging.getLogger(__name__)
 
 _NVIDIA_DEVICE_NODES = ("/dev/nvidia0", "/dev/nvidiactl", "/dev/dxg")
+#: The device nodes of AMD's GPU driver (KFD), and WSL's.
+_AMD_DEVICE_NODES = ("/dev/kfd", "/dev/dxg")
+
+#: jax registers its TPU backend with fail_quietly=True: libtpu is installed in many images
+#: that run on machines without a TPU.
+_QUIET_PLATFORMS = frozenset({"tpu"})
+
+
+def _device_nodes(platform: str) -> tuple[str, ...] | None:
+    """The device nodes whose presence says a ``platform`` GPU may be here (None: not a GPU)."""
+    return {"cuda": _NVIDIA_DEVICE_NODES, "rocm": _AMD_DEVICE_NODES}.get(platform)
+
+
+def _fails_quietly(name: str, registration: BackendRegistration) -> bool:
+    """Whether backend ``name``, not asked for by name, is skipped rather than raised when it
+    fails: as registered, or as jax treats it (TPU always; a GPU platform when the machine
+    shows no such GPU, where jax does not even try)."""
+    if registration.fail_quietly or name in _QUIET_PLATFORMS:
+        return True
+    nodes = _device_nodes(name)
+    return nodes is not None and not any(os.path.exists(node) for node in nodes)
 
 
 class BackendRegistry(BackendRegistrations):
@@ -81,7 +108,8 @@ class BackendRegistry(BackendRegistrations):
     def _plan(self) -> list[tuple[str, int, bool]]:
         selected = self.selected_platforms()
         if selected is None:
-            return [(name, r.priority, r.fail_quietly) for name, r in self._registrations.items()]
+            return [(name, r.priority, _fails_quietly(name, r))
+                    for name, r in self._registrations.items()]
         # "gpu" expands to cuda and rocm; only the members that are registered are required,
         # but at least one must be, or asking for a GPU silently gives none.
         for alias in self._requested():
@@ -101,9 +129,13 @@ class BackendRegistry(BackendRegistrations):
 
     def _initialize_all(self) -> None:
         best = None
+        # A backend not asked for by name: what its plugin prints is kept, not shown, whether
+        # its failure would be quiet or not (a loud failure's reason is in its error, what
+        # the plugin printed in backend_logs()).
+        capture = self._quiet and self.selected_platforms() is None
         for name, priority, fail_quietly in self._plan():
-            try:  # a backend not asked for by name: what its plugin prints is kept, not shown
-                client = self._initialize_one(name, capture=self._quiet and fail_quietly)
+            try:
+                client = self._initialize_one(name, capture=capture)
             except Exception as error:  # noqa: BLE001 - recorded, or raised with a hint
                 reason = f"{type(error).__name__}: {error}"
                 self._errors[name] = reason
@@ -133,14 +165,29 @@ class BackendRegistry(BackendRegistrations):
             return ("it was asked for with set_platforms(); call set_platforms(None) to use "
                     "whatever comes up")
         if self.selected_platforms() is None:
-            return ("its plugin registered it with fail_quietly=False, so its failure stops "
-                    f"start-up; fix the cause, or set {PLATFORMS_ENV} to the platforms to use")
+            return self._why_loud(name)
         # Name what the user wrote: "gpu", not the "cuda" it stands for.
         written = next((r for r in self._requested() if name in expand_platform_alias(r)), name)
         asked = f"{written!r}" + (f" (which stands for {name!r})" if written != name else "")
         variable = self.platforms_variable()
         return (f"it was asked for in {variable} as {asked}; set {variable}='' to use "
                 f"whatever comes up, or remove {written!r} from it")
+
+    def _why_loud(self, name: str) -> str:
+        """Why backend ``name``, not asked for by name, stops start-up, and the ways out."""
+        registration = self._registrations.get(name)
+        variable = self.platforms_variable()
+        skip = (f"set {variable}=cpu to skip this backend" if name != "cpu"
+                else f"set {variable} to the platforms to use")
+        if registration is not None and registration.source.startswith(discovery.ENV_VARIABLE):
+            return (f"it is named in {discovery.ENV_VARIABLE}, and a plugin named there must "
+                    f"come up; fix or remove that entry, or {skip}")
+        if registration is not None and registration.module is not None:
+            return (f"the plugin package {registration.module} registered it with "
+                    f"fail_quietly=False, as jax's plugins do; you may need to uninstall the "
+                    f"failing plugin package, or {skip}")
+        return (f"it was registered with fail_quietly=False, so its failure stops start-up; "
+                f"fix the cause, or {skip}")
 
     def _initialize_one(self, name: str, capture: bool = False) -> Client:
         registration = self._registrations.get(name)
@@ -180,12 +227,14 @@ class BackendRegistry(BackendRegistrations):
         selected = self.selected_platforms()
         if selected is not None and "cuda" not in selected:
             return  # the user chose the platforms; the GPU was left out on purpose
+        # jax's words first, for those who filter jax's logs for them.
         if "cuda" in self._errors:
-            logger.warning("an NVIDIA GPU seems present but the CUDA backend failed: %s",
-                           self._errors["cuda"])
+            logger.warning("CUDA backend failed to initialize: %s (an NVIDIA GPU seems "
+                           "present)", self._errors["cuda"])
         elif "cuda" not in self._registrations:
-            logger.warning("an NVIDIA GPU seems present but no CUDA plugin is installed; "
-                           "pip install pjrt-cuda to use it (falling back to %s)", self._default)
+            logger.warning("An NVIDIA GPU may be present on this machine, but no CUDA plugin "
+                           "is installed; pip install pjrt-cuda to use it. Falling back to "
+                           "%s.", self._default)
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -232,7 +281,13 @@ class BackendRegistry(BackendRegistrations):
                            f"{', '.join(backends)}")
 
     def default_backend(self) -> str:
-        """The platform name of the default backend."""
+        """The platform of the default backend (its client's ``platform``, as in jax): ``cpu``
+        for a CPU plugin whatever name it was registered under."""
+        return self.get_backend().platform
+
+    def default_backend_name(self) -> str:
+        """The name the default backend is registered under (``cpu2`` for a CPU plugin named
+        so in PJRT_NAMES_AND_LIBRARY_PATHS; `default_backend` says ``cpu`` for it)."""
         self.backends()
         return self._default  # pyright: ignore[reportReturnType]
 
@@ -415,14 +470,15 @@ def backend_logs() -> dict[str, str]:
 
 
 def get_backend(platform: str | Client | None = None) -> Client:
-    """The client for ``platform`` (the default backend when None; a Client, as is)."""
-    if isinstance(platform, Client):  # jaxlib's functions take a backend client too
+    """The client for ``platform`` (the default backend when None; a backend, as is)."""
+    if platform is not None and not isinstance(platform, str):
+        # jax's functions take a backend client too (any backend object a factory made)
         return platform
     return default_registry.get_backend(platform)
 
 
 def default_backend() -> str:
-    """The platform name of the default backend."""
+    """The platform of the default backend (``get_backend().platform``, as in jax)."""
     return default_registry.default_backend()
 
 
@@ -485,9 +541,187 @@ def process_count(backend: str | Client | None = None) -> int:
     return len({d.process_index for d in get_backend(backend).devices()})
 
 
-def backend_pjrt_c_api_version(platform: str | None = None) -> tuple[int, int]:
-    """``(major, minor)`` PJRT C API version of a backend's plugin."""
-    return get_backend(platform).plugin.api_version
+def backend_pjrt_c_api_version(platform: str | Client | None = None) -> tuple[int, int] | None:
+    """``(major, minor)``: the PJRT C API version a backend's plugin was driven at.
+
+    None for a backend that is not a PJRT C API client (a factory's own object), as in jax.
+
+    Raises:
+      RuntimeError: as [`get_backend`][pjrt.registry.get_backend] (unknown or failed backend).
+    """
+    backend = get_backend(platform)
+    major = getattr(backend, "pjrt_c_api_major_version", None)
+    minor = getattr(backend, "pjrt_c_api_minor_version", None)
+    return None if major is None or minor is None else (major, minor)
+
+
+def _plugin_attribute(backend: Any, name: str) -> Any:
+    # jaxlib's clients answer a plugin attribute as an attribute of the client; ours keep
+    # them on their plugin (PJRT_Plugin_Attributes).
+    plugin = getattr(backend, "plugin", None)
+    if isinstance(plugin, Plugin):
+        return plugin.attributes().get(name)
+    return getattr(backend, name, None)
+
+
+def backend_xla_version(platform: str | Client | None = None) -> int | None:
+    """The ``xla_version`` a backend's plugin reports among its attributes; None when it
+    reports none (as in jax: a plugin built before XLA versioned its C API).
+
+    Raises:
+      RuntimeError: as [`get_backend`][pjrt.registry.get_backend] (unknown or failed backend).
+    """
+    return _plugin_attribute(get_backend(platform), "xla_version")
+
+
+def backend_stablehlo_version(platform: str | Client | None = None) -> Sequence[int] | None:
+    """The StableHLO version a backend's plugin reports as current
+    (``stablehlo_current_version``, e.g. ``[1, 13, 3]``); None when it reports none.
+
+    Raises:
+      RuntimeError: as [`get_backend`][pjrt.registry.get_backend] (unknown or failed backend).
+    """
+    return _plugin_attribute(get_backend(platform), "stablehlo_current_version")
+
+
+#: jax's ``profile_version`` for "no XLA-AutoFDO profile; do not look for one later".
+NO_PROFILE_DONT_RETRIEVE = -1
+
+
+def get_latest_profile_version(backend: Any) -> int:
+    """The XLA-AutoFDO profile version to compile with when none is given; jax's hook, which
+    a deployment with a profile service replaces. This one has none:
+    `NO_PROFILE_DONT_RETRIEVE`. A hook returning 0 is an error (logged, and no profile used)."""
+    del backend
+    return NO_PROFILE_DONT_RETRIEVE
+
+
+#: Options jax passes in ``env_options_overrides`` that are fields of the build options.
+_BUILD_OPTION_OVERRIDES = ("exec_time_optimization_effort", "memory_fitting_effort",
+                           "optimization_level", "memory_fitting_level")
+
+
+def get_compile_options(num_replicas: int, num_partitions: int, device_assignment: Any = None,
+                        use_spmd_partitioning: bool = True, use_shardy_partitioner: bool = True,
+                        use_auto_spmd_partitioning: bool = False,
+                        auto_spmd_partitioning_mesh_shape: Sequence[int] | None = None,
+                        auto_spmd_partitioning_mesh_ids: Sequence[int] | None = None,
+                        env_options_overrides: Mapping[str, Any] | None = None,
+                        fdo_profile: bytes | None = None, detailed_logging: bool = True,
+                        backend: Client | None = None, *,
+                        profile_version: int = 0) -> CompileOptions:
+    """Compile options as jax derives them for a program (jax's ``compiler.get_compile_options``).
+
+    Args:
+      num_replicas: replicas to compile for.
+      num_partitions: partitions to compile for.
+      device_assignment: which device runs each (replica, partition): a
+        `DeviceAssignment`, or ids or devices shaped ``[num_replicas, num_partitions]``
+        (a flat list when ``num_partitions`` is 1); None leaves the choice to the plugin.
+      use_spmd_partitioning: SPMD partitioning (jax always uses it).
+      use_shardy_partitioner: partition with Shardy rather than GSPMD (jax's default).
+      use_auto_spmd_partitioning: let XLA choose the shardings, over a mesh of
+        ``auto_spmd_partitioning_mesh_shape`` with device ids
+        ``auto_spmd_partitioning_mesh_ids``.
+      env_options_overrides: compiler options by name (``xla_*`` debug options and the
+        like); ``exec_time_optimization_effort``, ``memory_fitting_effort``,
+        ``optimization_level`` and ``memory_fitting_level`` set those build options instead.
+        Written in name order: the options are a map, and the same map serializes the same.
+      fdo_profile: a feedback-directed-optimisation profile for XLA.
+      detailed_logging: whether XLA may log details about this compilation (its default;
+        False is sent as ``xla_detailed_logging``).
+      backend: the client compiled for, which `get_latest_profile_version` is asked about.
+      profile_version: the XLA-AutoFDO profile version (jax's ``jax_xla_profile_version``);
+        0 asks `get_latest_profile_version` when ``backend`` is given, else none is used.
+
+    Returns:
+      A [`CompileOptions`][pjrt.compile_options.CompileOptions].
+
+    Raises:
+      ValueError: ``device_assignment`` does not match ``num_replicas`` or
+        ``num_partitions``.
+    """
+    from .compile_options import CompileOptions, DebugOptions, DeviceAssignment
+
+    options = CompileOptions()
+    options.num_replicas = num_replicas
+    options.num_partitions = num_partitions
+    build = options.executable_build_options
+    build.use_spmd_partitioning = use_spmd_partitioning
+    build.use_shardy_partitioner = use_shardy_partitioner
+    build.use_auto_spmd_partitioning = use_auto_spmd_partitioning
+    if auto_spmd_partitioning_mesh_shape is not None:
+        build.auto_spmd_partitioning_mesh_shape = list(auto_spmd_partitioning_mesh_shape)
+    if auto_spmd_partitioning_mesh_ids is not None:
+        build.auto_spmd_partitioning_mesh_ids = list(auto_spmd_partitioning_mesh_ids)
+    if fdo_profile is not None:
+        build.fdo_profile = fdo_profile
+    if device_assignment is not None:
+        if not isinstance(device_assignment, DeviceAssignment):
+            device_assignment = DeviceAssignment.create(
+                _device_ids(device_assignment, num_replicas, num_partitions))
+        if (device_assignment.replica_count(), device_assignment.computation_count()) != (
+                num_replicas, num_partitions):
+            raise ValueError(
+                f"device_assignment is {device_assignment.replica_count()}x"
+                f"{device_assignment.computation_count()} but the program has {num_replicas} "
+                f"replicas x {num_partitions} partitions; give one device per replica and "
+                f"partition")
+        options.device_assignment = device_assignment
+    overrides = dict(env_options_overrides or {})
+    for name in _BUILD_OPTION_OVERRIDES:
+        if name in overrides:
+            setattr(build, name, overrides.pop(name))
+    if not detailed_logging:
+        if hasattr(DebugOptions, "xla_detailed_logging"):  # modelled there in newer releases
+            setattr(build.debug_options, "xla_detailed_logging", False)
+        else:
+            overrides.setdefault("xla_detailed_logging", False)
+    options.env_option_overrides = sorted(overrides.items())
+    if profile_version > 0:
+        options.profile_version = profile_version
+    else:
+        options.profile_version = NO_PROFILE_DONT_RETRIEVE
+        if backend is not None:
+            latest = get_latest_profile_version(backend)
+            if latest != 0:
+                options.profile_version = latest
+            else:
+                logger.error("get_compile_options: the XLA-AutoFDO profile version is 0; "
+                             "get_latest_profile_version should return a version or %d",
+                             NO_PROFILE_DONT_RETRIEVE)
+    return options
+
+
+def _device_ids(assignment: Any, num_replicas: int, num_partitions: int) -> Any:
+    """Device ids shaped ``[num_replicas, num_partitions]`` from ids or devices, as jax
+    accepts them (a flat list when there is one partition)."""
+    import numbers
+
+    import numpy as np
+
+    from .device import Device
+
+    array = np.array(assignment, dtype=object)
+    if array.ndim == 1 and num_partitions == 1:
+        array = array[:, None]
+    if array.ndim < 1 or array.shape[0] != num_replicas:
+        raise ValueError(f"device_assignment does not match num_replicas: {assignment} vs "
+                         f"{num_replicas}; give one row of devices per replica")
+    if array.ndim != 2 or array.shape[1] != num_partitions:
+        raise ValueError(f"device_assignment does not match num_partitions: {assignment} vs "
+                         f"{num_partitions}; give one device per partition in each row")
+
+    def device_id(entry: Any) -> int:
+        if isinstance(entry, Device):
+            return entry.id
+        if isinstance(entry, numbers.Integral) and not isinstance(entry, bool):
+            return int(entry)
+        raise TypeError(f"device_assignment holds {entry!r}; give devices or integer device "
+                        f"ids")
+
+    return np.array([[device_id(entry) for entry in row] for row in array], dtype=np.int64)
+
 
 
 def make_pjrt_topology(platform: str, topology_name: str = "", **options: Any) -> DeviceTopology:

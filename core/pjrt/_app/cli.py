@@ -239,7 +239,7 @@ def gather_info(reg: registry_module.BackendRegistry, platform: str | None = Non
     try:
         backends = reg.backends()
         errors = reg.backend_errors()
-        default = reg.default_backend()
+        default = reg.default_backend_name()
     except Exception as error:  # noqa: BLE001 - reported, with what could be found
         info["error"] = str(error)
         backends, default = {}, None
@@ -549,7 +549,7 @@ def _cmd_run(args, reg) -> int:
     except OSError as error:
         raise CommandError(f"cannot create output directory {output_dir}: "
                            f"{error.strerror or error}", FAILED) from None
-    backend = args.platform or reg.default_backend()
+    backend = args.platform or reg.default_backend_name()
     print(f"program  {args.program} ({kind}, {_plural(len(arrays), 'input')}, "
           f"{_plural(len(results), 'output')})")
     print(f"device   {device} of backend {backend!r} (platform {client.platform} "

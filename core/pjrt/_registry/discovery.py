@@ -183,8 +183,11 @@ def read_plugin_config(json_path: str, entry_name: str | None = None) -> tuple[s
 def plugins_from_env(value: str | None) -> list[EnvPlugin]:
     """Parse ``name1:path1,name2:path2`` (``;`` between name and path on Windows).
 
-    A malformed entry is a warning naming it; the other entries are still returned. A path
-    ending in ``.json`` is a configuration file (see `read_plugin_config`).
+    An entry is a name and a path with one separator between them, as jax reads the variable.
+    A malformed entry is a warning in jax's words ("invalid value ... in env var
+    PJRT_NAMES_AND_LIBRARY_PATHS ...") followed by what is wrong with it and the format; the
+    other entries are still returned. A path ending in ``.json`` is a configuration file (see
+    `read_plugin_config`).
 
     Raises:
       ValueError: a JSON configuration that cannot be used (see `read_plugin_config`).
@@ -195,21 +198,37 @@ def plugins_from_env(value: str | None) -> list[EnvPlugin]:
         entry = entry.strip()
         if not entry:
             continue
-        name, found, path = entry.partition(separator)
-        name, path = name.strip(), path.strip()
-        if not found or not name or not path:
-            what = ("it has no name" if found and not name else "its path is empty"
-                    if found else f"it has no {separator!r} between a name and a path")
-            logger.warning("ignoring malformed entry %r in %s: %s; write each entry as "
+        parts = [part.strip() for part in entry.split(separator)]
+        problem = _malformed(parts, separator)
+        if problem:
+            logger.warning("invalid value %s in env var %s %s: %s; write each entry as "
                            "name%spath, e.g. myaccel%s/opt/myaccel/lib/pjrt_myaccel.so", entry,
-                           ENV_VARIABLE, what, separator, separator)
+                           ENV_VARIABLE, value, problem, separator, separator)
             continue
+        name, path = parts
         if path.endswith(".json"):
             library_path, options = read_plugin_config(path, name)
             plugins.append(EnvPlugin(name, library_path, options, config_file=path))
         else:
             plugins.append(EnvPlugin(name, path, None))
     return plugins
+
+
+def _malformed(parts: list[str], separator: str) -> str:
+    """What is wrong with an entry split at its separators, or "" when it is a name and a path."""
+    if len(parts) == 1:
+        return f"it has no {separator!r} between a name and a path"
+    if len(parts) > 2:
+        # jax refuses these too: a forgotten comma ("a:/x.so:b:/y.so") would otherwise load
+        # a library whose path swallowed the next entry.
+        return (f"it has {len(parts) - 1} {separator!r} separators, not one (separate entries "
+                f"with ',')")
+    name, path = parts
+    if not name:
+        return "it has no name"
+    if not path:
+        return "its path is empty"
+    return ""
 
 
 def taken_name(entry: EnvPlugin, owner: str) -> str:

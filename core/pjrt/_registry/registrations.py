@@ -41,7 +41,9 @@ class BackendRegistration:
     #: Higher wins the default: accelerators (cuda 500, tpu 300) outrank cpu (0).
     priority: int = 0
     #: When the platform was not asked for by name, a failure is recorded and skipped
-    #: rather than raised, so one broken plugin cannot stop the others.
+    #: rather than raised, so one broken plugin cannot stop the others. Plugin libraries
+    #: (`register_plugin`, PJRT_NAMES_AND_LIBRARY_PATHS) register with False, as in jax:
+    #: a plugin someone installed or named is meant to be used, so its failure is loud.
     fail_quietly: bool = True
     #: Plugins this project does not test warn once when they come up.
     experimental: bool = False
@@ -142,13 +144,15 @@ class BackendRegistrations:
             self._registrations[name] = registration
 
     def register_unavailable(self, name: str, error: Exception, *, priority: int = 0,
-                             source: str = "api", module: str | None = None) -> None:
+                             source: str = "api", module: str | None = None,
+                             fail_quietly: bool = True) -> None:
         """Record that backend ``name`` cannot come up, and why (``backend_errors()`` says it).
 
-        Bringing it up, making its topology or a client of it raises ``error``.
+        Bringing it up, making its topology or a client of it raises ``error``; with
+        ``fail_quietly=False`` that stops start-up even when ``name`` was not asked for.
         """
         self._add(name, BackendRegistration(
-            _failing(error), priority, True, name not in NON_EXPERIMENTAL_PLATFORMS,
+            _failing(error), priority, fail_quietly, name not in NON_EXPERIMENTAL_PLATFORMS,
             _failing(error), source, module=module, failure=error))
 
     def register_plugin(self, plugin_name: str, priority: int = 400,
@@ -159,6 +163,12 @@ class BackendRegistrations:
                         new_client: Callable[..., Client] | None = None,
                         source: str = "api", module: str | None = None) -> Plugin | None:
         """Load a PJRT plugin and register a backend factory that makes its client.
+
+        The registration has ``fail_quietly=False``, as jax's has: when every backend is
+        tried, a plugin that fails to come up stops start-up with the reason instead of
+        leaving the CPU in its place (GPU and TPU plugins on a machine without such a device
+        are the exception; see `pjrt.registry`). A library that cannot be loaded raises here
+        and is recorded quietly as the backend's reason.
 
         Args:
           plugin_name: the platform name to register (e.g. ``"cuda"``).
@@ -192,7 +202,7 @@ class BackendRegistrations:
         describe = make_topology or _default_topology
         # A placeholder factory until load() below exists.
         registration = BackendRegistration(
-            lambda: None, priority, True,  # pyright: ignore[reportArgumentType]
+            lambda: None, priority, False,  # pyright: ignore[reportArgumentType]
             plugin_name not in NON_EXPERIMENTAL_PLATFORMS,
             source=source, module=module)
         loaded: list[Plugin] = []
@@ -307,26 +317,47 @@ class BackendRegistrations:
                                  options=entry.options, source=source)
         except (PluginLoadError, ValueError) as error:
             record.action, record.detail = "failed", str(error)
-            self.plugin_output.warn_operator(f"{discovery.ENV_VARIABLE} entry {entry.name!r}: {error}")
+            # The operator named this library: as in jax, that it cannot be loaded stops
+            # start-up (with the reason and the way out) rather than leaving it out quietly.
+            self.register_unavailable(entry.name, error, priority=400, source=source,
+                                      fail_quietly=False)
 
     # -- platform selection ----------------------------------------------------------------
 
     def set_platforms(self, platforms: str | Sequence[str] | None) -> None:
         """Choose the platforms to bring up (overrides PJRT_PLATFORMS); None restores it.
 
+        Like jax's settings that shape the backends (``jax_num_cpu_devices``), the choice is
+        made before they come up: once they are up, choosing what is already chosen is
+        allowed and anything else is refused.
+
         Raises:
-          RuntimeError: backends are already initialised (call `clear_backends`).
+          RuntimeError: backends are already initialised with another choice (call
+            `clear_backends` first).
         """
         with self._lock:
-            if self._backends is not None:
-                raise RuntimeError("backends are already initialised; call clear_backends() "
-                                   "before choosing platforms")
             platforms = parse_platforms(platforms)
+            if self._backends is not None:
+                chosen = (platforms if platforms is not None
+                          else parse_platforms(self._env(self.platforms_variable())))
+                if self._expand(chosen) == self.selected_platforms():
+                    return  # the backends up are the ones this choice brings up
+                raise RuntimeError("set_platforms() should be called before backends are "
+                                   "initialized: they are already initialised with "
+                                   f"{self._selection_text()}; call clear_backends() before "
+                                   "choosing platforms")
             if platforms != self._platforms_override and self._discovered:
                 # Discovery registered plugins under the old selection (skipping the
                 # libraries it excluded); redo it under the new one.
                 self._forget_discovered()
             self._platforms_override = platforms
+
+    def _selection_text(self) -> str:
+        if self._platforms_override is not None:
+            return f"set_platforms({','.join(self._platforms_override)!r})"
+        written = self._env(self.platforms_variable())
+        return (f"{self.platforms_variable()}={written!r}" if parse_platforms(written)
+                else "every registered platform")
 
     def selected_platforms(self) -> list[str] | None:
         """The platforms asked for (aliases kept as written), or None for all."""
