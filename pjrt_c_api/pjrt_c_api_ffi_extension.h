@@ -11,7 +11,8 @@
  * ABI-compatible with version 2 of OpenXLA's extension
  * (xla/pjrt/c/pjrt_c_api_ffi_extension.h), whose interface is Apache-2.0
  * licensed by the OpenXLA authors; the text and comments here are our own.
- * See PJRT_FFI_Register_Handler_Args for the one layout caveat.
+ * See PJRT_FFI_TypeID_Register_Args and PJRT_FFI_Register_Handler_Args for
+ * the layout caveats.
  *
  * The same cffi rules as pjrt_c_api.h apply: no preprocessor features beyond
  * the include guard, includes, the C++ linkage guards and integer #defines.
@@ -36,6 +37,19 @@ extern "C" {
 
 /* -------- User types --------------------------------------------------- */
 
+/* What the plugin does with the objects of a user type it holds, such as a
+   handler's per-call-site state (XLA_FFI_State_Set in xla_ffi_c_api.h). The
+   plugins pjrt is tested with refuse to hold a state whose type has no
+   deleter. */
+typedef struct PJRT_FFI_Type_Info PJRT_FFI_Type_Info;
+struct PJRT_FFI_Type_Info {
+  void (*deleter)(void* object); /* frees one object when its owner dies */
+  void* serialize;   /* read by newer plugins only; NULL: not serializable */
+  void* deserialize; /* read by newer plugins only; NULL: not serializable */
+};
+
+/* The plugins pjrt is tested with read `type_info` and refuse the struct
+   without it (40 bytes, an earlier build of this extension). */
 typedef struct PJRT_FFI_TypeID_Register_Args PJRT_FFI_TypeID_Register_Args;
 struct PJRT_FFI_TypeID_Register_Args {
   size_t struct_size;
@@ -45,7 +59,11 @@ struct PJRT_FFI_TypeID_Register_Args {
   /* in: 0 asks the plugin to assign an id, anything else is checked against
      the id already registered under that name; out: the id */
   int64_t type_id;
+  const PJRT_FFI_Type_Info* type_info; /* never NULL: the plugin reads it */
 };
+
+/* The name upstream code uses for the same struct. */
+typedef PJRT_FFI_TypeID_Register_Args PJRT_FFI_Type_Register_Args;
 
 /* Registers a user type by name in the plugin's FFI type registry. */
 typedef PJRT_Error* PJRT_FFI_TypeID_Register(

@@ -429,6 +429,20 @@ struct XLA_FFI_State_Get_Args {
 
 typedef XLA_FFI_Error* XLA_FFI_State_Get(XLA_FFI_State_Get_Args* args);
 
+/* The state arguments of FFI 0.2 runtimes (XLA_FFI_Api.api_version 0.2),
+   which have no `stage` and always mean the INSTANTIATE stage's state. A 0.2
+   runtime reads `type_id` where the structs above have `stage`, so a caller
+   picks the layout by the runtime's version; the 0.3 runtime takes this one
+   too (it tells the two apart by struct_size). */
+typedef struct XLA_FFI_State_Args_V02 XLA_FFI_State_Args_V02;
+struct XLA_FFI_State_Args_V02 {
+  size_t struct_size;
+  XLA_FFI_Extension_Base* extension_start;
+  XLA_FFI_ExecutionContext* ctx;
+  XLA_FFI_TypeId* type_id;
+  void* state; /* in for XLA_FFI_State_Set, out for XLA_FFI_State_Get */
+};
+
 typedef struct XLA_FFI_Stream_Get_Args XLA_FFI_Stream_Get_Args;
 struct XLA_FFI_Stream_Get_Args {
   size_t struct_size;

@@ -244,6 +244,355 @@ def test_c_function_pointer_forms(client, form):
     np.testing.assert_array_equal(out, [-1, 2, -3])
 
 
+# -- handler bundles: XLA's stages and each call site's state -------------------------------
+
+def _two_call_sites(target: str, first: int = 7, second: int = 5) -> str:
+    """A program calling ``target`` at two call sites, each with its own ``k`` attribute,
+    returning both results."""
+    return f"""
+func.func public @main() -> (tensor<i32>, tensor<i32>) {{
+  %0 = stablehlo.custom_call @{target}() {{api_version = 4 : i32, backend_config = {{k = {first} : i32}}}} : () -> tensor<i32>
+  %1 = stablehlo.custom_call @{target}() {{api_version = 4 : i32, backend_config = {{k = {second} : i32}}}} : () -> tensor<i32>
+  return %0, %1 : tensor<i32>, tensor<i32>
+}}
+"""
+
+
+def _run(executable):
+    return [int(np.asarray(x)) for x in executable.execute([])]
+
+
+class _State:
+    """A call site's state; its ``k`` counts the executions of that call site."""
+
+    def __init__(self, k):
+        self.k = k
+        self.calls = 0
+
+
+def test_instantiate_runs_once_per_call_site_of_each_executable(client, device):
+    target = _unique("py_stateful")
+    made = []
+
+    def instantiate(attributes):
+        made.append(attributes["k"])
+        return _State(attributes["k"])
+
+    def execute(operands, results, attributes, state):
+        state.calls += 1
+        results[0][...] = 1000 * state.k + state.calls
+
+    pjrt.register_custom_call_target(target, {"instantiate": instantiate, "execute": execute})
+    program = _two_call_sites(target)
+    first = client.compile_and_load(program, [device])
+    assert made == []  # before the first execution
+    assert _run(first) == [7001, 5001]
+    assert _run(first) == [7002, 5002]
+    assert _run(first) == [7003, 5003]
+    assert sorted(made) == [5, 7]  # once per call site, not per call
+    # Another executable of the same program has call sites of its own.
+    second = client.compile_and_load(program, [device])
+    assert _run(second) == [7001, 5001]
+    assert _run(first) == [7004, 5004]
+    assert sorted(made) == [5, 5, 7, 7]
+
+
+def test_a_call_sites_state_dies_with_its_executable(client, device):
+    import gc
+    import weakref
+
+    target = _unique("py_state_lifetime")
+    states = []
+
+    def instantiate(attributes):
+        state = _State(attributes["k"])
+        states.append(weakref.ref(state))
+        return state
+
+    def execute(operands, results, attributes, state):
+        results[0][...] = state.k
+
+    pjrt.register_custom_call_target(target, {"instantiate": instantiate, "execute": execute})
+    executable = client.compile_and_load(_two_call_sites(target), [device])
+    assert _run(executable) == [7, 5]
+    assert len(states) == 2 and all(ref() is not None for ref in states)
+    executable.delete()
+    gc.collect()
+    assert [ref() for ref in states] == [None, None]
+
+
+def test_prepare_and_initialize_run_before_each_execution(client, device):
+    target = _unique("py_stages")
+    log = []
+
+    bundle = {
+        "instantiate": lambda attributes: log.append(("instantiate", attributes["k"])) or
+        _State(attributes["k"]),
+        "prepare": lambda attributes, state: log.append(("prepare", state.k)),
+        "initialize": lambda attributes, state: log.append(("initialize", state.k)),
+        "execute": lambda operands, results, attributes, state: log.append(
+            ("execute", state.k)) or results[0].fill(state.k),
+    }
+    pjrt.register_custom_call_target(target, bundle)
+    executable = client.compile_and_load(_two_call_sites(target, 3, 3), [device])
+    assert _run(executable) == [3, 3]
+    assert log == [("instantiate", 3), ("prepare", 3), ("initialize", 3), ("execute", 3)] * 2
+    log.clear()
+    assert _run(executable) == [3, 3]
+    assert log == [("prepare", 3), ("initialize", 3), ("execute", 3)] * 2
+
+
+def test_a_bundle_without_instantiate_has_no_state(client, device):
+    target = _unique("py_no_instantiate")
+    seen = []
+
+    def prepare(attributes, state):
+        seen.append(state)
+
+    def execute(operands, results, attributes):  # no state argument without instantiate
+        results[0][...] = attributes["k"]
+
+    pjrt.register_custom_call_target(target, {"prepare": prepare, "execute": execute,
+                                              "initialize": None})
+    executable = client.compile_and_load(_two_call_sites(target), [device])
+    assert _run(executable) == [7, 5]
+    assert seen == [None, None]
+
+
+@pytest.mark.parametrize("failing", ["instantiate", "prepare", "initialize", "execute"])
+def test_an_exception_in_each_stage_is_the_programs_error(client, device, failing):
+    target = _unique(f"py_fails_in_{failing}")
+    calls = {stage: 0 for stage in ("instantiate", "prepare", "initialize", "execute")}
+    fail = [True]
+
+    def stage(name, value=None):
+        def run(*args):
+            calls[name] += 1
+            if name == failing and fail[0]:
+                raise ValueError(f"{name} went wrong")
+            if name == "execute":
+                args[1][0][...] = args[3].k
+            return value
+        return run
+
+    bundle = {"instantiate": stage("instantiate", _State(9)), "prepare": stage("prepare"),
+              "initialize": stage("initialize"), "execute": stage("execute")}
+    pjrt.register_custom_call_target(target, bundle)
+    executable = client.compile_and_load(
+        _program(target, [], ["i32"], "k = 9 : i32"), [device])  # compiles: nothing runs yet
+    assert sum(calls.values()) == 0
+    with pytest.raises(pjrt.XlaRuntimeError) as excinfo:
+        executable.execute([])
+    message = str(excinfo.value)
+    assert target in message and f"ValueError: {failing} went wrong" in message
+    if failing != "execute":
+        assert f"the {failing} stage of Python FFI handler" in message
+    stages = ["instantiate", "prepare", "initialize", "execute"]
+    assert [calls[s] for s in stages] == [int(i <= stages.index(failing)) for i in range(4)]
+    # The executable and the call site go on: a failed instantiate left no state, so the
+    # next execution instantiates again; a later stage's failure keeps the state made.
+    fail[0] = False
+    assert _run(executable) == [9]
+    assert calls["instantiate"] == (2 if failing == "instantiate" else 1)
+
+
+@pytest.mark.parametrize("bundle, error, words", [
+    ({"execute": lambda o, r, a: None, "finalize": lambda a, s: None}, ValueError,
+     "not 'finalize'"),
+    ({"instantiate": lambda a: None}, ValueError, "needs an 'execute' handler"),
+    ({"execute": None}, ValueError, "needs an 'execute' handler"),
+    ({}, ValueError, "needs an 'execute' handler"),
+    ({"execute": lambda o, r, a: None, "prepare": "not a function"}, TypeError,
+     "the 'prepare' handler of the bundle must be"),
+    ({"execute": lambda o, r, a: None, "instantiate": 12345}, TypeError,
+     r"all C handlers or all Python callables; stages \['instantiate'\] are C"),
+    ({"execute": 0}, ValueError, "execute handler pointer is NULL"),
+    ({"execute": 12345, "instantiate": 0}, ValueError, "instantiate handler pointer is NULL"),
+])
+def test_bad_bundles_are_refused_when_registered(bundle, error, words):
+    target = _unique("bad_bundle")
+    with pytest.raises(error, match=words):
+        pjrt.register_custom_call_target(target, bundle)
+    assert target not in pjrt.custom_call_targets("cpu")
+
+
+def test_a_python_bundle_is_refused_off_the_cpu_platform():
+    with pytest.raises(ValueError, match="only the 'cpu' platform passes"):
+        pjrt.register_custom_call_target(
+            _unique("py_bundle_gpu"), {"instantiate": lambda a: 1,
+                                       "execute": lambda o, r, a, s: None}, platform="cuda")
+
+
+def test_the_same_bundle_written_again_is_the_same_registration():
+    target = _unique("py_bundle_twice")
+
+    def instantiate(attributes):
+        return 1
+
+    def execute(operands, results, attributes, state):
+        pass
+
+    pjrt.register_custom_call_target(target, {"instantiate": instantiate, "execute": execute})
+    pjrt.register_custom_call_target(target, {"execute": execute, "instantiate": instantiate})
+    with pytest.raises(ValueError, match="already registered"):
+        pjrt.register_custom_call_target(target, {"execute": execute})
+
+
+# -- C handler bundles and custom types ---------------------------------------------------------
+
+_testlib: list = []
+
+
+@pytest.fixture
+def testlib(tmp_path_factory):
+    """tests/ffi/custom_calls_testlib.c, compiled and loaded once per process: its handlers
+    and types stay registered, so the library must stay the same one."""
+    if not _testlib:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("custom_calls_testlib_build",
+                                                      HERE / "ffi" / "build.py")
+        build = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(build)
+        _testlib.append(build.load(tmp_path_factory.mktemp("custom_calls_testlib")))
+    return _testlib[0]
+
+
+_libc_free = ctypes.CDLL(None).free
+_libc_free.argtypes = [ctypes.c_void_p]
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_counted_deleted: list[int] = []
+
+
+@_DELETER
+def _delete_counted_state(address):
+    _counted_deleted.append(address)
+    _libc_free(address)
+
+
+def _c_counted(testlib):
+    """The counting C bundle, registered once (with its type and a deleter that records)."""
+    library = testlib.library
+    pjrt_ffi.register_custom_type_id(
+        "pjrt_test_counted_state", ctypes.addressof(ctypes.c_int64.in_dll(library,
+                                                                          "counted_state_id")),
+        deleter=_delete_counted_state)
+    pjrt.register_custom_call_target("pjrt_test_counted", {"instantiate": library.counted_instantiate,
+                                                           "execute": library.counted_execute})
+    return ctypes.c_int64.in_dll(library, "counted_instantiations")
+
+
+def test_a_c_bundle_instantiates_once_per_call_site_and_frees_its_state(client, device,
+                                                                        testlib):
+    import gc
+
+    instantiations = _c_counted(testlib)
+    assert ctypes.c_int64.in_dll(testlib.library, "counted_state_id").value != 0
+    before, deleted_before = instantiations.value, len(_counted_deleted)
+    program = _two_call_sites("pjrt_test_counted")
+    executable = client.compile_and_load(program, [device])
+    assert instantiations.value == before  # compiling instantiates nothing yet
+    first = _run(executable)
+    assert sorted(first) == [100 + before, 101 + before]
+    assert _run(executable) == first and _run(executable) == first
+    assert instantiations.value == before + 2
+    executable.delete()
+    gc.collect()
+    # The plugin freed both call sites' states with the type's deleter.
+    assert len(_counted_deleted) == deleted_before + 2
+
+
+def test_a_c_execute_handler_without_its_instantiate_finds_no_state(client, device, testlib):
+    """The stateful handler's execute stage alone: the state it reads is made by instantiate,
+    which is what makes the ported testStatefulCustomCall pass."""
+    _c_counted(testlib)
+    target = _unique("c_execute_only")
+    pjrt.register_custom_call_target(target, {"execute": testlib.library.counted_execute})
+    executable = client.compile_and_load(_program(target, [], ["i32"]), [device])
+    with pytest.raises(pjrt.XlaRuntimeError, match="State is not set"):
+        executable.execute([])
+
+
+def test_a_c_instantiate_keeping_no_state_runs_once(client, device, testlib):
+    calls = ctypes.c_int64.in_dll(testlib.library, "stateless_instantiations")
+    target = _unique("c_stateless_instantiate")
+    pjrt.register_custom_call_target(target, {"instantiate": testlib.library.stateless_instantiate,
+                                              "execute": testlib.library.always_succeed})
+    before = calls.value
+    executable = client.compile_and_load(_program(target, [], ["f32"]), [device])
+    executable.execute([])
+    executable.execute([])
+    assert calls.value == before + 1
+
+
+def test_a_c_instantiates_error_is_the_programs_error(client, device, testlib):
+    """always_fail as an instantiate handler: it refuses the INSTANTIATE stage (it checks the
+    stage of the frame pjrt hands it, as XLA's C++ binding does)."""
+    target = _unique("c_failing_instantiate")
+    pjrt.register_custom_call_target(target, {"instantiate": testlib.library.always_fail,
+                                              "execute": testlib.library.always_succeed})
+    executable = client.compile_and_load(_program(target, [], ["f32"]), [device])
+    with pytest.raises(pjrt.XlaRuntimeError, match="Wrong execution stage"):
+        executable.execute([])
+
+
+def test_a_c_bundles_prepare_and_initialize_do_not_run(client, device, testlib):
+    """As in XLA's CPU runtime: always_fail as prepare and initialize would fail the call."""
+    target = _unique("c_prepare_initialize")
+    library = testlib.library
+    pjrt.register_custom_call_target(target, {"prepare": library.always_fail,
+                                              "initialize": library.always_fail,
+                                              "execute": library.always_succeed})
+    executable = client.compile_and_load(_program(target, [], ["f32"]), [device])
+    executable.execute([])
+
+
+def test_register_custom_type_id_gives_every_plugin_the_same_id(client, cpu_plugin):
+    """The first plugin serving the platform assigns the id into the caller's XLA_FFI_TypeId;
+    every plugin serving it holds the name with that id."""
+    from pjrt._capi import ffi_state
+
+    type_id = ctypes.c_int64(0)
+    _keep.append(type_id)
+    name = _unique("pjrt_test_type")
+    pjrt_ffi.register_custom_type_id(name, ctypes.addressof(type_id), platform="cpu")
+    assigned = type_id.value
+    assert assigned != 0
+    pjrt_ffi.register_custom_type_id(name, ctypes.addressof(type_id), platform="Host")  # no-op
+    with pytest.raises(ValueError, match="already registered"):
+        pjrt_ffi.register_custom_type_id(name, ctypes.addressof(ctypes.c_int64(0)))
+    # Ask the plugin itself: the name is taken with that id, and no other.
+    extension = pjrt_ffi.ffi_extension(cpu_plugin)
+    assert ffi_state.register_type(cpu_plugin.api, extension, name, assigned, ffi.NULL) == assigned
+    with pytest.raises(pjrt.XlaRuntimeError, match=f"already registered with type id {assigned}"):
+        ffi_state.register_type(cpu_plugin.api, extension, name, assigned + 1, ffi.NULL)
+    assert pjrt_ffi.register_custom_type_id is pjrt.xla_client.register_custom_type_id
+
+
+def test_register_custom_type_id_bad_arguments():
+    with pytest.raises(TypeError, match="non-empty string"):
+        pjrt_ffi.register_custom_type_id("", 1234)
+    with pytest.raises(TypeError, match="address of an XLA_FFI_TypeId"):
+        pjrt_ffi.register_custom_type_id(_unique("t"), "not an address")
+    with pytest.raises(ValueError, match="type_id pointer is NULL"):
+        pjrt_ffi.register_custom_type_id(_unique("t"), 0)
+    with pytest.raises(TypeError, match="deleter must be a C function pointer"):
+        pjrt_ffi.register_custom_type_id(_unique("t"), 1234, deleter=lambda p: None)
+    with pytest.raises(ValueError, match="deleter pointer is NULL"):
+        pjrt_ffi.register_custom_type_id(_unique("t"), 1234, deleter=0)
+
+
+def test_a_type_for_a_plugin_without_the_ffi_extension_is_a_clear_error():
+    plugin = _fake_plugin("fake_no_ffi_types", _extension(lib.PJRT_Extension_Type_Layouts))
+    type_id = ctypes.c_int64(0)
+    _keep.append(type_id)
+    pjrt_ffi.register_custom_type_id(_unique("t"), ctypes.addressof(type_id),
+                                     platform="fake_types_platform")
+    with pytest.raises(pjrt.UnsupportedFeatureError, match="extensions it offers: Layouts"):
+        pjrt_ffi.bind_plugin_platform(plugin, "fake_types_platform")
+    assert type_id.value == 0
+
+
 # -- registration rules --------------------------------------------------------------------------
 
 def test_same_name_other_handler_is_refused_same_handler_is_fine():
@@ -289,8 +638,6 @@ def test_bad_arguments():
         pjrt.register_custom_call_target(_unique("not_callable"), "not a function")
     with pytest.raises(ValueError, match="NULL"):
         pjrt.register_custom_call_target(_unique("null"), 0)
-    with pytest.raises(NotImplementedError, match="single execute handler"):
-        pjrt.register_custom_call_target(_unique("stages"), {"execute": 1, "instantiate": 2})
 
 
 def test_real_plugins_have_the_ffi_extension(cpu_plugin):

@@ -65,9 +65,9 @@ JAXLIB_NAMES = {
     "batched_block_until_ready", "batched_copy_array_to_devices_with_sharding",
     "reorder_shards", "Sharding", "NamedSharding", "SingleDeviceSharding", "GSPMDSharding",
     "PmapSharding", "HloSharding", "OpShardingType", "register_custom_call_target",
-    "custom_call_targets", "XlaRuntimeError", "Shape", "PrimitiveType", "Layout", "PjRtLayout",
-    "ArrayCopySemantics", "check_and_canonicalize_memory_kind", "CustomCallTargetTraits",
-    "ShapeIndex",
+    "register_custom_type_id", "custom_call_targets", "XlaRuntimeError", "Shape",
+    "PrimitiveType", "Layout", "PjRtLayout", "ArrayCopySemantics",
+    "check_and_canonicalize_memory_kind", "CustomCallTargetTraits", "ShapeIndex",
 }
 
 #: Old pjrt names -> the module to import them from now.

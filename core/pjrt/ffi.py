@@ -23,6 +23,23 @@ loaded when the name it was loaded under is the platform's name (a plugin loaded
 ``"cpu"``). ``"host"`` and ``"cpu"`` are the same platform, as in XLA. Code that knows a
 plugin's platform earlier can call [`bind_plugin_platform`][pjrt.ffi.bind_plugin_platform] itself.
 
+**Handler bundles and their state.** ``fn`` may also be a dict of XLA's execution stages,
+``{"instantiate": ..., "prepare": ..., "initialize": ..., "execute": ...}`` (only ``execute``
+is required), as jaxlib takes them. The PJRT FFI extension registers one handler per target,
+the one XLA calls at each execution, so pjrt runs the other stages from inside that call:
+
+* ``instantiate`` runs once per call site of an executable (a program calling the target
+  twice has two), before its first execution rather than when the executable is made; what
+  it makes is the call site's state, which XLA keeps in the call site's execution state and
+  frees with the executable. A Python ``instantiate(attributes)`` returns any Python object,
+  handed to ``execute(operands, results, attributes, state)``; a C one keeps its state
+  itself (``XLA_FFI_State_Set``), with a type registered through
+  [`register_custom_type_id`][pjrt.ffi.register_custom_type_id].
+* ``prepare(attributes, state)`` and ``initialize(attributes, state)`` of a Python bundle run
+  before each execution, in that order (``state`` is None without ``instantiate``). Those of
+  a C bundle are accepted and never run, as in XLA's CPU runtime, which has no such stages
+  and keeps no state for them (a C handler asking for one there would crash the plugin).
+
 Each plugin library carries its own XLA, so registering with one plugin does not make a
 handler known to another; and a plugin keeps a handler for the life of the process, so the
 callbacks made here are never freed.
@@ -32,6 +49,7 @@ from __future__ import annotations
 import contextvars
 import ctypes
 import enum
+import itertools
 import logging
 import numbers
 import threading
@@ -42,6 +60,7 @@ import numpy as np
 
 from . import dtypes
 from ._capi import api as _c
+from ._capi import ffi_state as _state
 from ._capi.waits import handler_finished, handler_running_on_device
 from . import plugin as plugin_module
 from ._pjrt_cffi import ffi, lib
@@ -57,7 +76,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "CustomCallTargetTraits", "HANDLER_FFI_VERSION", "bind_plugin_platform", "custom_call_targets", "ffi_extension",
     "has_ffi_extension", "prepare_targets", "register_custom_call_target",
-    "register_target_preparation",
+    "register_custom_type_id", "register_target_preparation",
 ]
 
 #: The XLA FFI version our handlers report when a plugin asks (the "metadata query" every
@@ -72,6 +91,8 @@ HANDLER_FFI_VERSION: tuple[int, int] = (0, 1)
 _EXTENSION_NAMES = {value: name.replace("PJRT_Extension_Type_", "")
                     for name, value in ffi.typeof("PJRT_Extension_Type").relements.items()}
 _REGISTER_HANDLER_END = ffi.offsetof("PJRT_FFI_Extension", "register_handler") + ffi.sizeof(
+    "void*")
+_TYPE_REGISTER_END = ffi.offsetof("PJRT_FFI_Extension", "type_id_register") + ffi.sizeof(
     "void*")
 
 
@@ -92,20 +113,32 @@ def ffi_extension(plugin_or_api):
       UnsupportedFeatureError: the plugin has no FFI extension, or one too old to register
         handlers; the message lists the extensions it does have.
     """
+    return _extension_reaching(plugin_or_api, _REGISTER_HANDLER_END, "PJRT_FFI_Register_Handler",
+                               "handler registration", "custom-call handlers")
+
+
+def _type_extension(plugin_or_api):
+    """The plugin's ``PJRT_FFI_Extension*``, for registering user types (its first function,
+    which every version of the extension has)."""
+    return _extension_reaching(plugin_or_api, _TYPE_REGISTER_END, "PJRT_FFI_TypeID_Register",
+                               "type registration", "custom types")
+
+
+def _extension_reaching(plugin_or_api, end: int, function: str, feature: str, things: str):
     api = _api_of(plugin_or_api)
     extension = _c.find_extension(api, lib.PJRT_Extension_Type_FFI)
-    if extension is not None and extension.struct_size >= _REGISTER_HANDLER_END:
+    if extension is not None and extension.struct_size >= end:
         return ffi.cast("PJRT_FFI_Extension *", extension)
     present = [_EXTENSION_NAMES.get(int(e.type), f"unknown type {int(e.type)}")
                for e in _c.extensions(api)]
     offered = ", ".join(present) if present else "none"
-    why = ("its FFI extension predates handler registration" if extension is not None
+    why = (f"its FFI extension predates {feature}" if extension is not None
            else "it does not offer the PJRT FFI extension")
     raise UnsupportedFeatureError(
-        "PJRT_FFI_Register_Handler (PJRT_Extension_Type_FFI)", api.plugin_name, api.version,
+        f"{function} (PJRT_Extension_Type_FFI)", api.plugin_name, api.version,
         _c.HEADER_VERSION,
-        why=f"{why}, so custom-call handlers cannot be registered with it (extensions it "
-            f"offers: {offered})")
+        why=f"{why}, so {things} cannot be registered with it (extensions it offers: "
+            f"{offered})")
 
 
 # -- turning `fn` into a handler address -----------------------------------------------------
@@ -140,23 +173,31 @@ def _c_address(fn) -> int | None:
 # -- handlers written in Python --------------------------------------------------------------
 
 _EXECUTE = lib.XLA_FFI_ExecutionStage_EXECUTE
+_INSTANTIATE = lib.XLA_FFI_ExecutionStage_INSTANTIATE
 _NULL = ffi.NULL
 _TRAITS_END = ffi.offsetof("XLA_FFI_Metadata", "traits") + ffi.sizeof("XLA_FFI_Handler_Traits")
 
 
-def _answer_metadata_query(frame) -> bool:
-    """If ``frame`` is XLA's metadata query, fill in our version and traits; True if it was."""
+def _metadata_of_query(frame):
+    """The ``XLA_FFI_Metadata*`` to fill in when ``frame`` is XLA's metadata query, else None."""
     extension = frame.extension_start
     while extension != _NULL:
         if extension.type == lib.XLA_FFI_Extension_Metadata:
-            metadata = ffi.cast("XLA_FFI_Metadata_Extension *", extension).metadata
-            metadata.api_version.major_version = HANDLER_FFI_VERSION[0]
-            metadata.api_version.minor_version = HANDLER_FFI_VERSION[1]
-            if metadata.struct_size >= _TRAITS_END:
-                metadata.traits = 0
-            return True
+            return ffi.cast("XLA_FFI_Metadata_Extension *", extension).metadata
         extension = extension.next
-    return False
+    return None
+
+
+def _answer_metadata_query(frame) -> bool:
+    """If ``frame`` is XLA's metadata query, fill in our version and traits; True if it was."""
+    metadata = _metadata_of_query(frame)
+    if metadata is None:
+        return False
+    metadata.api_version.major_version = HANDLER_FFI_VERSION[0]
+    metadata.api_version.minor_version = HANDLER_FFI_VERSION[1]
+    if metadata.struct_size >= _TRAITS_END:
+        metadata.traits = 0
+    return True
 
 
 def _buffer_array(pointer, writable: bool) -> np.ndarray:
@@ -231,18 +272,21 @@ def _error(frame, code: int, message: str):
     return frame.api.XLA_FFI_Error_Create(args)
 
 
-def _handler_failed(frame, name: str, exc: BaseException):
-    """The XLA error returned for an exception raised by the Python handler ``name``."""
+def _handler_failed(frame, name: str, exc: BaseException, stage: str = "execute"):
+    """The XLA error returned for an exception raised by the Python handler ``name`` (by its
+    ``stage`` handler, for a bundle's other stages)."""
     try:
         code = int(exc.code) if isinstance(exc, XlaRuntimeError) else int(ErrorCode.INTERNAL)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        message = f"Python FFI handler {name!r} raised {detail}"
+        handler = (f"Python FFI handler {name!r}" if stage == "execute"
+                   else f"the {stage} stage of Python FFI handler {name!r}")
+        message = f"{handler} raised {detail}"
         # KeyboardInterrupt, SystemExit and the nesting limit reach the caller as themselves.
         if not isinstance(exc, Exception) or isinstance(exc, RecursionError):
             message += " " + carry_across_plugin(exc)
         logger.debug("%s", message, exc_info=exc)
     except BaseException:  # noqa: BLE001 - a broken __str__ must not turn into success
-        code, message = int(ErrorCode.INTERNAL), f"Python FFI handler {name!r} failed"
+        code, message = int(ErrorCode.INTERNAL), f"Python FFI handler {name!r} failed ({stage})"
     if frame.api == _NULL:
         # Only the metadata query comes without an API table, and it cannot fail here.
         return _NULL
@@ -300,12 +344,19 @@ def _device_running_asynchronously(frame) -> int | None:
     return int(ordinal[0])
 
 
-def _python_handler(name: str, fn: Callable):
-    """A C ``XLA_FFI_Handler`` that calls ``fn(operands, results, attributes)``."""
+def _python_handler(name: str, fn: Callable, stages: dict[str, Callable] | None = None):
+    """A C ``XLA_FFI_Handler`` that calls ``fn(operands, results, attributes)``, or, for a
+    bundle (``stages``: its other stages by name), runs the bundle's stages (see the module
+    docstring) and ``fn(operands, results, attributes, state)`` when it has ``instantiate``."""
+    stages = stages or {}
+    instantiate = stages.get("instantiate")
+    prepare = stages.get("prepare")
+    initialize = stages.get("initialize")
 
     def trampoline(frame):
         # Nothing may escape: XLA calls this from its own threads, and an exception cffi
         # swallowed would read as success.
+        stage = "execute"
         try:
             if _answer_metadata_query(frame):
                 return _NULL
@@ -319,7 +370,19 @@ def _python_handler(name: str, fn: Callable):
             depth = _enter_handler(name)
             device = handler_running_on_device(_device_running_asynchronously(frame))
             try:
-                returned = fn(operands, results, attributes)
+                state = None
+                if instantiate is not None:
+                    stage = "instantiate"
+                    state = _python_instance_state(frame, name, instantiate, attributes)
+                if prepare is not None:
+                    stage = "prepare"
+                    prepare(attributes, state)
+                if initialize is not None:
+                    stage = "initialize"
+                    initialize(attributes, state)
+                stage = "execute"
+                returned = (fn(operands, results, attributes) if instantiate is None
+                            else fn(operands, results, attributes, state))
             finally:
                 handler_finished(device)
                 _handler_depth.reset(depth)
@@ -327,22 +390,145 @@ def _python_handler(name: str, fn: Callable):
                 _store_results(name, returned, results)
             return _NULL
         except BaseException as exc:  # noqa: BLE001 - becomes the program's error
-            return _handler_failed(frame, name, exc)
+            return _handler_failed(frame, name, exc, stage)
 
     return ffi.callback("XLA_FFI_Handler *", trampoline)
+
+
+# -- the state of each call site ---------------------------------------------------------------
+
+#: The type of the states pjrt keeps in call sites' execution states, registered with each
+#: plugin running a bundle with ``instantiate``. Its id is chosen here, not assigned by the
+#: plugin, so that one trampoline serves every plugin: far above the ids plugins assign
+#: (counting from 1), and the same in each (the bytes of "pjrt.py").
+_INSTANCE_STATE_TYPE_NAME = "pjrt.ffi.instance_state"
+_INSTANCE_STATE_TYPE_ID = int.from_bytes(b"pjrt.py", "big")
+_instance_state_type = _state.new_type_id(_INSTANCE_STATE_TYPE_ID)
+
+#: token -> what a Python bundle's ``instantiate`` returned for one call site. XLA keeps the
+#: token as the call site's state and calls `_forget_instance_state` with it when the
+#: executable dies.
+_instance_states: dict[int, Any] = {}
+_tokens = itertools.count(1)
+#: The state pjrt gives a call site whose C ``instantiate`` kept none of its own, so that it
+#: is not instantiated again; never a key of `_instance_states`.
+_INSTANTIATED = next(_tokens)
+
+
+def _forget_instance_state(address) -> None:
+    try:
+        _instance_states.pop(int(ffi.cast("uintptr_t", address)), None)
+    except BaseException:  # noqa: BLE001 - a state's __del__ runs here; the plugin called us
+        logger.debug("dropping a custom call's state failed", exc_info=True)
+
+
+_instance_state_deleter = ffi.callback("void(void *)", _forget_instance_state)
+#: The deleter of user types (`register_custom_type_id` without one): XLA's plugins refuse
+#: to hold a state whose type has no deleter, and the objects a C handler keeps are its own.
+_keep_object = ffi.callback("void(void *)", lambda address: None)
+
+
+def _python_instance_state(frame, name: str, instantiate: Callable, attributes: dict):
+    """The state of the call site ``frame`` runs for, made by ``instantiate(attributes)`` the
+    first time."""
+    address, other = _state.instance_state(frame, _instance_state_type)
+    if address is not None:
+        return _instance_states[address]
+    if other is not None:
+        raise RuntimeError(f"the call site of {name!r} holds a state pjrt did not make: {other}")
+    state = instantiate(attributes)
+    token = next(_tokens)
+    _instance_states[token] = state
+    refused = _state.set_instance_state(frame, _instance_state_type, token)
+    if refused is None:
+        return state
+    del _instance_states[token]
+    # Two first executions of one call site at once: the state of the one that set it first
+    # is the call site's.
+    address, other = _state.instance_state(frame, _instance_state_type)
+    if address is not None:
+        return _instance_states[address]
+    raise RuntimeError(f"the plugin did not keep the state of {name!r}: {refused}")
+
+
+def _c_bundle_handler(name: str, instantiate_address: int, execute_address: int):
+    """A C ``XLA_FFI_Handler`` that runs the C ``instantiate`` handler once per call site
+    (before its first execution) and the C ``execute`` handler at every execution."""
+    instantiate = ffi.cast("XLA_FFI_Handler *", instantiate_address)
+    execute = ffi.cast("XLA_FFI_Handler *", execute_address)
+
+    def trampoline(frame):
+        try:
+            # The metadata query goes to the execute handler, which says what it needs.
+            if _metadata_of_query(frame) is None and frame.stage == _EXECUTE:
+                error = _instantiate_c(frame, instantiate)
+                if error != _NULL:
+                    return error
+            return execute(frame)
+        except BaseException as exc:  # noqa: BLE001 - becomes the program's error
+            if frame.api == _NULL:
+                return _NULL  # the metadata query, which cannot fail here
+            detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+            return _error(frame, int(ErrorCode.INTERNAL),
+                          f"custom call {name!r}: running its C handlers failed: {detail}")
+
+    return ffi.callback("XLA_FFI_Handler *", trampoline)
+
+
+def _instantiate_c(frame, instantiate):
+    """Run the C ``instantiate`` for the call site of ``frame`` unless it ran; its error."""
+    address, other = _state.instance_state(frame, _instance_state_type)
+    if address is not None or other is not None:
+        return _NULL  # instantiated: it kept a state of its own, or pjrt marked the call site
+    instantiate_frame = _state.stage_frame(frame, _INSTANTIATE, with_buffers=False)
+    error = instantiate(instantiate_frame)
+    if instantiate_frame.future != _NULL:
+        raise RuntimeError("its instantiate handler returned a future: XLA runs instantiate "
+                           "handlers synchronously, and so does pjrt")
+    address, other = _state.instance_state(frame, _instance_state_type)
+    if error != _NULL:
+        if address is None and other is None:
+            return error  # the program's error
+        # Two first executions of one call site at once: the other one instantiated it.
+        _state.error_text(frame.api, error)
+        return _NULL
+    if address is None and other is None:
+        refused = _state.set_instance_state(frame, _instance_state_type, _INSTANTIATED)
+        if refused is not None and _state.instance_state(frame, _instance_state_type) == (
+                None, None):
+            raise RuntimeError(f"the plugin did not mark its call site instantiated: {refused}")
+    return _NULL
 
 
 # -- the registry ----------------------------------------------------------------------------
 
 class _Registration:
-    __slots__ = ("name", "platform", "fn", "address", "traits", "keepalive")
+    __slots__ = ("name", "platform", "fn", "identity", "address", "traits", "keepalive",
+                 "keeps_state")
 
-    def __init__(self, name, platform, fn, address, traits, keepalive):
+    def __init__(self, name, platform, fn, identity, address, traits, keepalive, keeps_state):
         self.name = name
         self.platform = platform
         self.fn = fn
+        #: What makes two registrations of ``name`` the same handler: the C address or Python
+        #: callable of each stage (a bundle written out again is the same).
+        self.identity = identity
         self.address = address
         self.traits = traits
+        self.keepalive = keepalive
+        #: Whether pjrt keeps its call sites' states (a bundle with ``instantiate``), whose
+        #: type the plugin must know before running it.
+        self.keeps_state = keeps_state
+
+
+class _TypeRegistration:
+    __slots__ = ("name", "platform", "type_id", "deleter", "keepalive")
+
+    def __init__(self, name, platform, type_id, deleter, keepalive):
+        self.name = name
+        self.platform = platform
+        self.type_id = type_id  # the address of the caller's XLA_FFI_TypeId
+        self.deleter = deleter  # a void (*)(void *)
         self.keepalive = keepalive
 
 
@@ -353,8 +539,29 @@ _registrations: dict[str, dict[str, _Registration]] = {}
 _plugin_platforms: dict[plugin_module.Plugin, set[str]] = {}
 #: plugin -> (canonical platform, target name) -> handler address registered with it.
 _applied: dict[plugin_module.Plugin, dict[tuple[str, str], int]] = {}
+#: canonical platform -> type name -> user type registration, in registration order.
+_type_registrations: dict[str, dict[str, _TypeRegistration]] = {}
+#: plugin -> the (canonical platform, type name) registered with it.
+_types_applied: dict[plugin_module.Plugin, set[tuple[str, str]]] = {}
+#: The plugins that know pjrt's type of call-site states.
+_knows_instance_state_type: set[plugin_module.Plugin] = set()
 #: Every callback and handler object ever registered: a plugin keeps the pointers forever.
 _keepalive: list = []
+
+
+def _register_type_with_plugin(plugin: plugin_module.Plugin,
+                               registration: _TypeRegistration) -> None:
+    key = (registration.platform, registration.name)
+    done = _types_applied.setdefault(plugin, set())
+    if key in done:
+        return
+    type_id = ffi.cast("XLA_FFI_TypeId *", registration.type_id)
+    # The first plugin assigns the id (unless the caller set one); every later plugin is given
+    # the same, since the handlers read the one XLA_FFI_TypeId.
+    type_id.type_id = _state.register_type(plugin.api, _type_extension(plugin),
+                                           registration.name, int(type_id.type_id),
+                                           registration.deleter)
+    done.add(key)
 
 
 def _register_with_plugin(plugin: plugin_module.Plugin, registration: _Registration) -> None:
@@ -363,6 +570,10 @@ def _register_with_plugin(plugin: plugin_module.Plugin, registration: _Registrat
     if done.get(key) == registration.address:
         return
     extension = ffi_extension(plugin)
+    if registration.keeps_state and plugin not in _knows_instance_state_type:
+        _state.register_type(plugin.api, extension, _INSTANCE_STATE_TYPE_NAME,
+                             _INSTANCE_STATE_TYPE_ID, _instance_state_deleter)
+        _knows_instance_state_type.add(plugin)
     args = ffi.new("PJRT_FFI_Register_Handler_Args *")
     args.struct_size = _c.struct_size("PJRT_FFI_Register_Handler_Args")
     name = ffi.new("char[]", registration.name.encode("utf-8"))
@@ -392,11 +603,15 @@ def bind_plugin_platform(plugin: plugin_module.Plugin, platform: str) -> None:
     canonical = _canonical_platform(platform)
     with _lock:
         pending = list(_registrations.get(canonical, {}).values())
+        pending_types = list(_type_registrations.get(canonical, {}).values())
         if not has_ffi_extension(plugin):
-            if pending:
+            if pending or pending_types:
                 ffi_extension(plugin)  # raises, listing the plugin's extensions
             return
         _plugin_platforms.setdefault(plugin, set()).add(canonical)
+        # Types first: a handler may need one the moment a program runs it.
+        for type_registration in pending_types:
+            _register_type_with_plugin(plugin, type_registration)
         for registration in pending:
             _register_with_plugin(plugin, registration)
 
@@ -421,7 +636,7 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
     Args:
       name: the custom-call target, as written after ``stablehlo.custom_call @``.
       fn: a C ``XLA_FFI_Handler*`` (a cffi pointer, an int address, a PyCapsule, a ctypes
-        function pointer, or ``{"execute": <one of those>}``), or a Python callable called as
+        function pointer), or a Python callable called as
         ``fn(operands, results, attributes)``: numpy views of the operand buffers (read-only)
         and of the result buffers (writable; valid only during the call), and the call's
         attributes as a dict of ints, floats, bools, strings, numpy arrays and nested dicts.
@@ -429,7 +644,12 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
         becomes an error of the program (an XlaRuntimeError when it runs). Python handlers see
         buffers in row-major order; leave out ``operand_layouts``/``result_layouts``.
         Python handlers run on the CPU platform only: an accelerator's plugin passes device
-        memory, which the host cannot read.
+        memory, which the host cannot read. Or a bundle of XLA's stages,
+        ``{"instantiate": ..., "prepare": ..., "initialize": ..., "execute": ...}``, all C
+        handlers or all Python callables, where only ``execute`` is required; a Python
+        bundle's ``instantiate(attributes)`` makes the state of each call site, which
+        ``execute(operands, results, attributes, state)`` gets (see the module docstring for
+        when each stage runs).
       platform: the platform name, e.g. ``"cpu"`` (``"host"`` is the same platform).
       api_version: 1 (typed XLA FFI, for ``api_version = 4`` custom calls), the only kind
         current PJRT plugins take.
@@ -438,7 +658,10 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
     Raises:
       NotImplementedError: ``api_version`` is not 1.
       ValueError: ``name`` is registered on ``platform`` with another handler.
-      TypeError: ``fn`` is neither a C function pointer nor callable.
+      TypeError: ``fn`` (or a stage of the bundle) is neither a C function pointer nor
+        callable, or the bundle mixes C handlers and Python callables.
+      ValueError: the bundle has a key that is not a stage, or no ``execute``; a handler
+        pointer is NULL.
       ValueError: ``fn`` is a Python callable and ``platform`` is not the CPU platform.
       UnsupportedFeatureError, XlaRuntimeError: a plugin already serving ``platform`` cannot
         take the handler (the registration is kept for other plugins).
@@ -456,42 +679,39 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
     if not isinstance(name, str) or not name:
         raise TypeError(f"custom call target name must be a non-empty string, not {name!r}")
     canonical = _canonical_platform(platform)
-    handler = fn
-    if isinstance(fn, dict):
-        extra = sorted(k for k, v in fn.items() if k != "execute" and v is not None)
-        if extra or "execute" not in fn:
-            raise NotImplementedError(
-                f"custom call {name!r}: PJRT plugins take a single execute handler; stages "
-                f"{extra or ['execute missing']} cannot be registered")
-        handler = fn["execute"]
-    address = _c_address(handler)
-    keepalive = handler
-    if address is None:
-        if not callable(handler):
-            raise TypeError(f"custom call {name!r}: fn must be a C function pointer (cffi "
-                            f"pointer, int address, PyCapsule or ctypes pointer) or a Python "
-                            f"callable, not {type(handler).__name__}")
-        if canonical != "cpu":
-            # The trampoline hands the handler numpy views of the buffers' addresses; on an
-            # accelerator those are device memory, and the first read would crash the process.
-            raise ValueError(
-                f"custom call {name!r}: a Python handler reads its operands and results as host "
-                f"memory, which only the 'cpu' platform passes; on {platform!r} the plugin "
-                f"passes device memory. Register a C handler (an XLA_FFI_Handler*) for "
-                f"{platform!r}, or run this custom call in a program for the CPU backend")
-        keepalive = _python_handler(name, handler)
-        address = int(ffi.cast("uintptr_t", keepalive))
-    if address == 0:
-        raise ValueError(f"custom call {name!r}: the handler pointer is NULL")
+    stages = _stages_of(name, fn)
+    addresses = _c_addresses(name, stages)
+    if addresses is None and canonical != "cpu":
+        # The trampoline hands the handler numpy views of the buffers' addresses; on an
+        # accelerator those are device memory, and the first read would crash the process.
+        raise ValueError(
+            f"custom call {name!r}: a Python handler reads its operands and results as host "
+            f"memory, which only the 'cpu' platform passes; on {platform!r} the plugin "
+            f"passes device memory. Register a C handler (an XLA_FFI_Handler*) for "
+            f"{platform!r}, or run this custom call in a program for the CPU backend")
+    identity = tuple(stages.items()) if addresses is None else tuple(addresses.items())
+    keeps_state = "instantiate" in stages
     with _lock:
         existing = _registrations.get(canonical, {}).get(name)
         if existing is not None:
-            if existing.fn is fn or existing.address == address:
+            if existing.fn is fn or existing.identity == identity:
                 return
             raise ValueError(f"custom call target {name!r} is already registered on platform "
                              f"{canonical!r} with another handler")
-        registration = _Registration(name, canonical, fn, address, int(traits), keepalive)
-        _keepalive.append(keepalive)
+        if addresses is None:
+            others = {stage: h for stage, h in stages.items() if stage != "execute"}
+            keepalive = _python_handler(name, stages["execute"], others)
+            address = int(ffi.cast("uintptr_t", keepalive))
+        elif keeps_state:
+            keepalive = _c_bundle_handler(name, addresses["instantiate"], addresses["execute"])
+            address = int(ffi.cast("uintptr_t", keepalive))
+        else:
+            # The plugin calls the C execute handler itself; a C bundle's prepare and
+            # initialize never run (see the module docstring).
+            keepalive, address = None, addresses["execute"]
+        registration = _Registration(name, canonical, fn, identity, address, int(traits),
+                                     (keepalive, fn), keeps_state)
+        _keepalive.append(registration.keepalive)
         _registrations.setdefault(canonical, {})[name] = registration
         errors = []
         for plugin, platforms in list(_plugin_platforms.items()):
@@ -504,6 +724,53 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
             raise errors[0]
 
 
+#: XLA's execution stages, in the order they run; the keys of a handler bundle.
+_STAGES = ("instantiate", "prepare", "initialize", "execute")
+
+
+def _stages_of(name: str, fn) -> dict[str, Any]:
+    """``fn`` as its stages: ``{"execute": fn}`` for a single handler, a bundle's stages that
+    are set (None is left out, as jaxlib does)."""
+    if not isinstance(fn, dict):
+        return {"execute": fn}
+    unknown = sorted(repr(key) for key in fn if key not in _STAGES)
+    if unknown:
+        raise ValueError(f"custom call {name!r}: a handler bundle's keys are XLA's execution "
+                         f"stages {', '.join(map(repr, _STAGES))}, not {', '.join(unknown)}")
+    stages = {stage: fn[stage] for stage in _STAGES if fn.get(stage) is not None}
+    if "execute" not in stages:
+        raise ValueError(f"custom call {name!r}: a handler bundle needs an 'execute' handler "
+                         f"(the other stages are optional); it has {sorted(stages) or 'none'}")
+    return stages
+
+
+def _c_addresses(name: str, stages: dict[str, Any]) -> dict[str, int] | None:
+    """The address of each stage's C handler; None when every stage is a Python callable.
+
+    Raises:
+      TypeError: a stage is neither, or the bundle mixes the two kinds.
+      ValueError: a C handler's address is NULL.
+    """
+    addresses = {stage: _c_address(handler) for stage, handler in stages.items()}
+    for stage, handler in stages.items():
+        if addresses[stage] is None and not callable(handler):
+            what = "fn" if len(stages) == 1 else f"the {stage!r} handler of the bundle"
+            raise TypeError(f"custom call {name!r}: {what} must be a C function pointer (cffi "
+                            f"pointer, int address, PyCapsule or ctypes pointer) or a Python "
+                            f"callable, not {type(handler).__name__}")
+    c_stages = sorted(stage for stage, address in addresses.items() if address is not None)
+    if not c_stages:
+        return None
+    if len(c_stages) != len(stages):
+        python_stages = sorted(set(stages) - set(c_stages))
+        raise TypeError(f"custom call {name!r}: a handler bundle is all C handlers or all "
+                        f"Python callables; stages {c_stages} are C and {python_stages} Python")
+    for stage, address in addresses.items():
+        if address == 0:
+            raise ValueError(f"custom call {name!r}: the {stage} handler pointer is NULL")
+    return {stage: int(address) for stage, address in addresses.items() if address is not None}
+
+
 def custom_call_targets(platform: str = "cpu") -> dict[str, Any]:
     """The targets registered through pjrt for ``platform``: name -> the ``fn`` given."""
     canonical = _canonical_platform(platform)
@@ -512,12 +779,78 @@ def custom_call_targets(platform: str = "cpu") -> dict[str, Any]:
                 for name, registration in _registrations.get(canonical, {}).items()}
 
 
+def register_custom_type_id(type_name: str, type_id, platform: str = "cpu", *,
+                            deleter=None) -> None:
+    """Register a user type, which C handlers keep as their call sites' state, on ``platform``.
+
+    jaxlib's function of the same name. ``type_id`` points to the ``XLA_FFI_TypeId`` the
+    handlers read: when it holds 0, the first plugin serving ``platform`` assigns the id and
+    pjrt writes it there; every other plugin, now or later (see the module docstring), is
+    given that id. Registering the same type again is a no-op.
+
+    Args:
+      type_name: the type's unique name.
+      type_id: the address of the ``XLA_FFI_TypeId``: a PyCapsule (what jaxlib takes), an
+        int, a cffi pointer or a ctypes pointer.
+      platform: the platform name, e.g. ``"cpu"`` (``"host"`` is the same platform).
+      deleter: a C ``void (*)(void*)`` the plugin frees a state of this type with when its
+        executable dies (same forms as ``type_id``). jaxlib takes none; without one the
+        plugin leaves the objects to their handlers (the plugins refuse to hold a state
+        whose type has no deleter, so pjrt gives them one that frees nothing).
+
+    Raises:
+      TypeError: ``type_name`` is not a non-empty string, or ``type_id``/``deleter`` is not
+        an address.
+      ValueError: ``type_id`` or ``deleter`` is NULL, or ``type_name`` is registered on
+        ``platform`` at another address.
+      UnsupportedFeatureError: a plugin serving ``platform`` has no FFI extension (the
+        message lists the extensions it has).
+      XlaRuntimeError: a plugin refused the type (its name has another id there).
+    """
+    if not isinstance(type_name, str) or not type_name:
+        raise TypeError(f"custom type name must be a non-empty string, not {type_name!r}")
+    address = _c_address(type_id)
+    if address is None:
+        raise TypeError(f"custom type {type_name!r}: type_id must be the address of an "
+                        f"XLA_FFI_TypeId (a PyCapsule, an int, a cffi or ctypes pointer), not "
+                        f"{type(type_id).__name__}")
+    free = _keep_object if deleter is None else _c_address(deleter)
+    if free is None:
+        raise TypeError(f"custom type {type_name!r}: deleter must be a C function pointer "
+                        f"(a PyCapsule, an int, a cffi or ctypes pointer), not "
+                        f"{type(deleter).__name__}")
+    if address == 0 or (deleter is not None and free == 0):
+        raise ValueError(f"custom type {type_name!r}: the "
+                         f"{'type_id' if address == 0 else 'deleter'} pointer is NULL")
+    canonical = _canonical_platform(platform)
+    with _lock:
+        existing = _type_registrations.get(canonical, {}).get(type_name)
+        if existing is not None:
+            if existing.type_id == address:
+                return
+            raise ValueError(f"custom type {type_name!r} is already registered on platform "
+                             f"{canonical!r} with another XLA_FFI_TypeId")
+        registration = _TypeRegistration(type_name, canonical, address,
+                                         ffi.cast("void (*)(void *)", free), (type_id, deleter))
+        _keepalive.append(registration.keepalive)
+        _type_registrations.setdefault(canonical, {})[type_name] = registration
+        errors: list[Exception] = []
+        for plugin, platforms in list(_plugin_platforms.items()):
+            if canonical in platforms:
+                try:
+                    _register_type_with_plugin(plugin, registration)
+                except (UnsupportedFeatureError, XlaRuntimeError) as exc:
+                    errors.append(exc)
+        if errors:
+            raise errors[0]
+
+
 # -- hooks into plugin loading and client creation --------------------------------------------
 
 def _on_plugin_loaded(plugin: plugin_module.Plugin) -> None:
     canonical = _canonical_platform(plugin.name)
     with _lock:
-        if canonical in _registrations:
+        if canonical in _registrations or canonical in _type_registrations:
             bind_plugin_platform(plugin, canonical)
 
 

@@ -22,7 +22,7 @@ from .device import Device, Memory
 from .device_list import DeviceList
 from .errors import XlaRuntimeError
 from .executable import CompiledMemoryStats, ExecuteResults, LoadedExecutable
-from .ffi import custom_call_targets, register_custom_call_target
+from .ffi import custom_call_targets, register_custom_call_target, register_custom_type_id
 from ._capi.handles import HostBufferSemantics
 from .hlo_sharding import HloSharding, OpShardingType
 from .plugin import (initialize_pjrt_plugin, load_pjrt_plugin_dynamically,
@@ -57,6 +57,6 @@ __all__ = [
     "Shape", "ShapeIndex", "PrimitiveType", "Layout", "PjRtLayout", "ArrayCopySemantics",
     "check_and_canonicalize_memory_kind",
     # custom calls and errors
-    "register_custom_call_target", "custom_call_targets", "CustomCallTargetTraits",
-    "XlaRuntimeError",
+    "register_custom_call_target", "register_custom_type_id", "custom_call_targets",
+    "CustomCallTargetTraits", "XlaRuntimeError",
 ]
