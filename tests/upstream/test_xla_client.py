@@ -35,6 +35,15 @@ Each test keeps upstream's name and assertions. What differs:
   shape of computation parameter 0: want s32[], got f32[]");
 * testSetArgumentLayoutsLegacy's parameter layouts are in ``argument_layouts`` alone (a
   StableHLO program has no layouts).
+* ComputationsWithConstantsTest's custom calls: jaxlib's C++ test module
+  ``custom_calls_testlib`` is ``tests/ffi/custom_calls_testlib.c``, the same handlers written
+  in C against pjrt's XLA FFI header, built and loaded by ``tests/ffi/build.py``, whose
+  ``CustomCallsTestlib`` has the module's ``registrations()`` and ``type_ids()`` (PyCapsules,
+  as upstream's); ``ops.CustomCallWithLayout`` is ``stablehlo.custom_call`` with the same
+  ``api_version`` (``API_VERSION_TYPED_FFI`` is 4, ``API_VERSION_STATUS_RETURNING_UNIFIED`` 3),
+  ``operand_layouts``/``result_layouts``, and the opaque string as ``backend_config``;
+  upstream's ``setUp`` registration is an autouse fixture, its module-level
+  ``_CUSTOM_CALLS_REGISTERED`` a class attribute, and ``assertContainsSubset`` a subset test.
 
 The upstream methods that are not ported, and why, are listed in docs/jaxlib-parity.md
 ("Upstream tests not ported").
@@ -969,6 +978,141 @@ class TestDeviceTest:
                 assert memory.platform == device.platform
                 assert device in memory.addressable_by_devices()
                 assert memory == device.memory(memory.kind)
+
+
+# The programs upstream's ComputationsWithConstantsTest builds with ops.CustomCallWithLayout,
+# as StableHLO: the same target, operands, shapes with layouts and api_version
+# (API_VERSION_TYPED_FFI is 4, API_VERSION_STATUS_RETURNING_UNIFIED 3); an opaque string is
+# the backend_config.
+SCALAR_LAYOUT = "dense<> : tensor<0xindex>"
+
+CUSTOM_CALL_SUBTRACT_F32 = f"""
+func.func public @main() -> tensor<f32> {{
+  %0 = stablehlo.constant dense<1.250000e+00> : tensor<f32>
+  %1 = stablehlo.constant dense<5.000000e-01> : tensor<f32>
+  %2 = stablehlo.custom_call @subtract_f32(%0, %1) {{api_version = 4 : i32,
+      operand_layouts = [{SCALAR_LAYOUT}, {SCALAR_LAYOUT}], result_layouts = [{SCALAR_LAYOUT}]}}
+      : (tensor<f32>, tensor<f32>) -> tensor<f32>
+  return %2 : tensor<f32>
+}}
+"""
+
+
+def _custom_call_without_operands(target: str, api_version: int, result: str = "f32") -> str:
+    return f"""
+func.func public @main() -> tensor<{result}> {{
+  %0 = stablehlo.custom_call @{target}() {{api_version = {api_version} : i32,
+      operand_layouts = [], result_layouts = [{SCALAR_LAYOUT}]}} : () -> tensor<{result}>
+  return %0 : tensor<{result}>
+}}
+"""
+
+
+CUSTOM_CALL_SUBTRACT_F32_CST = f"""
+func.func public @main() -> tensor<f32> {{
+  %0 = stablehlo.constant dense<1.250000e+00> : tensor<f32>
+  %1 = stablehlo.custom_call @subtract_f32_cst(%0) {{api_version = 4 : i32,
+      backend_config = {{cst = 3.000000e+00 : f32}},
+      operand_layouts = [{SCALAR_LAYOUT}], result_layouts = [{SCALAR_LAYOUT}]}}
+      : (tensor<f32>) -> tensor<f32>
+  return %1 : tensor<f32>
+}}
+"""
+
+
+class TestComputationsWithConstantsTest:
+    """Upstream's ComputationsWithConstantsTest, its custom-call methods; the handlers are
+    those of jaxlib's test module, written in C (tests/ffi/custom_calls_testlib.c)."""
+
+    _CUSTOM_CALLS_REGISTERED = False
+    _custom_calls_testlib = None
+
+    @pytest.fixture
+    def custom_calls_testlib(self, tmp_path_factory):
+        """jaxlib's ``custom_calls_testlib``: built, loaded and imported once, as a module is."""
+        cls = TestComputationsWithConstantsTest
+        if cls._custom_calls_testlib is None:
+            import importlib.util
+            from pathlib import Path
+
+            path = Path(__file__).resolve().parent.parent / "ffi" / "build.py"
+            spec = importlib.util.spec_from_file_location("custom_calls_testlib_build", path)
+            build = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(build)
+            cls._custom_calls_testlib = build.load(tmp_path_factory.mktemp("custom_calls"))
+        return cls._custom_calls_testlib
+
+    @pytest.fixture(autouse=True)
+    def setUp(self, backend, custom_calls_testlib):
+        """Upstream's setUp: the test module's handlers and types registered once."""
+        self.backend = backend
+        self.custom_calls_testlib = custom_calls_testlib
+        cls = TestComputationsWithConstantsTest
+        if self.backend.platform == "cpu" and not cls._CUSTOM_CALLS_REGISTERED:
+            for name, fn in custom_calls_testlib.registrations().items():
+                xla_client.register_custom_call_target(
+                    name, fn, platform="cpu", api_version=1
+                )
+            for name, val in custom_calls_testlib.type_ids().items():
+                xla_client.register_custom_type_id(name, val, platform="cpu")
+            cls._CUSTOM_CALLS_REGISTERED = True
+
+    def _Execute(self, program, arguments):
+        return execute_with_python_values(_compile(self.backend, program), arguments,
+                                          self.backend)
+
+    def testCustomCall(self):
+        if self.backend.platform != "cpu":
+            pytest.skip("Test requires cpu platform")
+        _execute_and_compare_close(self.backend, CUSTOM_CALL_SUBTRACT_F32, expected=[0.75])
+
+    def testCustomCallWithUnifiedApiUnknownTarget(self):
+        if self.backend.platform != "cpu":
+            pytest.skip("Test requires cpu platform")
+        program = _custom_call_without_operands("not_existing", 3)
+        with pytest.raises(xla_client.XlaRuntimeError, match="NOT_FOUND"):
+            self._Execute(program, arguments=())
+
+    def testCustomCallTypedFfiUnknownTarget(self):
+        if self.backend.platform != "cpu":
+            pytest.skip("Test requires cpu platform")
+        program = _custom_call_without_operands("not_existing", 4)
+        with pytest.raises(xla_client.XlaRuntimeError):
+            self._Execute(program, arguments=())
+
+    def testCustomCallTypedFfiAlwaysFail(self):
+        if self.backend.platform != "cpu":
+            pytest.skip("Test requires cpu platform")
+        program = _custom_call_without_operands("always_fail", 4)
+        with pytest.raises(Exception, match="Failed intentionally"):
+            self._Execute(program, arguments=())
+
+    def testCustomCallTypedFfiAlwaysSucceed(self):
+        if self.backend.platform != "cpu":
+            pytest.skip("Test requires cpu platform")
+        program = _custom_call_without_operands("always_succeed", 4)
+        self._Execute(program, arguments=())
+
+    def testCustomCallTypedFfiSubtract(self):
+        if self.backend.platform != "cpu":
+            pytest.skip("Test requires cpu platform")
+        _execute_and_compare_close(self.backend, CUSTOM_CALL_SUBTRACT_F32_CST,
+                                   expected=[-1.75])
+
+    def testStatefulCustomCall(self):
+        if self.backend.platform != "cpu":
+            pytest.skip("Test requires cpu platform")
+        program = _custom_call_without_operands("stateful", 4, result="i32")
+        _execute_and_compare_close(self.backend, program, expected=[42])
+
+    def testCustomCallLookup(self):
+        if self.backend.platform != "cpu":
+            pytest.skip("Test requires cpu platform")
+
+        assert TestComputationsWithConstantsTest._CUSTOM_CALLS_REGISTERED
+        xla_client.make_cpu_client()
+        assert (set(self.custom_calls_testlib.registrations().keys())
+                <= set(xla_client.custom_call_targets("Host").keys()))
 
 
 class TestClientTest:
