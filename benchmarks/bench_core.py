@@ -385,7 +385,57 @@ def bench_execute(libs: dict, settings: Settings, notes: list[str],
         medians = per_call_medians(to_host, settings)
         rows.append(Row("b", "(b) execute + np.asarray(result) [us/call]", "us",
                         {k: v * 1e6 for k, v in medians.items()}))
+        for size in FRESH_READ_SIZES:
+            medians = per_call_medians(fresh_reads(libs, size), settings)
+            rows.append(Row("b", f"(b) np.asarray of a fresh computed {size}-float result "
+                                 f"[us/read]", "us", {k: v * 1e6 for k, v in medians.items()}))
     return rows
+
+
+#: Result sizes (float32 elements) of the fresh-read rows: jaxlib reads both through the buffer
+#: protocol, as a view of the buffer.
+FRESH_READ_SIZES = (8, 4096)
+
+
+def fresh_reads(libs: dict, size: int) -> dict[str, Callable[[int], int]]:
+    """Per library, a run timing ``np.asarray`` alone of ``n`` results of ``tanh(a * b + 1)``
+    on ``size`` floats, each computed and waited for before the timed loop."""
+    rng = np.random.default_rng(1)
+    a_host = rng.standard_normal(size).astype(np.float32)
+    b_host = rng.standard_normal(size).astype(np.float32)
+    expected = np.tanh(a_host * b_host + 1)
+    runs: dict[str, Callable[[int], int]] = {}
+
+    def timed(produce, chunk=500):
+        # In chunks, so that a calibrated loop of many reads does not hold its results at once.
+        def run(n, asarray=np.asarray):
+            elapsed = 0
+            for start in range(0, n, chunk):
+                results = [produce() for _ in range(min(chunk, n - start))]
+                for result in results:
+                    result.block_until_ready()
+                t0 = perf_ns()
+                for result in results:
+                    asarray(result)
+                elapsed += perf_ns() - t0
+            return elapsed
+        return run
+
+    if "jax" in libs:
+        jax, jnp = libs["jax"].jax, libs["jax"].jnp
+        f = jax.jit(lambda a, b: jnp.tanh(a * b + 1))
+        ja = jax.device_put(a_host, libs["jax"].device)
+        jb = jax.device_put(b_host, libs["jax"].device)
+        np.testing.assert_allclose(np.asarray(f(ja, jb)), expected, rtol=1e-5, atol=1e-6)
+        runs["jax"] = timed(lambda: f(ja, jb))
+    if "pjrt" in libs:
+        lib = libs["pjrt"]
+        executable = lib.compile(open(TINY_TANH).read().replace("8xf32", f"{size}xf32"))
+        pa, pb = lib.put(a_host), lib.put(b_host)
+        np.testing.assert_allclose(np.asarray(executable.execute([pa, pb])[0]), expected,
+                                   rtol=1e-5, atol=1e-6)
+        runs["pjrt"] = timed(lambda: executable.execute([pa, pb])[0])
+    return runs
 
 
 # --------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ if _building():
 #: CPython's own C API, limited to the stable ABI like the cffi one, so the wheel stays one
 #: cp310-abi3 wheel.
 HOT_PATH_SOURCES = ["hot_path.c", "handle_core.c", "array_core.c", "call_plan.c",
-                    "small_reads.c"]
+                    "host_views.c"]
 HOT_PATH = setuptools.Extension(
     "pjrt._hot_path", sources=[f"pjrt/_native/{name}" for name in HOT_PATH_SOURCES],
     include_dirs=["pjrt/include", "pjrt/_native"],

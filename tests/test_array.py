@@ -85,10 +85,11 @@ def test_every_host_buffer_semantics(client, semantics):
     np.testing.assert_array_equal(np.asarray(array), np.arange(1024, dtype=np.float32))
 
 
-def test_host_copy_is_cached_and_read_only(client):
+def test_host_reads_are_read_only_views_of_the_buffer(client):
     array = client.buffer_from_pyval(np.arange(4.0))
     first = np.asarray(array)
-    assert np.asarray(array) is first
+    assert np.shares_memory(np.asarray(array), first)
+    assert first.ctypes.data == array.unsafe_buffer_pointer()
     with pytest.raises(ValueError):
         first[0] = 7
     assert np.asarray(array, dtype=np.float32).dtype == np.float32
@@ -130,6 +131,7 @@ def test_memory_kind_and_sizes(client):
 
 
 def test_arrays_are_freed_when_garbage_collected(client):
+    gc.collect()  # arrays earlier tests left in reference cycles
     before = len(client.live_arrays())
     for _ in range(500):
         client.buffer_from_pyval(np.ones(16, np.float32))
@@ -146,7 +148,7 @@ def test_scalar_conversions(client):
         len(array)
 
 
-LARGE = 1 << 17  # float32 elements: 512 KiB, above the size read through a view
+LARGE = 1 << 17  # float32 elements: 512 KiB
 
 
 def test_large_host_resident_array_is_read_without_a_copy(client):
@@ -155,7 +157,7 @@ def test_large_host_resident_array_is_read_without_a_copy(client):
     assert view.ctypes.data == array.unsafe_buffer_pointer()
     assert not view.flags.writeable
     np.testing.assert_array_equal(view, np.arange(LARGE, dtype=np.float32))
-    assert np.asarray(array) is view  # the same view while it is in use
+    assert np.asarray(array).ctypes.data == view.ctypes.data  # every read: the buffer
 
 
 def test_donating_a_viewed_array_copies_instead(client):

@@ -1,8 +1,10 @@
-"""Reading small arrays to numpy (pjrt/_runtime/host_reads.py and _native/host_reads.c): one fresh
-numpy array and one C call for a computed value, an interruptible wait for one still being
-computed, a cached read-only copy, and the ownership rules (deletion, closing, threads) kept."""
+"""Reading arrays to numpy (_native/host_views.c, pjrt/_runtime/host_reads.py): a read-only view
+of the buffer itself for a computed value in host memory, of every size and dtype, an
+interruptible wait for one still being computed, and the ownership rules (deletion, closing,
+donation, threads) kept while views live."""
 from __future__ import annotations
 
+import ctypes
 import sys
 import threading
 
@@ -11,6 +13,7 @@ import numpy as np
 import pytest
 
 import pjrt
+from pjrt._runtime.host_reads import HostMemory
 from conftest import cpu_plugin_path
 from interrupt_helpers import assert_interrupted, run_cpu_child
 from long_programs import matmul_loop
@@ -33,20 +36,27 @@ def _counting_loop(iterations: int) -> str:
     np.array([[True, False], [False, True]]),
     np.arange(6, dtype=np.complex64).reshape(2, 3) * (1 + 2j),
     np.arange(5).astype(ml_dtypes.bfloat16),
-    np.arange(16383, dtype=np.float32),  # just under the size read through a view
+    np.arange(16383, dtype=np.float32),  # just under 64 KiB
     np.int8(-5),  # one byte
     np.array([True]),  # one byte, 1-d
     np.float16(1.5),  # two bytes
     np.arange(24, dtype=np.int16).reshape(2, 3, 4),
 ], ids=["f32", "0-d", "empty", "bool", "c64", "bf16", "64KiB-4", "i8-0d", "bool-1", "f16-0d",
         "i16-3d"])
-def test_small_reads_give_the_value_read_only_and_cached(client, host):
+def test_reads_of_every_size_are_read_only_views_of_the_buffer(client, host):
     array = client.buffer_from_pyval(host)
     value = np.asarray(array)
     assert value.dtype == host.dtype and value.shape == host.shape
     np.testing.assert_array_equal(value, host)
-    assert np.asarray(array) is value  # cached
+    _assert_is_the_buffer(value, array)
+    _assert_is_the_buffer(np.asarray(array), array)  # every read: the same memory
     _assert_nothing_writeable_under(value)
+
+
+def _assert_is_the_buffer(value: np.ndarray, array) -> None:
+    """``value`` is ``array``'s own memory, not a copy of it (where it has any)."""
+    if value.nbytes:
+        assert value.ctypes.data == array.unsafe_buffer_pointer()
 
 
 def _assert_nothing_writeable_under(value: np.ndarray) -> None:
@@ -59,6 +69,9 @@ def _assert_nothing_writeable_under(value: np.ndarray) -> None:
             layer.flags.writeable = True
         layer = layer.base
     while layer is not None:
+        if isinstance(layer, HostMemory):  # numpy's array interface, exported read-only
+            assert layer.__array_interface__["data"][1] is True
+            return
         assert memoryview(layer).readonly
         layer = getattr(layer, "obj", None)  # a memoryview's exporter
         if isinstance(layer, np.ndarray):
@@ -67,7 +80,7 @@ def _assert_nothing_writeable_under(value: np.ndarray) -> None:
 
 def test_program_results_of_every_rank_read_as_their_values(client):
     """The fast path of a fresh result: one-byte, two-byte, 0-d, 1-d and n-d outputs of one
-    program, each read read-only and cached."""
+    program, each read read-only, as a view of the output's buffer."""
     executable = client.compile_and_load("""
         func.func public @main(%x: tensor<2x3xi16>) -> (tensor<i8>, tensor<i1>, tensor<f16>,
                                                        tensor<6xi16>, tensor<2x3xi16>) {
@@ -86,7 +99,7 @@ def test_program_results_of_every_rank_read_as_their_values(client):
             value = np.asarray(output)
             assert value.dtype == want.dtype and value.shape == np.shape(want)
             np.testing.assert_array_equal(value, want)
-            assert np.asarray(output) is value
+            _assert_is_the_buffer(value, output)
             _assert_nothing_writeable_under(value)
 
 
@@ -211,20 +224,23 @@ def test_reads_racing_deletes_in_other_threads(client, tiny):
     assert outcomes["read"] + outcomes["deleted"] == 20 * 2 * 100
 
 
-def test_a_donated_array_is_not_read_from_its_cache(client):
+def test_a_donated_array_is_not_read_after_donation(client):
     executable = client.compile_and_load("""
         func.func public @main(%x: tensor<4xf32> {tf.aliasing_output = 0 : i32}) -> tensor<4xf32> {
           %y = stablehlo.negate %x : tensor<4xf32>
           return %y : tensor<4xf32>
         }""")
     x = client.buffer_from_pyval(np.arange(4, dtype=np.float32))
-    cached = np.asarray(x)  # a copy: x's buffer is not viewed, so it can be donated
+    viewed = np.asarray(x)  # a view: while numpy reads x's buffer, the program may not reuse it
     (y,) = executable.execute([x])
     np.testing.assert_array_equal(np.asarray(y), -np.arange(4, dtype=np.float32))
+    assert not x.is_deleted()
+    np.testing.assert_array_equal(viewed, np.arange(4, dtype=np.float32))  # still intact
+    del viewed  # the last view gone, x is donated
+    executable.execute([x])
     assert x.is_deleted()
     with pytest.raises(pjrt.DeletedArrayError, match="donated"):
         np.asarray(x)
-    np.testing.assert_array_equal(cached, np.arange(4, dtype=np.float32))  # still intact
 
 
 @pytest.mark.slow
@@ -242,6 +258,101 @@ def test_ctrl_c_interrupts_a_small_read_of_an_unfinished_result(cpu_plugin):
                           "count": int(np.asarray(count))}}))
     """)
     assert_interrupted(reports["read"])
+    after = reports["after"]
+    assert not after["ready_then"], after
+    assert after["count"] == 12000
+
+
+# -- the buffer protocol: np.asarray, memoryview and bytes of the buffer itself ----------------
+
+def test_numpy_copy_keyword_follows_numpy_2(client, mesh):
+    array = client.buffer_from_pyval(np.arange(6, dtype=np.int32).reshape(2, 3))
+    view = np.array(array, copy=False)
+    _assert_is_the_buffer(view, array)
+    assert not view.flags.writeable
+    copied = np.array(array, copy=True)
+    assert copied.flags.writeable and not np.shares_memory(copied, view)
+    copied[0, 0] = 7  # the copy is the caller's: the array keeps its value
+    np.testing.assert_array_equal(np.asarray(array), np.arange(6).reshape(2, 3))
+    with pytest.raises(ValueError, match="copy=False"):
+        array.__array__(np.float64, copy=False)  # another dtype needs a copy
+    sharded = pjrt.device_put(np.arange(16, dtype=np.float32).reshape(4, 4),
+                              pjrt.NamedSharding(mesh, pjrt.PartitionSpec("x")))
+    assert len(sharded.addressable_shards) > 1
+    with pytest.raises(ValueError, match="copy=False"):  # assembled from several buffers
+        np.array(sharded, copy=False)
+    np.testing.assert_array_equal(np.asarray(sharded), np.arange(16).reshape(4, 4))
+
+
+def test_memoryview_and_bytes_are_the_buffer_read_only(client):
+    host = np.arange(12, dtype=np.float32).reshape(3, 4)
+    array = client.buffer_from_pyval(host)
+    view = memoryview(array)
+    assert view.readonly and view.format == "f" and view.shape == (3, 4)
+    assert view.strides == (16, 4) and view.nbytes == host.nbytes
+    assert view.tobytes() == host.tobytes() == bytes(array)
+    with pytest.raises((TypeError, BufferError)):
+        ctypes.c_char.from_buffer(array)  # asks for writable memory
+    view.release()
+
+
+def test_a_view_keeps_the_memory_past_delete_and_close(make_client):
+    own = make_client()
+    array = own.buffer_from_pyval(np.arange(1000, dtype=np.float64))
+    address = array.unsafe_buffer_pointer()
+    view = np.asarray(array)
+    handle = own.raw_handle
+    array.delete()
+    assert array.is_deleted() and handle.is_viewed(id(array))
+    own.close()
+    np.testing.assert_array_equal(view, np.arange(1000))  # still the buffer, still there
+    assert view.ctypes.data == address
+    del view  # the last export gone, the memory is freed
+    assert not handle.is_viewed(id(array)) and id(array) not in handle.buffers
+
+
+def test_shards_and_clones_are_read_as_their_own_buffers(client, mesh):
+    host = np.arange(32, dtype=np.float32).reshape(8, 4)
+    sharded = pjrt.device_put(host, pjrt.NamedSharding(mesh, pjrt.PartitionSpec("x")))
+    for shard in sharded.addressable_shards:
+        value = np.asarray(shard.data)
+        np.testing.assert_array_equal(value, host[shard.index])
+        _assert_is_the_buffer(value, shard.data)
+    array = client.buffer_from_pyval(host)
+    clone = array.clone()
+    assert np.asarray(clone).ctypes.data == np.asarray(array).ctypes.data
+    view = np.asarray(clone)
+    array.delete()  # deletes the clone too, but not the memory its view reads
+    assert clone.is_deleted()
+    np.testing.assert_array_equal(view, host)
+
+
+def test_a_write_through_dlpack_shows_in_every_view(client):
+    """A zero-copy DLPack consumer that writes (PyTorch ignores the read-only flag) changes
+    what every host view reads, views taken before the export included, as in jax."""
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed in this environment")
+    array = client.buffer_from_pyval(np.zeros(4, np.float32))
+    before = np.asarray(array)
+    tensor = torch.from_dlpack(array)
+    tensor += 5
+    np.testing.assert_array_equal(before, [5, 5, 5, 5])
+    np.testing.assert_array_equal(np.asarray(array), [5, 5, 5, 5])
+
+
+@pytest.mark.slow
+def test_ctrl_c_interrupts_a_memoryview_of_an_unfinished_result(cpu_plugin):
+    """memoryview(array) of a value still being computed waits where Ctrl-C ends the wait,
+    with one KeyboardInterrupt; the value can be read afterwards."""
+    reports = run_cpu_child(cpu_plugin_path(cpu_plugin.name), f"""
+        client = pjrt.make_c_api_client("cpu")
+        executable = client.compile_and_load({_counting_loop(12000)!r})  # seconds of work
+        x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
+        count, row = executable.execute([x])
+        interrupt("view", lambda: memoryview(count), inside="event")
+        print(json.dumps({{"case": "after", "ready_then": count.is_ready(),
+                          "count": int(np.asarray(count))}}))
+    """)
+    assert_interrupted(reports["view"])
     after = reports["after"]
     assert not after["ready_then"], after
     assert after["count"] == 12000

@@ -400,7 +400,7 @@ def test_buffers_round_trip_and_are_freed_when_collected(fault_client):
         assert array.is_ready()
     assert fault.count("buffers_created") == len(values)
     assert fault.count("buffers_destroyed") == 0
-    del arrays, array
+    del arrays, array, result  # a read is a view of its buffer: it keeps the array
     gc.collect()
     assert fault.count("buffers_destroyed") == len(values)
     # Every ready event pjrt asked for (is_ready, the empty array's wait) was freed too.

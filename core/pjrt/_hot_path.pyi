@@ -3,7 +3,7 @@
 # (pjrt._capi.handles.ClientHandle.__init__); ArrayCore's are set in C, by its one constructor,
 # so they are declared here, and tests/test_native_core.py checks these names against the C
 # field list (HP_ARRAY_FIELDS).
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
@@ -44,6 +44,12 @@ class ArrayCore:
                devices: tuple, shape: tuple, dtype: np.dtype, sharding: Any = ...,
                parent: Any = ..., physical_order: tuple | None = ...) -> _Array: ...
 
+    def _take_interruption(self) -> BaseException | None: ...
+
+    # The buffer protocol (np.asarray, memoryview, bytes of a value in host memory).
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
 
 class CallPlan:
     live: int
@@ -61,10 +67,8 @@ class CallPlan:
 
 
 def configure(address_slot: Any, address_slot_address: int, *, buffer_destroy: int,
-              error_destroy: int, call_run: int, host_read: int) -> None: ...
+              error_destroy: int, call_run: int, host_address: int,
+              wait_ready: Callable[[Any, Any], None],
+              buffer_format: Callable[[np.dtype], bytes | None]) -> None: ...
 
 
-def read_small(array: Any) -> bytes | None: ...
-
-
-def set_small_read_limit(view_threshold_bytes: int) -> None: ...

@@ -12,7 +12,10 @@ Each test keeps upstream's name and assertions. What differs:
   text (``_compile``), and ``execute_with_python_values`` is the helper of the same name below;
 * the DLPack capsule is made with ``Array.__dlpack__`` and consumed with
   ``pjrt.from_dlpack`` (jaxlib: ``_xla.buffer_to_dlpack_managed_tensor`` and
-  ``_xla.dlpack_managed_tensor_to_buffer``);
+  ``_xla.dlpack_managed_tensor_to_buffer``); the ``use_legacy_api`` variants, two ways of
+  calling the same consumer in jaxlib, are one test here;
+* BufferProtocolTest compares float8_e4m3b11fnuz values by their bytes (``_assert_array_equal``):
+  upstream's ``rand() * 100`` overflows that type into NaNs, which numpy cannot compare.
 * ``backend.compile(program, options)`` is ``compile(program, compile_options=options)``: like
   jaxlib 0.10.2's, pjrt's ``compile`` takes the executable's devices second;
   ``backend.serialize_executable(executable)`` is ``executable.serialize()``;
@@ -871,6 +874,43 @@ testcase_shapes = [
 ]
 
 
+# XLA' alignment is 16 bytes at the moment, but it should match what Eigen
+# supports, and that can go up to 128 bytes on hardware with HVX.
+_XLA_CPU_MAX_ALIGNMENT = 128
+
+# Minimum possible alignment for XLA.
+_XLA_CPU_MIN_ALIGNMENT = 16
+
+
+def _Aligned(x, alignment=_XLA_CPU_MAX_ALIGNMENT):
+    """Upstream's helper: a copy of ``x`` aligned to ``alignment`` (``x`` if it already is)."""
+    if (x.ctypes.data % alignment) == 0:
+        return x
+    assert alignment % x.itemsize == 0
+    extra = alignment // x.itemsize
+    buf = np.empty(x.size + extra, dtype=x.dtype)
+    offset = (-buf.ctypes.data % alignment) // x.itemsize
+    result = buf[offset: offset + x.size].reshape(x.shape)
+    np.copyto(result, x)
+    return result
+
+
+def _Unaligned(x, alignment=_XLA_CPU_MIN_ALIGNMENT):
+    """Upstream's helper: a copy of ``x`` whose address is not aligned to ``alignment``."""
+    if (x.ctypes.data % alignment) != 0:
+        return x
+    assert (x.itemsize % alignment) != 0
+    offset = 1
+    buf = np.empty(x.size + offset, dtype=x.dtype)
+    if (buf.ctypes.data % alignment) != 0:
+        result = buf
+    else:
+        result = buf[offset: offset + x.size].reshape(x.shape)
+        assert (result.ctypes.data % alignment) != 0
+    np.copyto(result, x)
+    return result
+
+
 def FormatShapeAndDtype(shape, dtype):
     return "_{}[{}]".format(np.dtype(dtype).name, ",".join(map(str, shape)))
 
@@ -919,6 +959,108 @@ class TestDLPackTest:
         ConsumeDLPackTensor()
         with pytest.raises(RuntimeError, match=".*a DLPack tensor may be consumed at most once.*"):
             ConsumeDLPackTensor()
+
+    def testZeroCopyOnAlignedDlpackTensor(self, backend):
+        # Using CPU only, since this test is about CPU memory alignment.
+        if backend.platform != "cpu":
+            pytest.skip("Test requires CPU")
+
+        # Create a numpy array that is aligned to XLA requirements.
+        x = np.array(np.random.rand(3, 4, 5, 6), dtype=np.float32)
+        x = _Aligned(x)
+
+        # Convert it to a DLPack tensor, and then to an XLA buffer.
+        dlpack_tensor = x.__dlpack__()
+        buffer = pjrt.from_dlpack(dlpack_tensor, backend.local_devices()[0])
+        y = np.array(buffer, copy=False)
+
+        # The input was sufficiently aligned, so input and output should alias.
+        x_ptr = x.__array_interface__["data"][0]
+        y_ptr = y.__array_interface__["data"][0]
+        assert x_ptr == y_ptr, f"Buffers are not aliased ({hex(x_ptr)} != {hex(y_ptr)})."
+
+    @pytest.mark.parametrize("transpose", [False, True], ids=["", "_transpose"])
+    def testReturnCopyOnUnalignedDlpackTensor(self, backend, transpose):
+        # Using CPU only, since this test is about CPU memory alignment.
+        if backend.platform != "cpu":
+            pytest.skip("Test requires CPU")
+
+        # Create a numpy array that is not aligned to XLA requirements. XLA's
+        # alignment requirements differ for different hardware, so we use the
+        # smallest possible value. If we make sure the buffer is not aligned to
+        # this value (16 bytes), then it is also not aligned to its multiples (32,
+        # 64 etc.)
+        x = np.array(np.random.rand(3, 4, 5, 6), dtype=np.float32)
+        x = _Unaligned(x, alignment=_XLA_CPU_MIN_ALIGNMENT)
+
+        # Transpose the array to test non-default layout with trivial striding.
+        if transpose:
+            x = x.transpose((0, 2, 1, 3))
+
+        # Convert it to a DLPack tensor, and then to an XLA buffer.
+        dlpack_tensor = x.__dlpack__()
+        buffer = pjrt.from_dlpack(dlpack_tensor, backend.local_devices()[0])
+        y = np.array(buffer, copy=False)
+
+        # The input was not sufficiently aligned, so input and output should not
+        # alias (output should be a copy of input, and it should be aligned).
+        x_ptr = x.__array_interface__["data"][0]
+        y_ptr = y.__array_interface__["data"][0]
+        assert x_ptr != y_ptr, (
+            f"Buffers aliased, but should not be ({hex(x_ptr)} == {hex(y_ptr)})")
+        assert y_ptr % _XLA_CPU_MIN_ALIGNMENT == 0, "Output buffer not aligned: {hex(y_ptr)}"
+        np.testing.assert_array_equal(y, x)
+
+
+def _assert_array_equal(x, y):
+    """np.testing.assert_array_equal, but float8_e4m3b11fnuz values compared by their bytes:
+    ``rand() * 100`` overflows that type (its largest value is 30) into NaNs, which numpy
+    cannot match up in a type it does not know."""
+    if x.dtype == ml_dtypes.float8_e4m3b11fnuz:
+        assert x.shape == y.shape and x.dtype == y.dtype
+        np.testing.assert_array_equal(x.view(np.uint8), y.view(np.uint8))
+    else:
+        np.testing.assert_array_equal(x, y)
+
+
+class TestBufferProtocolTest:
+    """Upstream's BufferProtocolTest."""
+
+    @pytest.mark.parametrize(
+        "dtype,shape",
+        [pytest.param(dtype, shape, id=FormatShapeAndDtype(shape, dtype))
+         for dtype in standard_dtypes if dtype != ml_dtypes.bfloat16
+         for shape in testcase_shapes])
+    def testRoundTrip(self, backend, dtype, shape):
+        x = np.array(np.random.rand(*shape) * 100, dtype=dtype)
+
+        x = _Aligned(x)
+        x_ptr = x.__array_interface__["data"][0]
+        buffer = backend.buffer_from_pyval(
+            x, host_buffer_semantics=xla_client.HostBufferSemantics.ZERO_COPY)
+        y = np.array(buffer, copy=False)
+        y_ptr = y.__array_interface__["data"][0]
+        _assert_array_equal(x, y)
+
+        # The input was sufficiently aligned, so input and output should alias.
+        assert x_ptr == y_ptr
+        assert y_ptr == buffer.unsafe_buffer_pointer()
+
+        during_call = xla_client.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
+        buffer2 = backend.buffer_from_pyval(x, host_buffer_semantics=during_call)
+        z = np.array(buffer2, copy=False)
+        assert x.__array_interface__["data"][0] != z.__array_interface__["data"][0]
+
+    def testDeleteWithActiveView(self, backend):
+        x = np.random.randn(20, 10)
+        buffer = backend.buffer_from_pyval(x)
+        buffer_ptr = buffer.unsafe_buffer_pointer()
+        y = np.array(buffer, copy=False)
+        buffer.delete()
+        # It is still legal to access `y`; the array view must keep it alive.
+        np.testing.assert_array_equal(x, y)
+        assert y.__array_interface__["data"][0] == buffer_ptr
+
 
 class TestDeviceTest:
     """Upstream's DeviceTest."""

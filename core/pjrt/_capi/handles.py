@@ -106,6 +106,9 @@ class ClientHandle(HandleCore):
         self.executables: dict[int, tuple] = {}
         #: owner id -> weak references to the objects numpy views of its buffers keep alive
         self.viewed: dict[int, list] = {}
+        #: owner id -> the owner, while the buffer protocol exports its memory (a
+        #: ``np.asarray`` or ``memoryview`` of it is alive: see ``_native/host_views.c``)
+        self.buffer_exports: dict[int, object] = {}
         #: owners whose buffers go when their last numpy view does
         self.released_while_viewed: set[int] = set()
         #: owner id -> [(host array, PJRT_Event* or NULL)] its buffers may be reading
@@ -395,6 +398,8 @@ class ClientHandle(HandleCore):
         return self._is_viewed(owner_id)
 
     def _is_viewed(self, owner_id: int) -> bool:
+        if owner_id in self.buffer_exports:
+            return True
         references = self.viewed.get(owner_id)
         return bool(references) and any(r() is not None for r in references)
 

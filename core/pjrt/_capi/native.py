@@ -5,8 +5,9 @@ The runtime owns the state machine of the per-call path and nothing else: call t
 release of an owner's buffers (`HandleCore`, the base of
 `pjrt._capi.handles.ClientHandle`), an Array's fields and its one constructor (`ArrayCore`,
 the base of `pjrt.array.Array`), the launch of a program on one or several devices
-(`CallPlan`, on at most `MAX_DEVICES` devices) and the first read of a small value (`read_small`). Python above it decides the
-policy: which errors to raise and their words, parking, teardown, when to check what.
+(`CallPlan`, on at most `MAX_DEVICES` devices) and an Array's host view (ArrayCore's buffer
+protocol: ``np.asarray`` and ``memoryview`` of a value in host memory). Python above it decides
+the policy: which errors to raise and their words, parking, teardown, when to check what.
 
 It reaches the plugin only through functions of the cffi extension (``_pjrt_cffi``), whose
 addresses it is given below; every other module imports the runtime from here, so that it is
@@ -14,11 +15,25 @@ never used unwired.
 """
 from __future__ import annotations
 
-from .._hot_path import (MAX_DEVICES, ArrayCore, CallPlan, HandleCore, configure,
-                         read_small, set_small_read_limit)
-from .._pjrt_cffi import ffi, lib
+import numpy as np
 
-__all__ = ["MAX_DEVICES", "ArrayCore", "CallPlan", "HandleCore", "read_small", "set_small_read_limit"]
+from .._hot_path import MAX_DEVICES, ArrayCore, CallPlan, HandleCore, configure
+from .._pjrt_cffi import ffi, lib
+from .waits import wait_buffer_ready
+
+__all__ = ["MAX_DEVICES", "ArrayCore", "CallPlan", "HandleCore"]
+
+
+def _buffer_format(dtype: np.dtype) -> bytes | None:
+    """numpy's own buffer-protocol format for ``dtype``, which numpy reads back as ``dtype``;
+    None where there is none (ml_dtypes' types: their arrays are read through ``__array__``)."""
+    try:
+        exported = memoryview(np.empty(0, dtype))  # pyright: ignore[reportArgumentType]
+        if np.asarray(exported).dtype != dtype:
+            return None
+    except (TypeError, ValueError, BufferError):
+        return None
+    return exported.format.encode()
 
 
 def _address(function_name: str) -> int:
@@ -32,4 +47,5 @@ configure(_address_slot, int(ffi.cast("uintptr_t", _address_slot)),
           buffer_destroy=_address("pjrt_shim_buffer_destroy"),
           error_destroy=_address("pjrt_shim_error_destroy"),
           call_run=_address("pjrt_shim_call_run"),
-          host_read=_address("pjrt_host_read"))
+          host_address=_address("pjrt_host_address"),
+          wait_ready=wait_buffer_ready, buffer_format=_buffer_format)

@@ -22,6 +22,7 @@ static int array_traverse(PyObject* op, visitproc visit, void* arg) {
 #undef VISIT_FIELD
   Py_VISIT(self->cache.source);
   Py_VISIT(self->cache.sources);
+  Py_VISIT(self->interruption);
   return 0;
 }
 
@@ -31,6 +32,7 @@ static int array_clear(PyObject* op) {
   HP_ARRAY_FIELDS(CLEAR_FIELD)
 #undef CLEAR_FIELD
   hp_address_cache_clear(&self->cache);
+  Py_CLEAR(self->interruption);
   return 0;
 }
 
@@ -210,6 +212,9 @@ static PyMethodDef array_methods[] = {
      METH_VARARGS | METH_KEYWORDS | METH_CLASS,
      "_adopt(client, handle, buffers, devices, shape, dtype, sharding=None, parent=None, "
      "physical_order=None) -> a new array owning buffers, made without calling the class"},
+    {"_take_interruption", hp_array_take_interruption, METH_NOARGS,
+     "_take_interruption() -> the KeyboardInterrupt that ended this thread's last wait in "
+     "the buffer protocol, which numpy dropped before calling __array__; or None"},
     {NULL, NULL, 0, NULL}};
 
 static PyType_Slot array_slots[] = {
@@ -221,6 +226,8 @@ static PyType_Slot array_slots[] = {
     {Py_tp_clear, array_clear},
     {Py_tp_dealloc, array_dealloc},
     {Py_tp_finalize, array_finalize},
+    {Py_bf_getbuffer, (void*)hp_array_getbuffer},
+    {Py_bf_releasebuffer, (void*)hp_array_releasebuffer},
     {0, NULL}};
 
 PyType_Spec hp_array_spec = {

@@ -79,7 +79,8 @@ void hp_address_cache_clear(AddressCache* cache) {
 
 #define HANDLE_FIELDS(apply)                                                  \
   apply(api) apply(table) apply(pointer) apply(closed) apply(closed_reason)   \
-  apply(buffers) apply(executables) apply(viewed) apply(released_while_viewed) \
+  apply(buffers) apply(executables) apply(viewed) apply(buffer_exports)       \
+  apply(released_while_viewed)                                                \
   apply(holds) apply(pending_holds) apply(active) apply(tickets) apply(parked) \
   apply(generation) apply(keep_alive)
 

@@ -8,19 +8,25 @@ PyTypeObject* hp_array_type;
 PyTypeObject* hp_handle_type;
 
 /* configure(address_slot, address_slot_address, *, buffer_destroy,
- *           error_destroy, call_run, host_read): the cffi
- * PJRT_Buffer*[1] used to read a cdata's address, and the addresses of the
- * cffi extension's functions this module calls. Called once, by
+ *           error_destroy, call_run, host_address, wait_ready, buffer_format):
+ * the cffi PJRT_Buffer*[1] used to read a cdata's address, the addresses of
+ * the cffi extension's functions this module calls, and the two Python
+ * functions a host view needs (see hot_path.h). Called once, by
  * pjrt._capi.native. */
 static PyObject* configure(PyObject* module, PyObject* args, PyObject* kwargs) {
   static char* keywords[] = {"address_slot", "address_slot_address", "buffer_destroy",
-                             "error_destroy", "call_run", "host_read", NULL};
-  PyObject* slot;
+                             "error_destroy", "call_run", "host_address", "wait_ready",
+                             "buffer_format", NULL};
+  PyObject *slot, *wait_ready, *buffer_format;
   PyObject* addresses[5];
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!$O!O!O!O!", keywords, &slot,
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!$O!O!O!O!OO", keywords, &slot,
                                    &PyLong_Type, &addresses[0], &PyLong_Type, &addresses[1],
                                    &PyLong_Type, &addresses[2], &PyLong_Type, &addresses[3],
-                                   &PyLong_Type, &addresses[4])) {
+                                   &PyLong_Type, &addresses[4], &wait_ready, &buffer_format)) {
+    return NULL;
+  }
+  if (!PyCallable_Check(wait_ready) || !PyCallable_Check(buffer_format)) {
+    PyErr_SetString(PyExc_TypeError, "wait_ready and buffer_format must be callable");
     return NULL;
   }
   void* pointers[5];
@@ -35,23 +41,24 @@ static PyObject* configure(PyObject* module, PyObject* args, PyObject* kwargs) {
   }
   Py_INCREF(slot);
   Py_XSETREF(hp_wiring.address_slot, slot);
+  Py_INCREF(wait_ready);
+  Py_XSETREF(hp_wiring.wait_ready, wait_ready);
+  Py_INCREF(buffer_format);
+  Py_XSETREF(hp_wiring.buffer_format, buffer_format);
   hp_wiring.address_slot_memory = (PJRT_Buffer**)pointers[0];
   hp_wiring.buffer_destroy = (buffer_destroy_fn)pointers[1];
   hp_wiring.error_destroy = (error_destroy_fn)pointers[2];
   hp_wiring.call_run = (call_run_fn)pointers[3];
-  hp_wiring.host_read = (host_read_fn)pointers[4];
+  hp_wiring.host_address = (host_address_fn)pointers[4];
   Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(address_slot, address_slot_address, *, buffer_destroy, error_destroy, "
-     "call_run, host_read): the cffi PJRT_Buffer*[1] used to read a cdata's "
-     "address, and the addresses of the cffi extension's functions this module calls"},
-    {"read_small", hp_read_small, METH_O,
-     "read_small(array) -> bytes of its value, or None: take the full read"},
-    {"set_small_read_limit", hp_set_small_read_limit, METH_O,
-     "set_small_read_limit(view_threshold_bytes): the size from which reads are views"},
+     "call_run, host_address, wait_ready, buffer_format): the cffi PJRT_Buffer*[1] used "
+     "to read a cdata's address, the addresses of the cffi extension's functions this "
+     "module calls, and the Python functions a host view needs"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {

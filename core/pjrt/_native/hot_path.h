@@ -21,7 +21,8 @@
  *                   adopts the outputs. What it does not handle it leaves
  *                   alone and answers None; the caller takes the Python path,
  *                   which reports every error;
- *   small_reads.c - read_small, the first read of a small computed value;
+ *   host_views.c  - ArrayCore's buffer protocol: np.asarray and memoryview of
+ *                   a value in host memory are the buffer itself;
  *   hot_path.c    - the module: its wiring (configure) and its types.
  *
  * The plugin is reached only through functions of the cffi extension, whose
@@ -66,8 +67,14 @@ typedef struct {
 } Py_buffer;
 PyAPI_FUNC(int) PyObject_GetBuffer(PyObject* obj, Py_buffer* view, int flags);
 PyAPI_FUNC(void) PyBuffer_Release(Py_buffer* view);
+#define PyBUF_WRITABLE 0x0001
+#define PyBUF_FORMAT 0x0004
 #define PyBUF_ND 0x0008
 #define PyBUF_STRIDES (0x0010 | PyBUF_ND)
+/* The slots' numbers are part of the stable ABI; 3.10 takes them in a type's
+ * spec (it has since 3.9) but its limited headers hide them. */
+#define Py_bf_getbuffer 1
+#define Py_bf_releasebuffer 2
 #endif
 
 #ifndef Py_XSETREF /* not in the limited API before 3.12 */
@@ -85,7 +92,7 @@ PyAPI_FUNC(void) PyBuffer_Release(Py_buffer* view);
 /* ---- wiring (hot_path.c) ------------------------------------------------- */
 
 typedef int (*call_run_fn)(pjrt_shim_call*);
-typedef intptr_t (*host_read_fn)(const PJRT_Api*, PJRT_Buffer*, void*, size_t);
+typedef intptr_t (*host_address_fn)(const PJRT_Api*, PJRT_Buffer*, size_t, uintptr_t*);
 typedef void (*buffer_destroy_fn)(const PJRT_Api*, PJRT_Buffer*);
 typedef void (*error_destroy_fn)(const PJRT_Api*, PJRT_Error*);
 
@@ -96,7 +103,9 @@ typedef struct {
   buffer_destroy_fn buffer_destroy;  /* pjrt_shim_buffer_destroy */
   error_destroy_fn error_destroy;    /* pjrt_shim_error_destroy */
   call_run_fn call_run;              /* pjrt_shim_call_run, the one launcher */
-  host_read_fn host_read;            /* pjrt_host_read */
+  host_address_fn host_address;      /* pjrt_host_address */
+  PyObject* wait_ready;    /* (api, buffer cdata): waits for its value, raises its error */
+  PyObject* buffer_format; /* (dtype) -> its buffer-protocol format as bytes, or None */
 } hp_wiring_t;
 extern hp_wiring_t hp_wiring;
 
@@ -146,6 +155,7 @@ typedef struct {
   PyObject* buffers;
   PyObject* executables;
   PyObject* viewed;
+  PyObject* buffer_exports;
   PyObject* released_while_viewed;
   PyObject* holds;
   PyObject* pending_holds;
@@ -188,6 +198,11 @@ typedef struct {
   HP_ARRAY_FIELDS(HP_DECLARE_FIELD)
 #undef HP_DECLARE_FIELD
   AddressCache cache;
+  Py_ssize_t exports;     /* buffer-protocol exports of this owner's memory alive */
+  int host_state;         /* whether the memory is host memory: see host_views.c */
+  uintptr_t host_address; /* where, once known */
+  PyObject* interruption; /* a Ctrl-C that ended a wait of the buffer protocol */
+  unsigned long interrupted_thread; /* the thread it ended the wait of */
 } ArrayCore;
 
 /* A new Array of `type` (ArrayCore or a subclass) owning `buffers` (a list,
@@ -202,11 +217,14 @@ PyObject* hp_array_adopt(PyTypeObject* type, PyObject* client, PyObject* handle,
 
 extern PyType_Spec hp_array_spec;
 
-/* ---- call_plan.c / small_reads.c ----------------------------------------- */
+/* ---- call_plan.c / host_views.c ------------------------------------------ */
 
 extern PyType_Spec hp_plan_spec;
 
-PyObject* hp_read_small(PyObject* module, PyObject* array);
-PyObject* hp_set_small_read_limit(PyObject* module, PyObject* limit);
+/* ArrayCore's buffer protocol (slots of hp_array_spec), and its method
+ * _take_interruption(). */
+int hp_array_getbuffer(PyObject* op, Py_buffer* view, int flags);
+void hp_array_releasebuffer(PyObject* op, Py_buffer* view);
+PyObject* hp_array_take_interruption(PyObject* op, PyObject* unused);
 
 #endif /* PJRT_HOT_PATH_H_ */

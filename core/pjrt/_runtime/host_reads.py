@@ -1,43 +1,36 @@
-"""Reading an Array's value on the host: the read-only views and cached copies behind
-`np.asarray(array)`.
+"""Reading an Array's value on the host: what `np.asarray(array)` gives where the buffer
+protocol does not.
 
-`HostReads` is the part of `pjrt.array.Array` that turns its buffers into numpy values. On
-CPU plugins device memory is host memory: a large single-device array is read as a read-only
-view of the buffer itself (kept alive by `HostMemory`), a small one as a copy cached for
-later reads; a multi-device array is assembled from one copy of each distinct shard. An array
-shared through DLPack is never cached, since its partner may write to the memory.
+An Array whose value lies in host memory (any array of a CPU plugin, or in a host memory
+space) is read through the buffer protocol, in C (``_native/host_views.c``): ``np.asarray``,
+``memoryview`` and ``bytes`` of it are the buffer itself, read-only, for every size, as
+jaxlib's are. numpy turns to ``__array__``, here, only where there is no such buffer:
 
-A small read is the hot path (``np.asarray(executable.execute(...)[0])``): one fresh
-``bytes`` object that one C call (``pjrt_host_read``, in ``_native/host_reads.c``) fills after
-checking that the value is computed, and one numpy array over it. The bytes are the array's
-base: numpy cannot make such an array writeable, and no writeable object lies under it. A value
-still being computed is waited for here instead, in slices that Ctrl-C can interrupt, and read
-again.
+* a value in device memory is copied to the host once and the copy cached for later reads
+  (never for an array shared through DLPack, whose partner may write to the memory);
+* an array of several buffers is assembled from one copy of each distinct shard;
+* a dtype the buffer protocol has no format for (ml_dtypes' types) is viewed through
+  `HostMemory`, the same memory with no copy;
+* an error (a deleted array, a closed client, a failed computation) is raised here, worded.
+
+A value still being computed is waited for in slices that Ctrl-C can interrupt.
 """
 from __future__ import annotations
 
-import math
 import threading
 import weakref
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .._capi.native import ArrayCore, read_small as _read_small, set_small_read_limit
+from .._capi.native import ArrayCore
 from .._pjrt_cffi import ffi, lib
 from ..errors import check, consume
 from .._capi.waits import wait_buffer_ready
 
-#: Arrays at least this large are read through a view of host-resident buffers; a copy is
-#: cheaper than setting up the view below it.
-VIEW_THRESHOLD_BYTES = 1 << 16
-
 _host_read = lib.pjrt_host_read
-set_small_read_limit(VIEW_THRESHOLD_BYTES)
 _NOT_READY = lib.PJRT_HOST_READ_NOT_READY
 _ndarray = np.ndarray
-_frombuffer = np.frombuffer
-_prod = math.prod
 _ZERO = b"\0"
 
 
@@ -149,19 +142,20 @@ class HostReads(ArrayCore):
         def addressable_shards(self) -> list: ...
 
     def _value(self) -> np.ndarray:
-        """The value as a read-only numpy array (see `__array__`)."""
-        return self.__array__()
+        """The value as a read-only numpy array: the buffer itself where the buffer protocol
+        has it (see the module's docstring)."""
+        return np.asarray(self)
 
-    def _read(self, handle) -> np.ndarray:
-        """Every read the hot path of `__array__` leaves aside: a cached copy of a shard, large
-        arrays (views of host-resident buffers), shared arrays, shards and multi-device
-        arrays, and the errors of deleted arrays and closed clients. Runs under a ticket."""
+    def _read(self, handle) -> tuple[np.ndarray, bool]:
+        """The value, and whether it is the buffers' own memory (a view) rather than a copy:
+        every read the buffer protocol leaves to Python (see the module's docstring). Runs
+        under a ticket; raises for a deleted array or a closed client."""
         buffers = self.live_buffers()  # a deleted array is not read, even from a cache
         if self._host_copy is not None:
-            return self._host_copy
+            return self._host_copy, False
         view = self._host_view() if self._host_view is not None else None
         if view is not None:
-            return view
+            return view, True
         if self._sharding is not None and not self._sharding.is_fully_addressable:
             raise ValueError(
                 "this array has shards on devices of other processes, so its value cannot be "
@@ -169,14 +163,10 @@ class HostReads(ArrayCore):
         if len(buffers) != 1:
             value = self._assemble()
             self._cache(value)
-            return value
+            return value, False
         api = handle.api
         nbytes = self.nbytes
         order = self._physical_order
-        if nbytes < VIEW_THRESHOLD_BYTES and not self.shared:
-            value = buffer_to_host(api, buffers[0], self.shape, self.dtype, order)
-            self._cache(value)
-            return value
         wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
         address = ffi.new("uintptr_t *")
         check(api, lib.pjrt_shim_buffer_host_address(api.table, buffers[0], nbytes, address))
@@ -190,10 +180,10 @@ class HostReads(ArrayCore):
                 view = in_logical_order(np.asarray(memory).view(self.dtype).reshape(stored),
                                         order)
             self._host_view = weakref.ref(view)
-            return view
+            return view, True
         value = buffer_to_host(api, buffers[0], self.shape, self.dtype, order)
         self._cache(value)
-        return value
+        return value, False
 
     def _cache(self, value: np.ndarray) -> None:
         """Keep a host copy for later reads, unless the memory is shared through DLPack (a
@@ -215,59 +205,19 @@ class HostReads(ArrayCore):
                 out[shard.index] = shard.data._value()
         return read_only(out)
 
-    def _read_under_ticket(self) -> np.ndarray:
-        """`_read` between ``ClientHandle.begin`` and ``end``: every read but the first read of
-        a small single-device array (which `__array__` does itself)."""
+    def __array__(self, dtype=None, copy=None):
+        """The value as a read-only numpy array (numpy 2's protocol: ``copy=False`` raises
+        ValueError where the value cannot be had without a copy). numpy calls this only where
+        the buffer protocol gives it no buffer; see the module's docstring."""
+        interruption = self._take_interruption()
+        if interruption is not None:  # ended the buffer protocol's wait; numpy dropped it
+            raise interruption
         handle = self._handle
         ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
         try:
-            return self._read(handle)  # raises for a deleted array or closed client
+            value, is_view = self._read(handle)  # raises for a deleted array or closed client
         finally:
             handle.end(ticket)
-
-    def __array__(self, dtype=None, copy=None):
-        # The hot path of every read, written out in one function: each call, attribute
-        # look-up and numpy step here is a measurable share of a small read.
-        value = self._host_copy
-        handle = self._handle
-        if value is None and (raw := _read_small(self)) is not None:
-            # The first read of a small computed value: copied in C (pjrt._capi.native.read_small)
-            shape = self.shape
-            value = (_frombuffer(raw, self.dtype) if len(shape) == 1
-                     else _ndarray(shape, self.dtype, raw))
-            self._host_copy = value
-            if self._shared:  # exported through DLPack by another thread meanwhile
-                self._host_copy = None
-        elif value is None:
-            ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
-            try:
-                buffers = self._buffers  # read under the ticket: a delete() from now on waits
-                if (buffers is None or handle.closed or self._sharding is not None
-                        or self._parent is not None or self._shared or len(buffers) != 1
-                        or self._physical_order is not None):
-                    value = self._read(handle)  # raises for a deleted array or closed client
-                else:  # one buffer, not shared: copied if small (and cached, see _cache)
-                    shape = self.shape
-                    element = self.dtype
-                    vector = len(shape) == 1
-                    nbytes = (shape[0] if vector else _prod(shape)) * element.itemsize
-                    if nbytes >= VIEW_THRESHOLD_BYTES:
-                        value = self._read(handle)
-                    else:  # private_bytes(), inlined
-                        raw = _ZERO * nbytes if nbytes > 1 else bytes(nbytes)
-                        status = _host_read(handle.table, buffers[0], raw, nbytes)
-                        if status:  # not computed yet (wait, then copy), or an error
-                            copy_to_host(handle.api, buffers[0], raw, nbytes, status)
-                        # (np.frombuffer parses its arguments faster than np.ndarray)
-                        value = (_frombuffer(raw, element) if vector
-                                 else _ndarray(shape, element, raw))
-                        self._host_copy = value
-                        if self._shared:  # exported through DLPack by another thread meanwhile
-                            self._host_copy = None
-            finally:
-                handle.end(ticket)
-        elif self._buffers is None or self._parent is not None or handle.closed:
-            value = self._read_under_ticket()  # a deleted array is not read from its cache
         if dtype is not None and np.dtype(dtype) != value.dtype:
             if copy is False:
                 raise ValueError(f"converting an Array of {value.dtype} to {np.dtype(dtype)} "
@@ -275,6 +225,11 @@ class HostReads(ArrayCore):
             return value.astype(dtype)
         if copy:
             return value.copy()
+        if copy is False and not is_view:
+            where = ("its value is assembled from several buffers"
+                     if len(self.live_buffers()) != 1 else "its memory is not host memory")
+            raise ValueError(f"reading this Array needs a copy ({where}), and copy=False was "
+                             f"asked for; use np.asarray(x), which copies only where it must")
         return value
 
     def to_py(self) -> np.ndarray:
