@@ -32,21 +32,6 @@ INSTANTIATE = lib.XLA_FFI_ExecutionStage_INSTANTIATE
 _NOT_SET = "state is not set"
 
 
-def _declared_fields(struct: str) -> set[str]:
-    try:
-        return {name for name, _ in ffi.typeof(struct).fields}
-    except ffi.error:
-        return set()
-
-
-# Declarations the extension gained with these helpers. An extension built from the older
-# header lacks them; the same layouts are then written out here, word by word, until the
-# extension is rebuilt (the fallbacks below go then).
-_HAS_V02_STATE_ARGS = bool(_declared_fields("XLA_FFI_State_Args_V02"))
-_HAS_TYPE_INFO = "type_info" in _declared_fields("PJRT_FFI_TypeID_Register_Args")
-_WORD = ffi.sizeof("void *")
-
-
 def error_text(api, error) -> str:
     """The message of the ``XLA_FFI_Error*`` a call of the FFI table ``api`` returned; the
     error is freed."""
@@ -84,18 +69,9 @@ def _state_args(frame, kind: str, type_id, state=_NULL):
         args = ffi.new(f"XLA_FFI_State_{kind}_Args *")
         args.struct_size = ffi.sizeof(f"XLA_FFI_State_{kind}_Args")
         args.stage = INSTANTIATE
-    elif _HAS_V02_STATE_ARGS:
+    else:  # a 0.2 runtime: the same struct without ``stage``
         args = ffi.new("XLA_FFI_State_Args_V02 *")
         args.struct_size = ffi.sizeof("XLA_FFI_State_Args_V02")
-    else:
-        # XLA_FFI_State_Args_V02: struct_size, extension_start, ctx, type_id, state.
-        words = ffi.new("uintptr_t[5]")
-        words[0] = 5 * _WORD
-        words[2] = int(ffi.cast("uintptr_t", frame.ctx))
-        words[3] = int(ffi.cast("uintptr_t", type_id))
-        words[4] = int(ffi.cast("uintptr_t", state))
-        return (ffi.cast(f"XLA_FFI_State_{kind}_Args *", words), words,
-                lambda: int(words[4]))
     args.ctx = frame.ctx
     args.type_id = type_id
     args.state = state
@@ -158,26 +134,13 @@ def register_type(api, extension, name: str, type_id: int, deleter) -> int:
     """
     encoded = name.encode("utf-8")
     text = ffi.new("char[]", encoded)
-    if _HAS_TYPE_INFO:
-        info = ffi.new("PJRT_FFI_Type_Info *")
-        info.deleter = deleter
-        args = ffi.new("PJRT_FFI_TypeID_Register_Args *")
-        args.struct_size = ffi.sizeof("PJRT_FFI_TypeID_Register_Args")
-        args.type_name = text
-        args.type_name_size = len(encoded)
-        args.type_id = type_id
-        args.type_info = info
-        check(api, extension.type_id_register(args))
-        return int(args.type_id)
-    # PJRT_FFI_Type_Info: deleter, serialize, deserialize. PJRT_FFI_TypeID_Register_Args:
-    # struct_size, extension_start, type_name, type_name_size, type_id, type_info.
-    info_words = ffi.new("uintptr_t[3]")
-    info_words[0] = int(ffi.cast("uintptr_t", deleter))
-    words = ffi.new("uintptr_t[6]")
-    words[0] = 6 * _WORD
-    words[2] = int(ffi.cast("uintptr_t", text))
-    words[3] = len(encoded)
-    words[4] = int(ffi.cast("uintptr_t", ffi.cast("int64_t", type_id)))
-    words[5] = int(ffi.cast("uintptr_t", info_words))
-    check(api, extension.type_id_register(ffi.cast("PJRT_FFI_TypeID_Register_Args *", words)))
-    return int(ffi.cast("int64_t", words[4]))
+    info = ffi.new("PJRT_FFI_Type_Info *")
+    info.deleter = deleter
+    args = ffi.new("PJRT_FFI_TypeID_Register_Args *")
+    args.struct_size = ffi.sizeof("PJRT_FFI_TypeID_Register_Args")
+    args.type_name = text
+    args.type_name_size = len(encoded)
+    args.type_id = type_id
+    args.type_info = info
+    check(api, extension.type_id_register(args))
+    return int(args.type_id)
