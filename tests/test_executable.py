@@ -281,3 +281,45 @@ def test_repeated_execution_does_not_leak_buffers(client, tiny):
     del out
     gc.collect()
     assert len(client.live_arrays()) == before + 2
+
+
+# -- outputs whose size each call decides -------------------------------------------------------
+
+_DYNAMIC_OUTPUTS = """
+func.func public @main(%x: tensor<2x3xf32>, %n: tensor<i32>)
+    -> (tensor<2x?xf32, #stablehlo.bounds<?, 3>>, tensor<2xf32>) {
+  %0 = stablehlo.set_dimension_size %x, %n, dim = 1
+      : (tensor<2x3xf32>, tensor<i32>) -> tensor<2x?xf32, #stablehlo.bounds<?, 3>>
+  %1 = stablehlo.constant dense<[7.0, 8.0]> : tensor<2xf32>
+  return %0, %1 : tensor<2x?xf32, #stablehlo.bounds<?, 3>>, tensor<2xf32>
+}"""
+
+
+@pytest.mark.parametrize("size", [3, 2, 1, 0])
+def test_an_output_of_dynamic_size_has_the_size_its_call_gave(client, size):
+    """The plugin lays such an output out at its bound, the value dense at its start: the
+    Array has the call's size and its value, never the padding."""
+    executable = client.compile_and_load(_DYNAMIC_OUTPUTS)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    first, second = executable.execute(_put(client, [x, np.int32(size)]))
+    assert first.shape == (2, size)
+    np.testing.assert_array_equal(np.asarray(first), x[:, :size])
+    np.testing.assert_array_equal(np.asarray(second), [7, 8])  # the static one, untouched
+    assert "f32[2,<=3]" in executable.hlo_modules()[0].to_string()
+
+
+def test_outputs_of_dynamic_size_on_several_devices(make_client):
+    client = make_client(2)
+    executable = client.compile_and_load(_DYNAMIC_OUTPUTS, client.devices())
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    arguments = [[client.buffer_from_pyval(x, d) for d in client.devices()],
+                 [client.buffer_from_pyval(np.int32(n), d)
+                  for n, d in zip((1, 3), client.devices())]]
+    firsts, _ = executable.execute_sharded(arguments).disassemble_into_single_device_arrays()
+    assert [a.shape for a in firsts] == [(2, 1), (2, 3)]
+    np.testing.assert_array_equal(np.asarray(firsts[0]), x[:, :1])
+    with pytest.raises(pjrt.UnsupportedFeatureError, match="decides"):
+        executable.execute_global([pjrt.device_put(x, pjrt.NamedSharding(
+            pjrt.Mesh(np.array(client.devices()), ("x",)), pjrt.PartitionSpec())),
+            pjrt.device_put(np.int32(1), pjrt.NamedSharding(
+                pjrt.Mesh(np.array(client.devices()), ("x",)), pjrt.PartitionSpec()))])

@@ -26,7 +26,7 @@ from ._capi import memory_headroom
 from ._capi.api import HEADER_VERSION
 from ._capi.native import MAX_DEVICES, CallPlan
 from ._pjrt_cffi import ffi, lib
-from .array import Array, check_device_sets
+from .array import Array, array_from_host, check_device_sets
 # CompiledMemoryStats is re-exported: its home was this module; HloModule is public here.
 from ._runtime.executable_metadata import (CompiledMemoryStats, ExecutableMetadata,  # noqa: F401
                                            HloModule)
@@ -214,7 +214,12 @@ class LoadedExecutable(ExecutableMetadata):
                 tuple(zip(self._output_shapes, self._output_dtypes or ()))
                 if self._output_shapes is not None else None)
             self._output_orders = _output_orders(self)
-            parameters = _call_parameters(self) if not any(self._output_orders) else None
+            #: Outputs whose size each call decides (see `_unpadded`): they take the full path.
+            self._dynamic_outputs = (self._signature.dynamic_outputs
+                                     if self._signature is not None else frozenset())
+            parameters = (_call_parameters(self)
+                          if not any(self._output_orders) and not self._dynamic_outputs
+                          else None)
             #: The per-call path of `execute` (None: every call takes the full one).
             self._plan: CallPlan | None = (
                 _make_plan(self, *parameters) if parameters is not None else None)
@@ -224,7 +229,7 @@ class LoadedExecutable(ExecutableMetadata):
                 self._plan if self._plan is not None else _LaunchState())
             #: `execute_global`'s, made after its first call (see `_make_global_plan`).
             self._global_plan: CallPlan | None = None
-            self._global_plan_wanted = len(self._devices) > 1
+            self._global_plan_wanted = len(self._devices) > 1 and not self._dynamic_outputs
             self._launch_need: int | None = None  # per device, from the first launch on
         except BaseException:
             self._release()
@@ -318,6 +323,10 @@ class LoadedExecutable(ExecutableMetadata):
         ``device``: where to run a portable executable (compiled with
         ``CompileOptions.compile_portable_executable``, it has no device of its own, and
         ``local_devices()`` is empty); its arguments must be Arrays on that device.
+
+        An output with a dimension of dynamic size (``stablehlo.set_dimension_size``, bounded)
+        has the size the call gave; since that size is part of the value, such a call waits for
+        its outputs before it returns.
 
         Raises:
           TypeError: wrong number, shape or dtype of arguments, or a non-Array argument.
@@ -521,6 +530,13 @@ class LoadedExecutable(ExecutableMetadata):
     @handles.native_method
     def _execute_global_checked(self, arguments: Sequence, copy_host_values: bool) -> list[Array]:
         self._live_pointer()
+        if self._dynamic_outputs and len(self._devices) > 1:
+            raise UnsupportedFeatureError(
+                "global outputs of dynamic size", self._handle.api.plugin_name,
+                self._handle.api.version, HEADER_VERSION,
+                why=f"outputs {sorted(self._dynamic_outputs)} have a dimension whose size each "
+                    f"call decides, which a sharded global Array cannot hold; run the program "
+                    f"with execute_sharded, which returns each device's outputs at their size")
         if self._signature is None:
             raise UnsupportedFeatureError(
                 "PJRT_Executable_OptimizedProgram", self._handle.api.plugin_name,
@@ -654,11 +670,16 @@ class LoadedExecutable(ExecutableMetadata):
         base = device_index * count
         shapes, output_dtypes = self._output_shapes, self._output_dtypes
         if shapes is None:
-            return [_array_from_buffer(client, outputs[base + i], devices) for i in range(count)]
-        handle, orders = self._handle, self._output_orders
-        return [_adopt(client, handle, [outputs[base + i]], devices, shapes[i],
-                       output_dtypes[i], None, None, orders[i])
-                for i in range(count)]
+            arrays = [_array_from_buffer(client, outputs[base + i], devices)
+                      for i in range(count)]
+        else:
+            handle, orders = self._handle, self._output_orders
+            arrays = [_adopt(client, handle, [outputs[base + i]], devices, shapes[i],
+                             output_dtypes[i], None, None, orders[i])
+                      for i in range(count)]
+        for i in self._dynamic_outputs:
+            arrays[i] = _unpadded(client, arrays[i])
+        return arrays
 
     def __call__(self, *arguments: Array) -> list[Array]:
         return self.execute(arguments)
@@ -903,6 +924,28 @@ def _buffer_metadata(client: "ClientView", buffer) -> tuple:
     dims = api.call_new("PJRT_Buffer_Dimensions", buffer=buffer)
     shape = tuple(int(dims.dims[i]) for i in range(dims.num_dims))
     return shape, dtypes.from_pjrt_type(element_type)
+
+
+def _unpadded(client: "ClientView", array: Array) -> Array:
+    """An output with a dimension of dynamic size, at the size its call gave (an Array's shape
+    is static). The plugin's buffer has the bound's size and holds the value, dense in its
+    stored order, at its start (XLA's ``SliceToDynamic``). Waits for the value, since its
+    size is part of it; the padded buffer is freed."""
+    handle = client.raw_handle
+    with handle.calling():
+        buffer = array.live_buffers()[0]
+        array.block_until_ready()
+        dims = handle.api.call_new("PJRT_Buffer_UnpaddedDimensions", buffer=buffer)
+        size = tuple(int(dims.unpadded_dims[d]) for d in range(int(dims.num_dims)))
+    if size == array.shape:
+        return array
+    order = array.stored_order or tuple(range(len(size)))
+    stored = np.asarray(array).transpose(order).reshape(-1)  # the buffer's bytes, in order
+    value = stored[:math.prod(size)].reshape([size[d] for d in order])
+    value = np.ascontiguousarray(value.transpose(np.argsort(order)))
+    unpadded = array_from_host(client, value, array.device, 0)  # copied during the call
+    array.delete()
+    return unpadded
 
 
 def _array_from_buffer(client: "ClientView", buffer, devices: tuple) -> Array:

@@ -1283,8 +1283,69 @@ class TestClientTest:
 
 
 class TestDynamicReshapeTest:
-    """Upstream's DynamicReshapeTest, the method whose result has a static shape (upstream
-    skips the whole class: "Test fails HLO -> MHLO conversion"; written as StableHLO, it runs)."""
+    """Upstream's DynamicReshapeTest (upstream skips the whole class: "Test fails HLO -> MHLO
+    conversion", and testReshape1D and, for C API clients, testReshape2D as "not implemented";
+    written as StableHLO, they run). ``DynamicReshape`` to a dynamic size is
+    ``stablehlo.set_dimension_size``."""
+
+    def _CompareToPyAndBufferProtocol(self, backend, program, args, expected_results, test_fn):
+        compiled = backend.compile(program)
+        output_buffers = compiled.execute([
+            backend.buffer_from_pyval(arg, device=compiled.local_devices()[0]) for arg in args
+        ])
+        assert len(output_buffers) == len(expected_results)
+        for buf, expected in zip(output_buffers, expected_results):
+            to_py_result = np.asarray(buf)
+            assert expected.shape == to_py_result.shape
+            test_fn(expected, to_py_result)
+            if backend.platform == "cpu" and buf.dtype != ml_dtypes.bfloat16:
+                mview = memoryview(buf)
+                assert expected.shape == mview.shape
+                test_fn(expected, np.asarray(mview))
+            else:
+                # Buffer protocol expected to fail on non-cpu platforms and bfloat16
+                # Note that np.asarray(buf) doesn't throw an exception. To test if the
+                # error was thrown properly we must use memoryview(buf).
+                with pytest.raises(BufferError):
+                    memoryview(buf)
+
+    # 1D reshape of full size, half size, and size of 0.
+    @pytest.mark.parametrize("reshape_size", [5, 3, 0])
+    def testReshape1D(self, backend, reshape_size):
+        full_size = 5
+        arg = np.array(reshape_size, dtype=np.int32)
+        expected = np.array(range(reshape_size), dtype=np.int32)
+        program = f"""
+func.func public @main(%arg0: tensor<i32>) -> tensor<?xi32, #stablehlo.bounds<{full_size}>> {{
+  %0 = stablehlo.constant dense<{list(range(full_size))}> : tensor<{full_size}xi32>
+  %1 = stablehlo.set_dimension_size %0, %arg0, dim = 0
+      : (tensor<{full_size}xi32>, tensor<i32>) -> tensor<?xi32, #stablehlo.bounds<{full_size}>>
+  return %1 : tensor<?xi32, #stablehlo.bounds<{full_size}>>
+}}
+"""
+        self._CompareToPyAndBufferProtocol(backend, program, [arg], [expected],
+                                           np.testing.assert_equal)
+
+    # 2D reshape with an slice on the minor dimension.  We test different types
+    # where the strides may differ between the host and devices. The reshaped
+    # physical memory layout is not consecutive, and we test if the program can
+    # return the correct logical view of the data.
+    @pytest.mark.parametrize("dtype", int_dtypes + float_dtypes, ids=_dtype_id)
+    def testReshape2D(self, backend, dtype):
+        arg0 = np.array([[1, 2, 3], [4, 5, 6]], dtype=dtype)
+        arg1 = np.array(2, dtype=np.int32)
+        expected = np.array([[1, 2], [4, 5]], dtype=np.int32)
+        t = _mlir_type(dtype)
+        program = f"""
+func.func public @main(%arg0: tensor<2x3x{t}>, %arg1: tensor<i32>)
+    -> tensor<2x?x{t}, #stablehlo.bounds<?, 3>> {{
+  %0 = stablehlo.set_dimension_size %arg0, %arg1, dim = 1
+      : (tensor<2x3x{t}>, tensor<i32>) -> tensor<2x?x{t}, #stablehlo.bounds<?, 3>>
+  return %0 : tensor<2x?x{t}, #stablehlo.bounds<?, 3>>
+}}
+"""
+        self._CompareToPyAndBufferProtocol(backend, program, [arg0, arg1], [expected],
+                                           np.testing.assert_equal)
 
     @pytest.mark.parametrize("dtype", int_dtypes + float_dtypes, ids=_dtype_id)
     def testDynamicShapeArgs(self, backend, dtype):

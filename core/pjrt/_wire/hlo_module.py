@@ -41,6 +41,9 @@ class ModuleSignature:
     donated_parameters: frozenset
     parameter_shardings: tuple | None = None
     output_sharding: bytes | None = None
+    #: Outputs (in flat order) with a dimension of dynamic size: their buffers are laid out at
+    #: the dimension's bound, and the size each call gave is known once the value is computed.
+    dynamic_outputs: frozenset = frozenset()
 
 
 _fields = wire.group_fields
@@ -57,6 +60,22 @@ def _shape(message: bytes) -> ShapeInfo | None:
     if element_type == XLA_TUPLE_TYPE:
         return None
     return ShapeInfo(tuple(_ints(fields.get(3, []))), from_xla_type(element_type))
+
+
+def _dynamic_dimensions(message: bytes) -> list[bool]:
+    """A ShapeProto's ``is_dynamic_dimension`` (field 6), one flag per dimension."""
+    return [bool(v) for v in _ints(_fields(message).get(6, []))]
+
+
+def _dynamic_outputs(program_shape: bytes) -> frozenset:
+    """The flat output indices of a ProgramShapeProto's result (field 2) that have a dynamic
+    dimension; a tuple result's elements are the outputs."""
+    results = _fields(program_shape).get(2, [])
+    if not results:
+        return frozenset()
+    result = _fields(results[0])
+    outputs = (result.get(4, []) if result.get(2, [0])[0] == XLA_TUPLE_TYPE else [results[0]])
+    return frozenset(i for i, output in enumerate(outputs) if any(_dynamic_dimensions(output)))
 
 
 def _donated(fields: dict[int, list]) -> set:
@@ -82,12 +101,14 @@ def module_signature(serialized_module: bytes) -> ModuleSignature:
     """Read the parameters and donations out of a serialised ``HloModuleProto``."""
     fields = _fields(serialized_module)
     parameters: tuple = ()
+    dynamic_outputs: frozenset = frozenset()
     for program_shape in fields.get(4, [])[:1]:
         parameters = tuple(_shape(p) for p in _fields(program_shape).get(1, []))
+        dynamic_outputs = _dynamic_outputs(program_shape)
     parameter_shardings = tuple(fields[14]) if 14 in fields else None
     output_sharding = fields[12][0] if 12 in fields else None
     return ModuleSignature(parameters, frozenset(_donated(fields)), parameter_shardings,
-                           output_sharding)
+                           output_sharding, dynamic_outputs)
 
 
 # -- a readable rendering of the optimised module ---------------------------------------------
@@ -116,7 +137,9 @@ def shape_text(message: bytes) -> str:
     name = xla_type_name(element_type)
     if name in ("token", "opaque"):
         return f"{name}[]"
-    dims = ",".join(map(str, _ints(fields.get(3, []))))
+    dynamic = _dynamic_dimensions(message)
+    dims = ",".join(("<=" if d < len(dynamic) and dynamic[d] else "") + str(extent)
+                    for d, extent in enumerate(_ints(fields.get(3, []))))
     layout = ""
     for layout_message in fields.get(5, [])[:1]:
         minor_to_major = _ints(_fields(layout_message).get(1, []))
