@@ -98,3 +98,17 @@ def test_buffer_from_pyval_to_something_not_a_device_says_so(client, target):
         client.buffer_from_pyval(np.ones(2), wrong)
     assert "PJRT_" not in str(info.value)  # in pjrt's words, not the C binding's
 
+
+
+def test_compile_takes_options_as_the_second_argument_as_older_jaxlib_did(client):
+    """jaxlib once took ``compile(program, options)``; today's takes the devices second. A
+    CompileOptions there is taken as the options, and giving them twice is refused."""
+    options = pjrt.CompileOptions()
+    program = "func.func public @main(%x: tensor<2xf32>) -> tensor<2xf32> { return %x : tensor<2xf32> }"
+    executable = client.compile(program, options)
+    x = client.buffer_from_pyval(np.ones(2, np.float32))
+    np.testing.assert_array_equal(np.asarray(executable.execute([x])[0]), [1, 1])
+    with pytest.raises(TypeError, match="given twice"):
+        client.compile(program, options, compile_options=options)
+    again = client.deserialize_executable(client.serialize_executable(executable))
+    np.testing.assert_array_equal(np.asarray(again.execute([x])[0]), [1, 1])

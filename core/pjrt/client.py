@@ -28,12 +28,12 @@ from ._capi.options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_op
                             check_option_values)
 from ._capi import memory_headroom
 from ._capi.waits import call_off_thread
+from .compile_options import CompileOptions
 
 if TYPE_CHECKING:
     import numpy
 
     from .array import Array
-    from .compile_options import CompileOptions
     from .executable import LoadedExecutable
 
 
@@ -314,7 +314,8 @@ class Client:
             the program is compiled as an SPMD program partitioned over them in this order
             (or, with ``replicated``, as one replica per device).
           compile_options: a [`CompileOptions`][pjrt.compile_options.CompileOptions]; when given, its
-            device assignment wins over ``executable_devices``.
+            device assignment wins over ``executable_devices``. Older jaxlib took the options
+            as the second argument; a `CompileOptions` there is taken as ``compile_options``.
           replicated: run one copy of the program per device, each on its own slice of the
             data (pmap-style), instead of partitioning it.
           isolate: compile in a worker process first, so that a compiler crash on a damaged
@@ -327,12 +328,22 @@ class Client:
         from ._compile.pipeline import compile_program
         from ._compile.program_facts import read_program
 
+        if isinstance(executable_devices, CompileOptions):
+            if compile_options is not None:
+                raise TypeError("compile options given twice: as the second argument (where "
+                                "the devices go) and as compile_options; pass them once")
+            executable_devices, compile_options = None, executable_devices
         return compile_program(self, read_program(computation), executable_devices,
                                compile_options, replicated=replicated, isolate=isolate)
 
     #: Another name for `compile_and_load`. (jaxlib's ``Client.compile`` returns an
     #: executable that is not yet loaded; pjrt has no such type, so prefer the explicit name.)
     compile = compile_and_load
+
+    def serialize_executable(self, executable: LoadedExecutable) -> bytes:
+        """``executable.serialize()`` (jaxlib's name on the client): bytes that
+        `deserialize_executable` loads again with this plugin build."""
+        return executable.serialize()
 
     def deserialize_executable(self, serialized: bytes,
                                compile_options: CompileOptions | None = None, *,

@@ -16,10 +16,7 @@ Each test keeps upstream's name and assertions. What differs:
   calling the same consumer in jaxlib, are one test here;
 * BufferProtocolTest compares float8_e4m3b11fnuz values by their bytes (``_assert_array_equal``):
   upstream's ``rand() * 100`` overflows that type into NaNs, which numpy cannot compare.
-* ``backend.compile(program, options)`` is ``compile(program, compile_options=options)``: like
-  jaxlib 0.10.2's, pjrt's ``compile`` takes the executable's devices second;
-  ``backend.serialize_executable(executable)`` is ``executable.serialize()``;
-  ``xla_client.XlaComputation(proto).get_hlo_module()`` is
+* ``xla_client.XlaComputation(proto).get_hlo_module()`` is
   ``HloModule.from_serialized_hlo_module_proto(proto)``;
 * ComputationPrinting: upstream's unoptimised ``XlaComputation`` has no pjrt counterpart, so
   testStableComputationSerialization serialises the compiled module
@@ -1271,10 +1268,10 @@ class TestClientTest:
 
     def testExecutableSerialization(self, backend):
         options = xla_client.CompileOptions()
-        executable = backend.compile(S32_VECTOR_SUM, compile_options=options)
+        executable = backend.compile(S32_VECTOR_SUM, options)
         assert len(executable.hlo_modules()) == 1
 
-        serialized = executable.serialize()
+        serialized = backend.serialize_executable(executable)
         deserialized = backend.deserialize_executable(serialized, options)
 
         expected, = execute_with_python_values(executable, (), backend)
