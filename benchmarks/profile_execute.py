@@ -122,7 +122,8 @@ def main(argv=None) -> int:
         return run
 
     # -- the C floor: the shim's launch with a prefilled struct, then the result's destroy --------
-    from pjrt.executable import _Call, _call_parameters
+    from pjrt._runtime.launches import Call as _Call
+    from pjrt.executable import _call_parameters
 
     fixed = _call_parameters(exe)[1]
     floor_call = _Call(handle, exe._pointer, device.pointer, 1, 2, fixed)

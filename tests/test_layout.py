@@ -29,8 +29,9 @@ ALLOWED = {
     "_loading": {"_capi", "errors"},
     "_sharding": {"_wire", "errors", "hlo_sharding", "mesh"},
     "_distributed": {"_capi", "errors", "kv_store", "distributed", "_pjrt_cffi"},
+    "_profiling": {"_capi", "_wire", "errors"},
     "_runtime": {"_capi", "_wire", "errors", "dtypes", "layouts", "hlo_sharding", "sharding",
-                 "plugin", "array", "_pjrt_cffi"},
+                 "plugin", "array", "_pjrt_cffi", "_profiling"},
     "_registry": {"_loading", "errors", "client", "plugin", "topology"},
 }
 FOLDERS = set(ALLOWED) | {"_compile", "_app"}
@@ -182,7 +183,7 @@ HAND_BUILT_STRUCTS = {
     ("pjrt._runtime.executable_metadata", "PJRT_Program"),
     ("pjrt.ffi", "PJRT_FFI_Register_Handler_Args"),
     ("pjrt.ffi", "XLA_FFI_Error_Create_Args"),
-    ("pjrt.executable", "pjrt_shim_call"),  # our helper's own struct, reused call after call
+    ("pjrt._runtime.launches", "pjrt_shim_call"),  # our helper's own struct, reused call after call
 }
 
 
@@ -219,7 +220,8 @@ def test_c_structs_are_made_by_the_c_boundary_except_the_documented_few():
 #: at the top; the modules below name it only as the protocol `pjrt.device.ClientView`.
 LAYERS = ["pjrt.device", "pjrt.device_list", "pjrt.mesh", "pjrt._sharding.annotations",
           "pjrt.sharding", "pjrt._runtime.host_reads", "pjrt.array",
-          "pjrt._runtime.executable_metadata", "pjrt._runtime.host_values", "pjrt.executable",
+          "pjrt._runtime.executable_metadata", "pjrt._runtime.host_values",
+          "pjrt._runtime.launches", "pjrt._runtime.global_calls", "pjrt.executable",
           "pjrt._compile.isolated_compile", "pjrt._compile.pipeline", "pjrt.client"]
 
 

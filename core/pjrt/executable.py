@@ -14,26 +14,28 @@ import functools
 import math
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from . import dtypes, layouts
 from ._capi import handles
 from ._capi import long_runs
-from ._capi import waits
 from ._capi import memory_headroom
-from ._capi.api import HEADER_VERSION
-from ._capi.native import MAX_DEVICES, CallPlan
+from ._capi.native import CallPlan
 from ._pjrt_cffi import ffi, lib
-from .array import Array, array_from_host, check_device_sets
-# CompiledMemoryStats is re-exported: its home was this module; HloModule is public here.
+from .array import Array
+# CompiledMemoryStats and ExecutableMetadata are re-exported: their home was this module;
+# HloModule is public here.
 from ._runtime.executable_metadata import (CompiledMemoryStats, ExecutableMetadata,  # noqa: F401
                                            HloModule)
 from .errors import ArgumentMismatchError, UnsupportedFeatureError, XlaRuntimeError, consume
-from ._runtime.host_values import HostCopies, check_shards, host_array
+from ._runtime.host_values import HostCopies
+from ._runtime.global_calls import GlobalCalls
+from ._runtime.launches import (Call, LaunchState, array_from_buffer, call_hooks,
+                                consume_donated, launch_on_device, new_call, not_row_major,
+                                prepare_donations, unpadded)
 from ._capi.staging import CALL_STAGING_THRESHOLD_BYTES
-from .sharding import global_shape_of_shards
 from . import tokens
 from .tokens import ShardedToken, Token
 
@@ -47,66 +49,6 @@ _CALL_SLOW = lib.PJRT_SHIM_CALL_SLOW
 #: A call struct's host-value tables on the Python path, which copies host values itself.
 _NO_HOST_VALUES = (_NULL, _NULL, _NULL)
 _adopt = Array._adopt
-
-
-class _Call:
-    """One caller's ``pjrt_shim_call``, in memory cffi owns: the one call struct of every
-    launch, on one device or several, run by the one launcher (``pjrt_shim_call_run``) from
-    C (`CallPlan`) or from Python (`LoadedExecutable._launch`, `pjrt._capi.long_runs`).
-
-    A `CallPlan` keeps the idle ones and the Python path one per thread, and each is handed to
-    one call at a time, so two threads, or a call made from inside another (a Python custom
-    call), never share one.
-    """
-
-    __slots__ = ("call", "arguments", "outputs", "host_data", "fixed", "size", "keep", "busy",
-                 "abandoned")
-
-    def __init__(self, handle, pointer, device_pointer, num_outputs: int, count: int,
-                 fixed: tuple, num_devices: int = 1):
-        self.fixed = fixed  # the parameters' host types and dimensions, which call points to
-        self.size = (count, num_devices)
-        #: The non-donatable indices of the launch running now (call.non_donatable's memory).
-        self.keep = None
-        #: Set during a call on the Python path (see `LoadedExecutable._thread_call`).
-        self.busy = False
-        self.abandoned = None  # see pjrt._capi.long_runs.free_after
-        self.call = call = ffi.new("pjrt_shim_call *")
-        # Device-major, as PJRT_LoadedExecutable_Execute takes them on several devices.
-        self.arguments = ffi.new("PJRT_Buffer*[]", max(count * num_devices, 1))
-        self.outputs = ffi.new("PJRT_Buffer*[]", max(num_outputs * num_devices, 1))
-        self.host_data = ffi.new("void*[]", max(count, 1))
-        call.api = handle.api.table
-        call.client = handle.pointer
-        call.executable = pointer
-        call.num_devices = num_devices
-        call.device = device_pointer
-        call.num_arguments = count
-        call.num_outputs = num_outputs
-        call.arguments = self.arguments
-        call.outputs = self.outputs
-        call.host_data = self.host_data
-        call.host_types, call.host_num_dims, call.host_dims = fixed
-        call.slow_ns = int(long_runs.INLINE_LIMIT_SECONDS * 1e9)
-
-
-def _new_call(handle, pointer, device_pointer, num_outputs: int, count: int,
-              fixed: tuple, num_devices: int = 1) -> tuple:
-    """A fresh `_Call` as its `CallPlan` takes it: the owner, its struct's address, and the
-    cffi array the plugin writes the outputs to."""
-    call = _Call(handle, pointer, device_pointer, num_outputs, count, fixed, num_devices)
-    return call, int(ffi.cast("uintptr_t", call.call)), call.outputs
-
-
-class _LaunchState:
-    """Where a launch runs, for an executable without a `CallPlan` (which keeps the same
-    two fields for its own calls)."""
-
-    __slots__ = ("inline", "live")
-
-    def __init__(self):
-        self.inline = 0  # see pjrt._capi.long_runs: the first launch is off-thread
-        self.live = 1
 
 
 def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
@@ -170,7 +112,7 @@ class ExecuteResults:
         return [list(per_device) for per_device in self._outputs]
 
 
-class LoadedExecutable(ExecutableMetadata):
+class LoadedExecutable(GlobalCalls):
     """A compiled program loaded on its devices (``PJRT_LoadedExecutable``)."""
 
     def __init__(self, client: "ClientView", pointer, *,
@@ -214,7 +156,7 @@ class LoadedExecutable(ExecutableMetadata):
                 tuple(zip(self._output_shapes, self._output_dtypes or ()))
                 if self._output_shapes is not None else None)
             self._output_orders = _output_orders(self)
-            #: Outputs whose size each call decides (see `_unpadded`): they take the full path.
+            #: Outputs whose size each call decides (see `unpadded`): they take the full path.
             self._dynamic_outputs = (self._signature.dynamic_outputs
                                      if self._signature is not None else frozenset())
             parameters = (_call_parameters(self)
@@ -224,9 +166,9 @@ class LoadedExecutable(ExecutableMetadata):
             self._plan: CallPlan | None = (
                 _make_plan(self, *parameters) if parameters is not None else None)
             #: Where launches run (``inline``) and whether the executable is loaded (``live``):
-            #: the plan in use, which keeps both for its own calls, or a `_LaunchState`.
-            self._launch_state: CallPlan | _LaunchState = (
-                self._plan if self._plan is not None else _LaunchState())
+            #: the plan in use, which keeps both for its own calls, or a `LaunchState`.
+            self._launch_state: CallPlan | LaunchState = (
+                self._plan if self._plan is not None else LaunchState())
             #: `execute_global`'s, made after its first call (see `_make_global_plan`).
             self._global_plan: CallPlan | None = None
             self._global_plan_wanted = len(self._devices) > 1 and not self._dynamic_outputs
@@ -285,7 +227,7 @@ class LoadedExecutable(ExecutableMetadata):
             raise ValueError(f"argument {index} is laid out as {argument.layout}; the program "
                              f"was compiled to take {self._layout_checks[index]}")
         if index not in self._layout_checks and argument.stored_order is not None:
-            raise _not_row_major(index, argument)
+            raise not_row_major(index, argument)
         if argument._handle is not self._handle:
             raise ValueError(f"argument {index} belongs to another client ({argument.client!r}) "
                              f"than this executable ({self._client!r}); copy it with "
@@ -376,11 +318,11 @@ class LoadedExecutable(ExecutableMetadata):
             buffers = ffi.new("PJRT_Buffer*[]", max(count, 1))
             for i, argument in enumerate(arguments):
                 buffers[i] = self._check_argument(i, argument, device)
-            keep = _prepare_donations(self._donated, [arguments]) if self._donated else ()
+            keep = prepare_donations(self._donated, [arguments]) if self._donated else ()
             _check_headroom(self, 1)
-            outputs = _launch_on_device(handle, self._pointer, buffers, count,
+            outputs = launch_on_device(handle, self._pointer, buffers, count,
                                         self._num_outputs, keep, device)
-            _consume_donated(self._donated, [arguments], keep)
+            consume_donated(self._donated, [arguments], keep)
             return self._wrap_outputs(outputs, 0, (device,))
         finally:
             handle.end(ticket)
@@ -427,9 +369,9 @@ class LoadedExecutable(ExecutableMetadata):
             if copies is not None:
                 copies.start(argument_array)
             if self._donated:
-                keep = _prepare_donations(self._donated, [arguments])
+                keep = prepare_donations(self._donated, [arguments])
                 self._launch(call, keep, events)
-                _consume_donated(self._donated, [arguments], keep)
+                consume_donated(self._donated, [arguments], keep)
             else:
                 self._launch(call, (), events)
             return self._wrap_outputs(call.outputs, 0, devices)
@@ -465,7 +407,7 @@ class LoadedExecutable(ExecutableMetadata):
         flat = [self._check_argument(i, shards[d], device)
                 for d, device in enumerate(self._devices) for i, shards in enumerate(arguments)]
         per_device_arguments = list(zip(*arguments)) if arguments else []
-        keep = _prepare_donations(self._donated, per_device_arguments) if self._donated else ()
+        keep = prepare_donations(self._donated, per_device_arguments) if self._donated else ()
         call = self._thread_call(len(arguments), num_devices)
         slots = ffi.new("PJRT_Event*[]", num_devices) if with_tokens else _NULL
         try:
@@ -478,164 +420,26 @@ class LoadedExecutable(ExecutableMetadata):
         token = (ShardedToken(tokens.take_events(self._handle, slots, num_devices),
                               [device.id for device in self._devices])
                  if with_tokens else None)
-        _consume_donated(self._donated, per_device_arguments, keep)
+        consume_donated(self._donated, per_device_arguments, keep)
         results: list[list[Any]] = [[None] * num_devices for _ in range(self._num_outputs)]
         for d, device in enumerate(self._devices):
             for i, array in enumerate(self._wrap_outputs(outputs, d, (device,))):
                 results[i][d] = array
         return ExecuteResults(results, token)
 
-    def execute_global(self, arguments: Sequence[Array], *,
-                       copy_host_values: bool = False) -> list[Array]:
-        """Run on every device with global Arrays laid out as `input_shardings` say;
-        returns global Arrays laid out as `output_shardings` say.
-
-        ``pjrt.compile`` places or reshards arguments to those shardings before calling this.
-        With ``copy_host_values``, arguments may also be numpy arrays, cut into shards and
-        copied to the devices for this call only (see `execute`).
-
-        Raises:
-          DeviceAssignmentMismatchError: an argument sits on other devices.
-          ValueError: an argument's sharding or shape does not match the parameter's.
-          TypeError: wrong number of arguments, or not an Array.
-        """
-        outputs = self.execute_laid_out(arguments)
-        if outputs is None:
-            outputs = self._execute_global_checked(arguments, copy_host_values)
-            if self._global_plan_wanted:
-                self._make_global_plan()
-        return outputs
-
-    def execute_laid_out(self, arguments: Sequence[Array]) -> list[Array] | None:
-        """`execute_global` for the call made in loops: every argument a global Array whose
-        shards sit on the executable's devices, in their order, with a sharding that lays it
-        out as the parameter needs (the parameter's own, or one seen equivalent to it before).
-        Returns the outputs, or None, having done nothing, when the call needs anything
-        else (placing, resharding, host values, or the checks that word an error): then call
-        `execute_global`. Available once `execute_global` has run once."""
-        plan = self._global_plan
-        return plan.run(arguments, False) if plan is not None else None
-
-    def _make_global_plan(self) -> None:
-        self._global_plan_wanted = False
-        plan = _make_global_plan(self)
-        if plan is None:
-            return
-        plan.inline = self._launch_state.inline
-        self._launch_state = plan
-        self._global_plan = plan
-        if self._pointer == _NULL:  # unloaded meanwhile by another thread (see _release)
-            plan.live = 0
-
-    @handles.native_method
-    def _execute_global_checked(self, arguments: Sequence, copy_host_values: bool) -> list[Array]:
-        self._live_pointer()
-        if self._dynamic_outputs and len(self._devices) > 1:
-            raise UnsupportedFeatureError(
-                "global outputs of dynamic size", self._handle.api.plugin_name,
-                self._handle.api.version, HEADER_VERSION,
-                why=f"outputs {sorted(self._dynamic_outputs)} have a dimension whose size each "
-                    f"call decides, which a sharded global Array cannot hold; run the program "
-                    f"with execute_sharded, which returns each device's outputs at their size")
-        if self._signature is None:
-            raise UnsupportedFeatureError(
-                "PJRT_Executable_OptimizedProgram", self._handle.api.plugin_name,
-                self._handle.api.version, HEADER_VERSION,
-                why="the plugin does not say what the program's parameters are, so their "
-                    "layouts are unknown; pass per-device Arrays to execute_sharded instead")
-        self._check_count(len(arguments))
-        if self._output_shapes is not None and self._output_global_shapes is None:
-            self._output_global_shapes = _check_output_layouts(self)  # before anything runs
-        devices = self._devices
-        shardings = self.input_shardings
-        # Arguments placed by pjrt.compile carry these very sharding objects, or equivalent
-        # ones (the same devices in the same order): the set comparison is needed only for
-        # the others.
-        laid_out = [type(a) is Array and ((mine := a.sharding) is s
-                                          or mine.is_equivalent_to(s, a.ndim))
-                    for a, s in zip(arguments, shardings)]
-        if not all(laid_out):
-            check_device_sets(arguments, devices, host_values_allowed=copy_host_values)
-        rows: list = []
-        hosts = []
-        for i, (argument, sharding) in enumerate(zip(arguments, shardings)):
-            if copy_host_values and not isinstance(argument, Array):
-                host = host_array(i, argument, None)
-                check_shards(i, host.shape, host.dtype, sharding,
-                             self._parameter_specs[i] if self._parameter_specs else None)
-                hosts.append((i, host, sharding))
-                rows.append(None)
-                continue
-            buffers = argument.live_buffers()
-            if not laid_out[i] and not (argument.sharding == sharding):
-                raise ValueError(f"argument {i} is laid out as {argument.sharding!r} but the "
-                                 f"program expects {sharding!r}; place it with "
-                                 f"pjrt.device_put(x, sharding)")
-            check_shards(i, argument.shape, argument.dtype, sharding,
-                         self._parameter_specs[i] if self._parameter_specs else None)
-            if argument.stored_order is not None and i not in self._layout_checks:
-                raise _not_row_major(i, argument)
-            if argument._devices == devices:  # the shards in the program's device order
-                rows.append(buffers)
-            else:
-                by_device = dict(zip(argument._devices, buffers))
-                rows.append([by_device[d] for d in devices])
-        num_devices = len(devices)
-        keep = _prepare_donations(self._donated, [list(arguments)]) if self._donated else ()
-        call = self._thread_call(len(arguments), num_devices)
-        copies = HostCopies(self._client, len(arguments) * num_devices) if hosts else None
-        try:
-            position = 0
-            for d in range(num_devices):
-                for row in rows:
-                    if row is not None:
-                        call.arguments[position] = row[d]
-                    position += 1
-            if copies is not None:
-                for i, host, sharding in hosts:
-                    copies.add_sharded(i, len(arguments), host, sharding, devices,
-                                       i in self._donated)
-                copies.start(call.arguments)
-            self._launch(call, keep)
-            outputs = call.outputs
-            count = self._num_outputs
-            per_output = [[outputs[d * count + j] for d in range(num_devices)]
-                          for j in range(count)]
-        finally:
-            if copies is not None:
-                long_runs.free_after(call, copies.free)
-            call.busy = False
-        _consume_donated(self._donated, [list(arguments)], keep)
-        results = []
-        for j, (buffers, sharding) in enumerate(zip(per_output, self.output_shardings)):
-            if self._output_shapes is not None:
-                global_shape, dtype = self._output_global_shape(j), self._output_dtypes[j]
-            else:
-                shard_shape, dtype = _buffer_metadata(self._client, buffers[0])
-                global_shape = global_shape_of_shards(sharding, shard_shape)
-            results.append(Array(self._client, buffers, devices, global_shape, dtype, None,
-                                 sharding, physical_order=self._output_orders[j]))
-        return results
-
-    def _output_global_shape(self, index: int) -> tuple:
-        shapes = self._output_global_shapes
-        if shapes is None:
-            shapes = self._output_global_shapes = _check_output_layouts(self)
-        return shapes[index]
-
-    def _thread_call(self, count: int, num_devices: int = 1) -> _Call:
+    def _thread_call(self, count: int, num_devices: int = 1) -> Call:
         """This thread's call struct for a call on the Python path (a fresh one if its own is
         in use, or sized otherwise)."""
         call = getattr(self._thread_calls, "call", None)
         if call is None or call.busy or call.size != (count, num_devices):
-            call = _Call(self._handle, self._pointer, _NULL, self._num_outputs, count,
+            call = Call(self._handle, self._pointer, _NULL, self._num_outputs, count,
                          _NO_HOST_VALUES, num_devices)
             if getattr(self._thread_calls, "call", None) is None or num_devices == 1:
                 self._thread_calls.call = call
         call.busy = True
         return call
 
-    def _launch(self, call: _Call, keep: tuple, events=_NULL) -> None:
+    def _launch(self, call: Call, keep: tuple, events=_NULL) -> None:
         """Run ``call`` (its arguments placed) through the one launcher, here or on a worker
         thread (see `pjrt._capi.long_runs`); its outputs land in ``call.outputs``, and each
         device's completion event in ``events`` unless that is NULL."""
@@ -670,7 +474,7 @@ class LoadedExecutable(ExecutableMetadata):
         base = device_index * count
         shapes, output_dtypes = self._output_shapes, self._output_dtypes
         if shapes is None:
-            arrays = [_array_from_buffer(client, outputs[base + i], devices)
+            arrays = [array_from_buffer(client, outputs[base + i], devices)
                       for i in range(count)]
         else:
             handle, orders = self._handle, self._output_orders
@@ -678,7 +482,7 @@ class LoadedExecutable(ExecutableMetadata):
                              output_dtypes[i], None, None, orders[i])
                       for i in range(count)]
         for i in self._dynamic_outputs:
-            arrays[i] = _unpadded(client, arrays[i])
+            arrays[i] = unpadded(client, arrays[i])
         return arrays
 
     def __call__(self, *arguments: Array) -> list[Array]:
@@ -696,105 +500,11 @@ def _make_plan(executable: "LoadedExecutable", parameters: tuple, fixed: tuple) 
     handle = executable._handle
     device = executable._devices[0]
     donated = executable._donated
-    new_call = functools.partial(_new_call, handle, executable._pointer, device.pointer,
-                                 executable._num_outputs, len(parameters), fixed)
+    make_call = functools.partial(new_call, handle, executable._pointer, device.pointer,
+                                  executable._num_outputs, len(parameters), fixed)
     return CallPlan(handle, executable._client, executable._devices, Array, np.ndarray,
                     parameters, tuple(executable._output_specs), donated,
-                    _call_hooks(handle, donated, new_call))
-
-
-def _make_global_plan(executable: "LoadedExecutable") -> CallPlan | None:
-    """The `CallPlan` of `execute_global`, for a program on several devices of this process
-    whose outputs are all known and row-major; None for any other. Its arguments are global
-    Arrays whose shardings `_fits_parameter` approved once (shardings are immutable)."""
-    devices = executable._devices
-    if (executable._output_shapes is None or executable._signature is None
-            or executable._global_devices is not None or any(executable._output_orders)
-            or not 1 < len(devices) <= MAX_DEVICES):
-        return None
-    try:
-        shardings = tuple(executable.input_shardings)
-        outputs = tuple((executable._output_global_shape(j), executable._output_dtypes[j],
-                         sharding)
-                        for j, sharding in enumerate(executable.output_shardings))
-    except Exception:  # noqa: BLE001 - shardings this path cannot hold: calls take the full one
-        return None
-    handle = executable._handle
-    donated = executable._donated
-    count = len(shardings)
-    fixed = (_NULL, _NULL, _NULL)  # no host values on this path
-    new_call = functools.partial(_new_call, handle, executable._pointer, _NULL,
-                                 executable._num_outputs, count, fixed, len(devices))
-    return CallPlan(handle, executable._client, devices, Array, np.ndarray,
-                    (((), None, None),) * count, outputs, donated,
-                    _call_hooks(handle, donated, new_call,
-                                functools.partial(_fits_parameter, shardings,
-                                                  executable._parameter_specs)))
-
-
-class CallHooks(NamedTuple):
-    """What a `CallPlan` calls back into: the executable's side of a call, which the native
-    plan leaves to Python because each is policy (how a call's scratch is made, what donation
-    means, how an error is worded, which shardings fit)."""
-
-    #: () -> (owner, call struct address, outputs): a fresh call struct for this executable.
-    new_call: Callable[[], tuple]
-    #: (arguments) -> what `consume_donated` needs: checks and holds the donated inputs.
-    prepare_donations: Callable[..., tuple]
-    #: (arguments, held) -> None: marks the donated inputs consumed after a launch.
-    consume_donated: Callable[..., None]
-    #: (call owner) -> None: raises the launch's error, worded.
-    raise_error: Callable[..., None]
-    #: (index, argument) -> bool, on several devices: whether a global argument fits.
-    accept: Callable[[int, Any], bool] | None = None
-
-
-def _call_hooks(handle, donated: tuple, new_call: Callable[[], tuple],
-                accept: Callable[[int, Any], bool] | None = None) -> CallHooks:
-    return CallHooks(new_call, functools.partial(_prepare_call_donations, donated),
-                     functools.partial(_consume_call_donations, donated),
-                     functools.partial(_raise_call_error, handle.api), accept)
-
-
-def _fits_parameter(shardings: tuple, specs: tuple | None, index: int, argument: Array) -> bool:
-    """Whether a global Array is laid out as parameter ``index`` needs: its sharding is the
-    parameter's or an equivalent one, and its shards have the parameter's shape and dtype."""
-    sharding = shardings[index]
-    try:
-        mine = argument.sharding
-        if mine is not sharding and not mine.is_equivalent_to(sharding, argument.ndim):
-            return False
-        check_shards(index, argument.shape, argument.dtype, sharding,
-                     specs[index] if specs else None)
-    except Exception:  # noqa: BLE001 - any doubt: the full path checks and words the error
-        return False
-    return True
-
-
-def _prepare_call_donations(donated: tuple, arguments: Sequence) -> tuple:
-    """`_prepare_donations` for one `CallPlan` call."""
-    return _prepare_donations(donated, [arguments])
-
-
-def _consume_call_donations(donated: tuple, arguments: Sequence, keep: tuple) -> None:
-    """`_consume_donated` for one `CallPlan` call."""
-    _consume_donated(donated, [arguments], keep)
-
-
-def _raise_call_error(api, call: _Call) -> None:
-    """Raise the plugin's error of a `CallPlan` call (taking it out of the call struct)."""
-    error, call.call.error = call.call.error, _NULL
-    raise consume(api, error)
-
-
-def _not_row_major(index: int, argument: Array) -> ValueError:
-    """The error for an argument stored in another layout than the row-major one the program
-    takes (the plugin would read its bytes in the wrong order)."""
-    return ValueError(
-        f"argument {index} is laid out as {argument.layout} (a program's output compiled to "
-        f"that layout), but this program takes it row-major; pass a row-major copy, e.g. "
-        f"client.buffer_from_pyval(np.asarray(x)), or compile the program to take that layout "
-        f"(CompileOptions.argument_layouts)")
+                    call_hooks(handle, donated, make_call))
 
 
 def _output_orders(executable: "LoadedExecutable") -> tuple:
@@ -825,130 +535,6 @@ def _check_headroom(executable: "LoadedExecutable", num_devices: int) -> None:
         memory_headroom.check_launch(executable, need, num_devices)
 
 
-def _check_output_layouts(executable: "LoadedExecutable") -> tuple:
-    """Each output's global shape, from its shards; ValueError when the program declares
-    another one (XLA pads uneven shards, which an Array cannot represent, as in jax)."""
-    shard_shapes = [shape for shape, _ in executable._output_specs or ()]
-    shapes = tuple(global_shape_of_shards(sharding, shard_shape)
-                   for sharding, shard_shape in zip(executable.output_shardings, shard_shapes))
-    # A replicated program declares per-replica shapes; only partitioned ones are compared.
-    declared = (executable._declared_output_shapes or ()) if executable._replicas == 1 else ()
-    for i, (shape, wanted) in enumerate(zip(shapes, declared)):
-        if wanted is not None and tuple(wanted) != shape:
-            sharding = executable.output_shardings[i].to_hlo_sharding(len(wanted))
-            raise ValueError(
-                f"output {i} has shape {tuple(wanted)}, which {sharding} splits unevenly "
-                f"(XLA pads its shards to {shard_shapes[i]}); pjrt, like jax, holds only evenly "
-                f"sharded arrays: shard that output along dimensions it divides")
-    return shapes
 
 
-def _prepare_donations(donated: tuple, per_device_arguments) -> tuple:
-    """Check donated arguments; the indices that must not be donated this time.
 
-    An array whose memory numpy is reading without a copy is passed as not donatable, so
-    the plugin copies it instead of reusing it, and the array stays valid.
-    """
-    keep = set()
-    for arguments in per_device_arguments:
-        for index in donated:
-            if index >= len(arguments):
-                continue
-            if not isinstance(arguments[index], Array):
-                continue  # a host value's copy, made for this call alone
-            for other, argument in enumerate(arguments):
-                if other != index and argument is arguments[index]:
-                    raise ValueError(f"argument {index} is donated to the program and also "
-                                     f"passed as argument {other}; pass a copy")
-            if arguments[index]._viewed():
-                keep.add(index)
-    return tuple(sorted(keep))
-
-
-def _consume_donated(donated: tuple, per_device_arguments, keep: tuple) -> None:
-    for index in donated:
-        if index in keep:
-            continue
-        for arguments in per_device_arguments:
-            if index < len(arguments) and isinstance(arguments[index], Array):
-                arguments[index]._release("donated")
-
-
-def _launch_on_device(handle, pointer, buffers, count: int, num_outputs: int, keep: tuple,
-                      device: "Device"):
-    """Launch a portable executable with ``count`` argument ``buffers`` on ``device``
-    (``PJRT_LoadedExecutable_Execute``'s ``execute_device``) on a worker thread; returns the
-    array its ``num_outputs`` new buffers landed in. A launch the caller abandoned (Ctrl-C)
-    goes on with its own ticket on the client, and its outputs are freed when it ends."""
-    api = handle.api
-    outputs = ffi.new("PJRT_Buffer*[]", max(num_outputs, 1))
-    error = ffi.new("PJRT_Error**")
-    non_donatable = ffi.new("int64_t[]", keep) if keep else _NULL
-    ticket = handle.begin()  # its own: the caller's may end before the launch does
-
-    def work() -> int:
-        return lib.pjrt_shim_execute(api.table, pointer, buffers, 1, count, outputs,
-                                     num_outputs, non_donatable, len(keep), device.pointer,
-                                     _NULL, error)
-
-    def abandon(status) -> None:
-        try:
-            if error[0] != _NULL:
-                consume(api, error[0])  # destroys the plugin's error; nobody reads it
-            elif status == 0:
-                made = [outputs[i] for i in range(num_outputs) if outputs[i] != _NULL]
-                if made:
-                    lib.pjrt_shim_buffers_destroy(api.table, ffi.new("PJRT_Buffer*[]", made),
-                                                  len(made))
-        finally:
-            handle.end(ticket)
-
-    try:
-        status = waits.call_off_thread(work, abandon)
-    except BaseException as interrupt:
-        if not waits.was_abandoned(interrupt):
-            handle.end(ticket)
-        raise
-    handle.end(ticket)
-    if error[0] != _NULL:
-        raise consume(api, error[0])
-    if status != 0:
-        raise MemoryError("out of host memory while preparing the execution")
-    return outputs
-
-
-def _buffer_metadata(client: "ClientView", buffer) -> tuple:
-    """``(shape, dtype)`` of a buffer, read from the plugin."""
-    api = client.raw_handle.api
-    element_type = api.call_new("PJRT_Buffer_ElementType", buffer=buffer).type
-    dims = api.call_new("PJRT_Buffer_Dimensions", buffer=buffer)
-    shape = tuple(int(dims.dims[i]) for i in range(dims.num_dims))
-    return shape, dtypes.from_pjrt_type(element_type)
-
-
-def _unpadded(client: "ClientView", array: Array) -> Array:
-    """An output with a dimension of dynamic size, at the size its call gave (an Array's shape
-    is static). The plugin's buffer has the bound's size and holds the value, dense in its
-    stored order, at its start (XLA's ``SliceToDynamic``). Waits for the value, since its
-    size is part of it; the padded buffer is freed."""
-    handle = client.raw_handle
-    with handle.calling():
-        buffer = array.live_buffers()[0]
-        array.block_until_ready()
-        dims = handle.api.call_new("PJRT_Buffer_UnpaddedDimensions", buffer=buffer)
-        size = tuple(int(dims.unpadded_dims[d]) for d in range(int(dims.num_dims)))
-    if size == array.shape:
-        return array
-    order = array.stored_order or tuple(range(len(size)))
-    stored = np.asarray(array).transpose(order).reshape(-1)  # the buffer's bytes, in order
-    value = stored[:math.prod(size)].reshape([size[d] for d in order])
-    value = np.ascontiguousarray(value.transpose(np.argsort(order)))
-    unpadded = array_from_host(client, value, array.device, 0)  # copied during the call
-    array.delete()
-    return unpadded
-
-
-def _array_from_buffer(client: "ClientView", buffer, devices: tuple) -> Array:
-    """Wrap a buffer whose shape and dtype are read from the plugin."""
-    shape, dtype = _buffer_metadata(client, buffer)
-    return Array(client, [buffer], devices, shape, dtype)

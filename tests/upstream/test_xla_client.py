@@ -15,7 +15,10 @@ Each test keeps upstream's name and assertions. What differs:
   ``_xla.dlpack_managed_tensor_to_buffer``); the ``use_legacy_api`` variants, two ways of
   calling the same consumer in jaxlib, are one test here;
 * BufferProtocolTest compares float8_e4m3b11fnuz values by their bytes (``_assert_array_equal``):
-  upstream's ``rand() * 100`` overflows that type into NaNs, which numpy cannot compare.
+  upstream's ``rand() * 100`` overflows that type into NaNs, which numpy cannot compare; and
+  for arrays with no elements it does not require the buffer to alias the host array: XLA's
+  CPU plugin gives some empty buffers memory of their own, from run to run (there are no
+  bytes to share).
 * ``xla_client.XlaComputation(proto).get_hlo_module()`` is
   ``HloModule.from_serialized_hlo_module_proto(proto)``;
 * ComputationPrinting: upstream's unoptimised ``XlaComputation`` has no pjrt counterpart, so
@@ -1040,7 +1043,8 @@ class TestBufferProtocolTest:
         _assert_array_equal(x, y)
 
         # The input was sufficiently aligned, so input and output should alias.
-        assert x_ptr == y_ptr
+        if x.size:  # (an empty one has no bytes to alias: see the module's docstring)
+            assert x_ptr == y_ptr
         assert y_ptr == buffer.unsafe_buffer_pointer()
 
         during_call = xla_client.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
