@@ -59,7 +59,7 @@ class CallPlan:
                  ndarray_type: type, parameters: tuple, outputs: tuple, donated: tuple,
                  hooks: tuple, /) -> None:
         """``hooks``: (new_call, prepare_donations, consume_donated, raise_error[, accept]),
-        named by `pjrt.executable.CallHooks`."""
+        named by `pjrt._runtime.launches.CallHooks`."""
 
     def run(self, arguments: Any, copy_host_values: bool) -> list | None: ...
 

@@ -584,7 +584,7 @@ static int allocate_tables(CallPlan* plan) {
  *   are not copied by the call); on several devices only their number counts.
  * outputs: per output (global shape, dtype, sharding or None).
  * hooks: the executable's side of a call, a tuple (new_call, prepare_donations,
- *   consume_donated, raise_error[, accept]); Python's `executable.CallHooks`
+ *   consume_donated, raise_error[, accept]); Python's `_runtime.launches.CallHooks`
  *   names them. accept(index, argument) -> bool, needed on several devices:
  *   whether a global argument's sharding, shape and dtype are the parameter's. */
 static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
