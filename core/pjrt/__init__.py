@@ -93,7 +93,7 @@ _MOVED = {
 #: one more release (see ``_moved``).
 _SUBMODULES = frozenset(_LAZY) | {"dtypes", "plugin_api", "xla_client", "distributed",
                                    "kv_store", "exported", "compilation_cache", "dlpack",
-                                   "layouts", "shapes", "hosts",
+                                   "layouts", "shapes", "hosts", "profiler",
                                    "demo", "cli", "discovery", "options"}
 
 

@@ -22,6 +22,7 @@ from ._capi import dlpack_structs as _dlpack
 from ._capi import handles
 from ._runtime.host_reads import HostReads, buffer_to_host
 from ._capi.native import ArrayCore
+from ._profiling import recorder
 from ._pjrt_cffi import ffi, lib
 from .device import ClientView, Device, Memory
 from .errors import ClosedClientError, DeletedArrayError, DeviceAssignmentMismatchError, check
@@ -377,6 +378,7 @@ class Array(HostReads):
         Raises:
           XlaRuntimeError: the computation failed.
         """
+        started = recorder.now() if recorder.active else 0  # a trace records the wait
         handle = self._handle
         ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
         try:
@@ -388,6 +390,8 @@ class Array(HostReads):
             wait_buffers_ready(handle.api, buffers)
         finally:
             handle.end(ticket)
+        if started:
+            recorder.waited(started, self)
         return self
 
     @handles.native_method
@@ -552,6 +556,7 @@ def put_buffer(client: ClientView, host: np.ndarray, device: "Device",
     the memory to keep until the event fires (None otherwise).
 
     The caller brackets this with a native call on the client (``handle.calling()``)."""
+    started = recorder.now() if recorder.active else 0  # a trace records the transfer
     handle = client.raw_handle
     if not host.flags.c_contiguous:
         host = host.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
@@ -571,6 +576,8 @@ def put_buffer(client: ClientView, host: np.ndarray, device: "Device",
         api.table, handle.pointer, ffi.from_buffer(host), buffer_type, dims, host.ndim,
         int(semantics), device.pointer if memory is None else _NULL,
         memory.pointer if memory is not None else _NULL, out, done))
+    if started:
+        recorder.transferred(started, host, device, memory)
     return out[0], ((host, done[0]) if semantics >= HostBufferSemantics.ZERO_COPY
                        else None)
 

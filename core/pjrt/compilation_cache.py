@@ -47,6 +47,7 @@ import threading
 from typing import cast
 
 from . import _version
+from ._profiling import recorder
 from ._runtime import serialization
 # Re-exported, its public home: the plugin build a cache entry and a serialized executable
 # name (IncompatibleExecutableError's made_by and loading_with).
@@ -149,6 +150,7 @@ class CompilationCache:
         another key, or is truncated is logged, deleted and reported as a miss.
         """
         path = self._path(key)
+        recorder.annotate("cache", "miss", "compile")  # a trace's compile event says which
         try:
             blob = self._read(path, key)
         except FileNotFoundError:
@@ -168,6 +170,7 @@ class CompilationCache:
         except OSError:
             pass  # evicted by another process meanwhile: the bytes read are still whole
         logger.debug("compilation cache hit %s (%d bytes)", key[:16], len(blob))
+        recorder.annotate("cache", "hit", "compile")
         return blob
 
     def _read(self, path: str, key: str) -> bytes:
@@ -234,6 +237,7 @@ class CompilationCache:
 
     def discard(self, key: str) -> None:
         """Remove an entry (one that failed to load)."""
+        recorder.annotate("cache", "miss (its entry could not be loaded)", "compile")
         _remove(self._path(key))
 
     def entries(self) -> list[tuple[str, int, float]]:

@@ -23,6 +23,7 @@ from ._capi import handles
 from ._capi import long_runs
 from ._capi import memory_headroom
 from ._capi.native import CallPlan
+from ._profiling import recorder
 from ._pjrt_cffi import ffi, lib
 from .array import Array
 # CompiledMemoryStats and ExecutableMetadata are re-exported: their home was this module;
@@ -283,7 +284,8 @@ class LoadedExecutable(GlobalCalls):
         # done nothing, and the full path below checks everything and reports every error.
         plan = self._plan
         if plan is not None and device is None:
-            outputs = plan.run(arguments, copy_host_values)
+            outputs = (plan.run(arguments, copy_host_values) if not recorder.active  # a trace
+                       else recorder.run_plan(self, plan, arguments, copy_host_values))
             if outputs is not None:
                 return outputs
         if device is not None or not self._devices:
@@ -443,6 +445,7 @@ class LoadedExecutable(GlobalCalls):
         """Run ``call`` (its arguments placed) through the one launcher, here or on a worker
         thread (see `pjrt._capi.long_runs`); its outputs land in ``call.outputs``, and each
         device's completion event in ``events`` unless that is NULL."""
+        started = recorder.now() if recorder.active else 0  # a trace records the launch
         struct = call.call
         struct.complete_events = events
         if self._launch_need is None or self._launch_need >= memory_headroom.CHECKED_FROM_BYTES:
@@ -467,6 +470,8 @@ class LoadedExecutable(GlobalCalls):
             if keep:
                 struct.non_donatable, struct.num_non_donatable = _NULL, 0
                 call.keep = None
+            if started:
+                recorder.launched(self, started, "python")
 
     def _wrap_outputs(self, outputs, device_index: int, devices: tuple) -> list[Array]:
         client = self._client

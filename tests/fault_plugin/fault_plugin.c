@@ -54,6 +54,8 @@
  *   crash_deserialize and no_on_ready need
  *   PJRT_FAULT_DELEGATE (this plugin compiles nothing); slow_client_create needs it
  *   unset.
+ *   PJRT_FAULT_PROFILER=MODE  a profiler extension, with or without a
+ *       delegate (see "a profiler extension" below).
  */
 #define _GNU_SOURCE /* memmem */
 #include <dlfcn.h>
@@ -65,6 +67,7 @@
 #include <unistd.h>
 
 #include "pjrt_c_api.h"
+#include "pjrt_c_api_profiler_extension.h"
 
 #define FAULT_EXPORT __attribute__((visibility("default")))
 
@@ -931,16 +934,196 @@ static const PJRT_Api* delegating_table(const char* path) {
   return &g_table.api;
 }
 
+/* ---- a profiler extension (PJRT_FAULT_PROFILER) ------------------------- */
+
+/* PJRT_FAULT_PROFILER=MODE puts a PJRT_Profiler_Extension first in the
+ * extension chain (read in GetPjrtApi; with or without a delegate). Its
+ * profiler records nothing real: collect hands back a fixed XSpace of one
+ * plane, "/device:FAULT:0". MODE is one of
+ *   record         collect hands over the profiler's own bytes, with one zero
+ *                  byte past the message, as XLA's plugin profiler does;
+ *   record_sized   collect answers only the size until given a buffer;
+ *   fail_create, fail_start, fail_stop, fail_collect
+ *                  that call returns an error (UNAVAILABLE, "fault plugin:
+ *                  profiler <call> failed");
+ *   garbage        collect hands over bytes that are no protobuf message;
+ *   small_table    the profiler table's struct_size ends before collect_data.
+ * Every profiler and error is counted, and kept after it is destroyed, so a
+ * double destroy or a call on a destroyed profiler counts as misuse. */
+
+struct PLUGIN_Profiler {
+  unsigned magic;
+  int running;
+  int stopped;
+  unsigned char buffer[64]; /* collect's own bytes (record) */
+};
+
+struct PLUGIN_Profiler_Error {
+  unsigned magic;
+  int code;
+  char message[128];
+};
+
+static char g_profiler_mode[32];
+static long g_profilers_created, g_profilers_destroyed;
+static long g_profiler_errors_created, g_profiler_errors_destroyed;
+static char g_profiler_options[256];
+static size_t g_profiler_options_size;
+
+/* XSpace { planes: XPlane { id: 1, name: "/device:FAULT:0" }, hostnames: "fault" } */
+static const unsigned char k_fault_xspace[] = {
+    0x0a, 0x13, 0x08, 0x01, 0x12, 0x0f, '/', 'd', 'e', 'v', 'i', 'c', 'e', ':',
+    'F',  'A',  'U',  'L',  'T',  ':',  '0', 0x22, 0x05, 'f', 'a', 'u', 'l', 't'};
+
+/* What XLA's profiler checks struct_size against: the end of the last field. */
+#define PLUGIN_PROFILER_GETCODE_ARGS_SIZE \
+  (offsetof(PLUGIN_Profiler_Error_GetCode_Args, code) + sizeof(int))
+
+static int profiler_mode_is(const char* mode) { return strcmp(g_profiler_mode, mode) == 0; }
+
+static PLUGIN_Profiler_Error* profiler_error(const char* call) {
+  PLUGIN_Profiler_Error* error = calloc(1, sizeof(*error));
+  if (error == NULL) abort();
+  error->magic = MAGIC_LIVE;
+  error->code = PJRT_Error_Code_UNAVAILABLE;
+  snprintf(error->message, sizeof(error->message), "fault plugin: profiler %s failed", call);
+  bump(&g_profiler_errors_created);
+  return error;
+}
+
+static void profiler_error_destroy(PLUGIN_Profiler_Error_Destroy_Args* args) {
+  if (args->error == NULL) return;
+  if (args->error->magic != MAGIC_LIVE) {
+    misuse("profiler error destroyed twice or never made");
+    return;
+  }
+  args->error->magic = MAGIC_DEAD;
+  bump(&g_profiler_errors_destroyed);
+}
+
+static void profiler_error_message(PLUGIN_Profiler_Error_Message_Args* args) {
+  args->message = args->error->message;
+  args->message_size = strlen(args->error->message);
+}
+
+static PLUGIN_Profiler_Error* profiler_error_get_code(PLUGIN_Profiler_Error_GetCode_Args* args) {
+  if (args->struct_size != PLUGIN_PROFILER_GETCODE_ARGS_SIZE) {
+    misuse("PLUGIN_Profiler_Error_GetCode_Args of %zu bytes", args->struct_size);
+  }
+  args->code = args->error->code;
+  return NULL;
+}
+
+/* Whether `profiler` is one this plugin made and has not destroyed. */
+static int live_profiler(const PLUGIN_Profiler* profiler, const char* call) {
+  if (profiler == NULL || profiler->magic != MAGIC_LIVE) {
+    misuse("profiler %s on a profiler that is not live", call);
+    return 0;
+  }
+  return 1;
+}
+
+static PLUGIN_Profiler_Error* profiler_create(PLUGIN_Profiler_Create_Args* args) {
+  if (profiler_mode_is("fail_create")) return profiler_error("create");
+  g_profiler_options_size = args->options_size < sizeof(g_profiler_options)
+                                ? args->options_size : sizeof(g_profiler_options);
+  memcpy(g_profiler_options, args->options, g_profiler_options_size);
+  PLUGIN_Profiler* profiler = calloc(1, sizeof(*profiler));
+  if (profiler == NULL) abort();
+  profiler->magic = MAGIC_LIVE;
+  bump(&g_profilers_created);
+  args->profiler = profiler;
+  return NULL;
+}
+
+static PLUGIN_Profiler_Error* profiler_destroy(PLUGIN_Profiler_Destroy_Args* args) {
+  if (!live_profiler(args->profiler, "destroy")) return NULL;
+  args->profiler->magic = MAGIC_DEAD;
+  bump(&g_profilers_destroyed);
+  return NULL;
+}
+
+static PLUGIN_Profiler_Error* profiler_start(PLUGIN_Profiler_Start_Args* args) {
+  if (!live_profiler(args->profiler, "start")) return profiler_error("start");
+  if (profiler_mode_is("fail_start")) return profiler_error("start");
+  args->profiler->running = 1;
+  return NULL;
+}
+
+static PLUGIN_Profiler_Error* profiler_stop(PLUGIN_Profiler_Stop_Args* args) {
+  if (!live_profiler(args->profiler, "stop")) return profiler_error("stop");
+  if (profiler_mode_is("fail_stop")) return profiler_error("stop");
+  args->profiler->running = 0;
+  args->profiler->stopped = 1;
+  return NULL;
+}
+
+static PLUGIN_Profiler_Error* profiler_collect(PLUGIN_Profiler_CollectData_Args* args) {
+  PLUGIN_Profiler* profiler = args->profiler;
+  if (!live_profiler(profiler, "collect")) return profiler_error("collect");
+  if (profiler_mode_is("fail_collect")) return profiler_error("collect");
+  if (!profiler->stopped) {
+    misuse("profiler collect before stop");
+    return profiler_error("collect");
+  }
+  const unsigned char* data = k_fault_xspace;
+  size_t size = sizeof(k_fault_xspace);
+  if (profiler_mode_is("garbage")) {
+    static const unsigned char garbage[] = {0xff, 0xff, 0xff, 0xff};
+    data = garbage;
+    size = sizeof(garbage);
+  }
+  if (profiler_mode_is("record_sized")) {
+    if (args->buffer != NULL) memcpy(args->buffer, data, size);
+    args->buffer_size_in_bytes = size;
+    return NULL;
+  }
+  memcpy(profiler->buffer, data, size); /* the rest of buffer is zero: one byte past */
+  args->buffer = profiler->buffer;
+  args->buffer_size_in_bytes = profiler_mode_is("record") ? size + 1 : size;
+  return NULL;
+}
+
+static PLUGIN_Profiler_Api g_profiler_table;
+static PJRT_Profiler_Extension g_profiler_extension;
+
+/* `api` (this plugin's table, or NULL) with the profiler extension first in
+ * its chain when PJRT_FAULT_PROFILER asks for one. */
+static const PJRT_Api* with_profiler(const PJRT_Api* api) {
+  const char* mode = getenv("PJRT_FAULT_PROFILER");
+  snprintf(g_profiler_mode, sizeof(g_profiler_mode), "%s", mode ? mode : "");
+  if (api == NULL || g_profiler_mode[0] == '\0') return api;
+  g_profiler_table = (PLUGIN_Profiler_Api){
+      .struct_size = profiler_mode_is("small_table")
+                         ? offsetof(PLUGIN_Profiler_Api, collect_data)
+                         : sizeof(PLUGIN_Profiler_Api),
+      .error_destroy = profiler_error_destroy,
+      .error_message = profiler_error_message,
+      .error_get_code = profiler_error_get_code,
+      .create = profiler_create,
+      .destroy = profiler_destroy,
+      .start = profiler_start,
+      .stop = profiler_stop,
+      .collect_data = profiler_collect,
+  };
+  g_profiler_extension.base.struct_size = sizeof(g_profiler_extension);
+  g_profiler_extension.base.type = PJRT_Extension_Type_Profiler;
+  g_profiler_extension.base.next = g_table.api.extension_start;
+  g_profiler_extension.profiler_api = &g_profiler_table;
+  g_table.api.extension_start = &g_profiler_extension.base;
+  return api;
+}
+
 /* ---- exported interface -------------------------------------------------- */
 
 FAULT_EXPORT const PJRT_Api* GetPjrtApi(void) {
   read_fault_environment();
   if (g_mode == FAULT_MODE_NULL_API || fault_is("null_api")) return NULL;
   const char* delegate = getenv("PJRT_FAULT_DELEGATE");
-  if (delegate != NULL && delegate[0] != '\0') return delegating_table(delegate);
+  if (delegate != NULL && delegate[0] != '\0') return with_profiler(delegating_table(delegate));
   fill_attributes();
   fill_table();
-  return &g_table.api;
+  return with_profiler(&g_table.api);
 }
 
 /* Sets what GetPjrtApi reports: the API version, the table size in bytes
@@ -1006,6 +1189,19 @@ FAULT_EXPORT long fault_client_create_calls(void) { return read_counter(&g_clien
  * destroyed handle, a call past the table end, a client destroyed before its
  * buffers), and a description of the latest. */
 FAULT_EXPORT long fault_misuse_count(void) { return read_counter(&g_misuse); }
+/* The profiler extension's counts: profilers created and destroyed, errors
+ * created and destroyed (PJRT_FAULT_PROFILER). */
+FAULT_EXPORT void fault_profiler_counts(long counts[4]) {
+  counts[0] = read_counter(&g_profilers_created);
+  counts[1] = read_counter(&g_profilers_destroyed);
+  counts[2] = read_counter(&g_profiler_errors_created);
+  counts[3] = read_counter(&g_profiler_errors_destroyed);
+}
+/* The options the last profiler was created with, and their size. */
+FAULT_EXPORT const char* fault_profiler_options(size_t* size) {
+  *size = g_profiler_options_size;
+  return g_profiler_options;
+}
 FAULT_EXPORT const char* fault_last_misuse(void) { return g_last_misuse; }
 
 /* The options the last PJRT_Client_Create received, "name=type:value;...". */

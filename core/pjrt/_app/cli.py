@@ -30,6 +30,11 @@ file, the demo, and the conformance checks for plugin vendors.
     Runs a script as N processes of one job on this machine (see `pjrt._distributed.launch`); each
     calls ``pjrt.distributed.initialize()`` with no arguments.
 
+``pjrt trace [--log-dir DIR] -- python PROGRAM.py [ARGS...]``
+    Runs a Python program (or ``python -m MODULE``) in this interpreter with a trace
+    (``pjrt.profiler``) from its start to its end, written under DIR (``pjrt-trace`` unless
+    given), prints where the files went, and exits with the program's status.
+
 Exit status: 0 on success; 1 when pjrt or a plugin failed (a program that does not compile,
 a backend that did not come up); 2 when the command line or its files are wrong (a missing
 file, the wrong number of inputs, an input of the wrong shape or dtype). Errors are one line
@@ -598,6 +603,15 @@ def _cmd_launch(args, reg) -> int:
         raise CommandError(str(error), USAGE) from error
 
 
+def _cmd_trace(args, reg) -> int:
+    from .trace_command import UsageError, run
+
+    try:
+        return run(args.program, args.log_dir, perfetto=args.perfetto)
+    except UsageError as error:
+        raise CommandError(str(error), USAGE) from error
+
+
 # -- the command line -----------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -656,6 +670,19 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("script", metavar="SCRIPT")
     launch.add_argument("arguments", nargs=argparse.REMAINDER, metavar="ARGS")
     launch.set_defaults(handler=_cmd_launch)
+
+    trace = commands.add_parser("trace", parents=[common],
+                                help="run a Python program with a trace (pjrt.profiler)",
+                                usage="pjrt trace [--log-dir DIR] [--perfetto] -- python "
+                                      "PROGRAM.py [ARGS...]")
+    trace.add_argument("--log-dir", default="pjrt-trace", metavar="DIR",
+                       help="where the trace goes: DIR/plugins/profile/<run>/ (default: "
+                            "pjrt-trace)")
+    trace.add_argument("--perfetto", action="store_true",
+                       help="also write perfetto_trace.json.gz, as jax's create_perfetto_trace")
+    trace.add_argument("program", nargs=argparse.REMAINDER, metavar="-- python PROGRAM.py ARGS",
+                       help="the program and its arguments, after --")
+    trace.set_defaults(handler=_cmd_trace)
     return parser
 
 

@@ -25,6 +25,7 @@ from .._runtime import serialization
 from . import isolated_compile
 from .._capi import handles, memory_headroom
 from .._capi.api import Api
+from .._profiling import recorder
 from .._wire import mlir_bytecode
 from . import program_checks
 from .._pjrt_cffi import ffi
@@ -209,6 +210,31 @@ def compile_program(client: "ClientView", program: ProgramFacts, executable_devi
     [`pjrt.compile`][pjrt.program.compile] (see the former for the arguments). The checks,
     the compile options, the cache key, the ``PJRT_Program`` and the executable's declared
     result shapes all come from ``program``."""
+    if recorder.active:  # a trace records the compile (pjrt.profiler)
+        return _traced_compile(client, program, executable_devices, compile_options,
+                               replicated, isolate)
+    return _compile(client, program, executable_devices, compile_options, replicated, isolate)
+
+
+def _traced_compile(client: "ClientView", program: ProgramFacts, executable_devices,
+                    compile_options: CompileOptions | None, replicated: bool,
+                    isolate: bool | None) -> "LoadedExecutable":
+    """`compile_program` as one event of the running trace: the program's name and devices,
+    and what the compilation cache said (``off`` when none is used; the cache marks ``hit`` or
+    ``miss`` on the event)."""
+    with recorder.Span("compile", "compile", {"platform": client.platform,
+                                              "cache": "off"}) as span:
+        executable = _compile(client, program, executable_devices, compile_options,
+                              replicated, isolate)
+        name, devices = recorder.executable_label(executable)
+        span.name = f"compile {name}"
+        span.args.update(program=name, devices=devices)
+        return executable
+
+
+def _compile(client: "ClientView", program: ProgramFacts, executable_devices,
+             compile_options: CompileOptions | None, replicated: bool,
+             isolate: bool | None) -> "LoadedExecutable":
     check_contents(program)
     handle = client.handle
     devices = None

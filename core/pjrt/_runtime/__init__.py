@@ -7,7 +7,8 @@ envelope of a serialized executable, which names the plugin build that made it
 
 Import rule: modules here import each other, ``pjrt._capi``, ``pjrt._wire``, ``pjrt.errors``,
 the value types below the array (``dtypes``, ``layouts``, ``hlo_sharding``, ``sharding``),
-``pjrt.plugin`` and ``pjrt.array``; never an executable, the compiler or a client (they name a
-client only as ``pjrt.device.ClientView``). Within that, each module keeps its rung of the
-ladder in docs/architecture.md ("The layers below the client").
+``pjrt.plugin``, ``pjrt.array`` and a trace's recorder (``pjrt._profiling``); never an
+executable, the compiler or a client (they name a client only as ``pjrt.device.ClientView``).
+Within that, each module keeps its rung of the ladder in docs/architecture.md ("The layers
+below the client").
 """

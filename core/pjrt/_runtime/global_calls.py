@@ -16,6 +16,7 @@ from .._capi import handles, long_runs
 from .._capi.api import HEADER_VERSION
 from .._capi.native import MAX_DEVICES, CallPlan
 from .._pjrt_cffi import ffi
+from .._profiling import recorder
 from ..array import Array, check_device_sets
 from ..errors import UnsupportedFeatureError
 from ..sharding import global_shape_of_shards
@@ -79,6 +80,8 @@ class GlobalCalls(ExecutableMetadata):
         else (placing, resharding, host values, or the checks that word an error): then call
         `execute_global`. Available once `execute_global` has run once."""
         plan = self._global_plan
+        if plan is not None and recorder.active:  # a trace records the launch (pjrt.profiler)
+            return recorder.run_plan(self, plan, arguments, False)
         return plan.run(arguments, False) if plan is not None else None
 
     def _make_global_plan(self) -> None:

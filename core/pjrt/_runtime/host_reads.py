@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .._capi.native import ArrayCore
+from .._profiling import recorder
 from .._pjrt_cffi import ffi, lib
 from ..errors import check, consume
 from .._capi.waits import wait_buffer_ready
@@ -212,12 +213,15 @@ class HostReads(ArrayCore):
         interruption = self._take_interruption()
         if interruption is not None:  # ended the buffer protocol's wait; numpy dropped it
             raise interruption
+        started = recorder.now() if recorder.active else 0  # a trace records the read
         handle = self._handle
         ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
         try:
             value, is_view = self._read(handle)  # raises for a deleted array or closed client
         finally:
             handle.end(ticket)
+        if started:
+            recorder.read(started, self, is_view)
         if dtype is not None and np.dtype(dtype) != value.dtype:
             if copy is False:
                 raise ValueError(f"converting an Array of {value.dtype} to {np.dtype(dtype)} "
