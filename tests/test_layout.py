@@ -182,7 +182,6 @@ def test_plugin_packages_reach_the_core_only_through_plugin_api():
 HAND_BUILT_STRUCTS = {
     ("pjrt._runtime.executable_metadata", "PJRT_Program"),
     ("pjrt.ffi", "PJRT_FFI_Register_Handler_Args"),
-    ("pjrt.ffi", "XLA_FFI_Error_Create_Args"),
     ("pjrt._runtime.launches", "pjrt_shim_call"),  # our helper's own struct, reused call after call
 }
 
