@@ -38,7 +38,7 @@ PUBLIC = {
     "make_cpu_client", "make_pjrt_topology",
     # arrays and transfers
     "Array", "Shard", "HostBufferSemantics", "device_put", "replicate", "shard_along_axis",
-    "block_until_ready", "from_dlpack", "Layout", "Format",
+    "block_until_ready", "ready", "from_dlpack", "Layout", "Format",
     # arrays across processes
     "make_array_from_callback", "make_array_from_process_local_data",
     "make_array_from_single_device_arrays",

@@ -55,6 +55,7 @@ _LAZY = {
     "sharding": ["GSPMDSharding", "IndivisibleError", "Mesh", "NamedSharding", "P",
                  "PartitionSpec", "PmapSharding", "Sharding", "SingleDeviceSharding"],
     "topology": ["DeviceTopology"],
+    "_capi.ready_events": ["ready"],
 }
 _LAZY_NAMES = {name: module for module, names in _LAZY.items() for name in names}
 
@@ -144,6 +145,7 @@ if TYPE_CHECKING:  # for type checkers and editors: every name of _LAZY, from wh
                            PartitionSpec as PartitionSpec, PmapSharding as PmapSharding,
                            Sharding as Sharding, SingleDeviceSharding as SingleDeviceSharding)
     from .topology import DeviceTopology as DeviceTopology  # noqa: F401
+    from ._capi.ready_events import ready as ready  # noqa: F401
     from .exported import deserialize_exported as deserialize_exported  # noqa: F401
     from .dlpack import from_dlpack as from_dlpack  # noqa: F401
     from .layouts import Format as Format, Layout as Layout  # noqa: F401

@@ -56,6 +56,9 @@ _dlpack_declarations = (NATIVE_DIR / "dlpack.h").read_text()
 _spmd_declarations = (NATIVE_DIR / "spmd.h").read_text()
 #: The one-call read of a small ready buffer (see pjrt/_runtime/host_reads.py); its C uses shim.c's.
 _host_reads_declarations = (NATIVE_DIR / "host_reads.h").read_text()
+#: Waking an event loop when buffers become ready (see pjrt/_capi/ready_events.py); its C uses
+#: shim.c's.
+_ready_notifier_declarations = (NATIVE_DIR / "ready_notifier.h").read_text()
 
 ffibuilder = cffi.FFI()
 ffibuilder.cdef(declarations_from_header(_header_text))
@@ -67,6 +70,7 @@ ffibuilder.cdef((NATIVE_DIR / "kv_python.cdef").read_text())
 ffibuilder.cdef(declarations_from_header(_dlpack_declarations))
 ffibuilder.cdef(_spmd_declarations)
 ffibuilder.cdef(_host_reads_declarations)
+ffibuilder.cdef(_ready_notifier_declarations)
 ffibuilder.set_source(
     "pjrt._pjrt_cffi",
     '#include "pjrt_c_api.h"\n'
@@ -83,7 +87,9 @@ ffibuilder.set_source(
     + "\n" + _spmd_declarations + "\n"
     + (NATIVE_DIR / "spmd.c").read_text()
     + "\n" + _host_reads_declarations + "\n"
-    + (NATIVE_DIR / "host_reads.c").read_text(),
+    + (NATIVE_DIR / "host_reads.c").read_text()
+    + "\n" + _ready_notifier_declarations + "\n"
+    + (NATIVE_DIR / "ready_notifier.c").read_text(),
     include_dirs=[str(HEADER_DIR)],
     libraries=["dl"],
     extra_compile_args=["-O2", "-Wall"],

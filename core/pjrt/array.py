@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Any, Generator, Sequence
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from .errors import ClosedClientError, DeletedArrayError, DeviceAssignmentMismat
 from ._capi.handles import HostBufferSemantics
 from ._capi.staging import adoptable_copy, should_stage
 from ._capi.waits import wait_buffers_ready
+from ._capi.ready_events import wait_until_ready
 
 _NULL = ffi.NULL
 
@@ -392,6 +393,22 @@ class Array(HostReads):
             handle.end(ticket)
         if started:
             recorder.waited(started, self)
+        return self
+
+    def __await__(self) -> Generator[Any, None, "Array"]:
+        """``await array``: wait, without blocking the event loop, until the computation
+        producing the array has finished; resolves to the array itself.
+
+        The plugin's completion event wakes the loop (no thread waits); an array already
+        computed resolves at once without involving the loop. Cancelling the await leaves the
+        computation and the array alone. See `pjrt.ready` for several arrays.
+
+        Raises:
+          XlaRuntimeError: the computation failed.
+          DeletedArrayError: the array was deleted or donated.
+          ClosedClientError: its client is closed.
+        """
+        yield from wait_until_ready((self,))
         return self
 
     @handles.native_method

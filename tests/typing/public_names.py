@@ -15,7 +15,7 @@ from pjrt import (
     make_array_from_process_local_data, make_array_from_single_device_arrays,
     make_c_api_client, make_cpu_client, make_pjrt_topology, Memory, Mesh, NamedSharding, P,
     PartitionSpec, PJRT_C_API_VERSION, Plugin, PluginLoadError, PmapSharding, process_count,
-    process_index, register_custom_call_target, replicate, set_compilation_cache_dir,
+    process_index, ready, register_custom_call_target, replicate, set_compilation_cache_dir,
     set_platforms, Shard, shard_along_axis, Sharding, SingleDeviceSharding,
     UnsupportedFeatureError, XlaRuntimeError,
 )
