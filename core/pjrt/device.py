@@ -9,9 +9,9 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Protocol
 
-from ._capi.api import to_str
+from ._capi.api import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi
-from .errors import ErrorCode, XlaRuntimeError
+from .errors import ErrorCode, UnsupportedFeatureError, XlaRuntimeError
 from ._capi.handles import ClientHandle, native_call
 from ._capi.options import named_values_to_dict
 
@@ -58,6 +58,10 @@ def _live_api(client: ClientView):
     """The client's API table (for methods that run as a native call on the client)."""
     return client.plugin.api
 
+
+#: The PJRT API that added ``peak_allocated_bytes`` to ``PJRT_Device_MemoryStats_Args`` (0.110's
+#: header lacks it, 0.113's has it).
+_PEAK_ALLOCATED_SINCE = (0, 113)
 
 #: Device and Memory methods run as one native call on their client: their handles belong to
 #: the client and are freed with it, so a closed client raises ClosedClientError. (Each keeps
@@ -148,8 +152,15 @@ class Device:
 
     @_client_call
     def memory_stats(self) -> dict[str, int] | None:
-        """Allocator statistics (``bytes_in_use``, ``peak_bytes_in_use``, ...), or None when
-        the plugin does not report them."""
+        """Allocator statistics, or None when the plugin does not report them.
+
+        ``bytes_in_use`` always, and those of ``peak_bytes_in_use``, ``num_allocs``,
+        ``largest_alloc_size``, ``bytes_limit``, ``bytes_reserved``, ``peak_bytes_reserved``,
+        ``bytes_reservable_limit``, ``largest_free_block_bytes``, ``pool_bytes``,
+        ``peak_pool_bytes`` and ``peak_allocated_bytes`` (read from plugins of PJRT API 0.113
+        on, whose struct has it) that the plugin sets. Where the plugin supports
+        `clear_memory_stats`, the peaks count from the last clear.
+        """
         api = _live_api(self.client)
         if not api.has("PJRT_Device_MemoryStats"):
             return None
@@ -174,10 +185,37 @@ class Device:
             ("pool_bytes", "pool_bytes_is_set"),
             ("peak_pool_bytes", "peak_pool_bytes_is_set"),
         )
+        if api.version >= _PEAK_ALLOCATED_SINCE:
+            # A plugin of an older API knows a shorter struct and never writes these fields.
+            optional += (("peak_allocated_bytes", "peak_allocated_bytes_is_set"),)
         for name, flag in optional:
             if getattr(args, flag):
                 stats[name] = int(getattr(args, name))
         return stats
+
+    @_client_call
+    def clear_memory_stats(self) -> None:
+        """Reset the device's allocator statistics (its peaks start again from what is in use
+        now), through ``PJRT_Device_ClearMemoryStats`` (PJRT API 0.106 on).
+
+        Raises:
+          UnsupportedFeatureError: the plugin does not provide the call, or answers that it
+            does not implement it (XLA's CPU plugins: the 0.81 build has no entry, the 0.106
+            build answers UNIMPLEMENTED).
+        """
+        api = _live_api(self.client)
+        function = "PJRT_Device_ClearMemoryStats"
+        if not api.has(function):
+            raise UnsupportedFeatureError(function, api.plugin_name, api.version, HEADER_VERSION,
+                                          why="the call came with PJRT API 0.106")
+        try:
+            api.call_new(function, device=self.pointer)
+        except XlaRuntimeError as error:
+            if error.code != ErrorCode.UNIMPLEMENTED:
+                raise
+            raise UnsupportedFeatureError(
+                function, api.plugin_name, api.version, HEADER_VERSION,
+                why=f"its table has the entry, but it answers {error}") from None
 
     def live_buffers(self) -> list:
         """The live arrays with a buffer on this device."""

@@ -13,6 +13,13 @@
  * name: dlopen hands back the already-loaded object for a path it has seen,
  * and a copy (another inode) gets a fresh set of globals.
  *
+ * Each device keeps memory statistics of its buffers (bytes in use and the
+ * peak since the last PJRT_Device_ClearMemoryStats), which PJRT_Device_MemoryStats
+ * reports with every field that carries a peak, peak_allocated_bytes (PJRT API
+ * 0.113) included whenever the host's struct has room for it, whatever API
+ * version the plugin reports: a host must read it only from plugins whose API
+ * has it.
+ *
  * Every object handed to the host carries a magic word, and is kept (not
  * freed) after it is destroyed, so that a double destroy or a use after
  * destroy is caught and counted as misuse instead of corrupting the heap.
@@ -148,6 +155,8 @@ struct PJRT_Device {
   PJRT_Client* client;
   PJRT_DeviceDescription description;
   PJRT_Memory memory;
+  long bytes_in_use; /* of its live buffers (atomic: buffers go on any thread) */
+  long peak_bytes; /* the most bytes_in_use since the client began or the last clear */
 };
 
 struct PJRT_Client {
@@ -519,6 +528,44 @@ static PJRT_Error* impl_PJRT_Device_DefaultMemory(PJRT_Device_DefaultMemory_Args
   return NULL;
 }
 
+/* Counts `delta` bytes in (or out of) the device's use, raising its peak. */
+static void count_bytes(PJRT_Device* device, long delta) {
+  long now = __atomic_add_fetch(&device->bytes_in_use, delta, __ATOMIC_SEQ_CST);
+  long peak = __atomic_load_n(&device->peak_bytes, __ATOMIC_SEQ_CST);
+  while (now > peak && !__atomic_compare_exchange_n(&device->peak_bytes, &peak, now, 0,
+                                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+  }
+}
+
+static PJRT_Error* impl_PJRT_Device_MemoryStats(PJRT_Device_MemoryStats_Args* args) {
+  GUARD(PJRT_Device_MemoryStats);
+  CHECK_HANDLE(PJRT_Device_MemoryStats, args->device, "device");
+  PJRT_Device* device = args->device;
+  long in_use = __atomic_load_n(&device->bytes_in_use, __ATOMIC_SEQ_CST);
+  long peak = __atomic_load_n(&device->peak_bytes, __ATOMIC_SEQ_CST);
+  args->bytes_in_use = in_use;
+  args->peak_bytes_in_use = peak;
+  args->peak_bytes_in_use_is_set = true;
+  args->bytes_limit = 1L << 30;
+  args->bytes_limit_is_set = true;
+  size_t end = offsetof(PJRT_Device_MemoryStats_Args, peak_allocated_bytes_is_set) +
+               sizeof(args->peak_allocated_bytes_is_set);
+  if (args->struct_size >= end) { /* see the top */
+    args->peak_allocated_bytes = peak;
+    args->peak_allocated_bytes_is_set = true;
+  }
+  return NULL;
+}
+
+static PJRT_Error* impl_PJRT_Device_ClearMemoryStats(PJRT_Device_ClearMemoryStats_Args* args) {
+  GUARD(PJRT_Device_ClearMemoryStats);
+  CHECK_HANDLE(PJRT_Device_ClearMemoryStats, args->device, "device");
+  PJRT_Device* device = args->device;
+  __atomic_store_n(&device->peak_bytes, __atomic_load_n(&device->bytes_in_use, __ATOMIC_SEQ_CST),
+                   __ATOMIC_SEQ_CST);
+  return NULL;
+}
+
 static PJRT_Error* impl_PJRT_Memory_Id(PJRT_Memory_Id_Args* args) {
   GUARD(PJRT_Memory_Id);
   CHECK_HANDLE(PJRT_Memory_Id, args->memory, "memory");
@@ -607,6 +654,7 @@ static PJRT_Error* impl_PJRT_Client_BufferFromHostBuffer(
   buffer->device = device;
   buffer->size = size;
   args->client->live_buffers++;
+  count_bytes(device, (long)size);
   /* The copy is done before we return, whatever the semantics asked. */
   args->done_with_host_buffer = NULL;
   args->buffer = buffer;
@@ -622,6 +670,7 @@ static PJRT_Error* impl_PJRT_Buffer_Destroy(PJRT_Buffer_Destroy_Args* args) {
     misuse("PJRT_Buffer_Destroy after its client was destroyed");
   }
   buffer->client->live_buffers--;
+  count_bytes(buffer->device, -(long)buffer->size);
   free(buffer->data);
   buffer->data = NULL;
   buffer->magic = MAGIC_DEAD;
@@ -691,6 +740,8 @@ static PJRT_Error* impl_PJRT_Buffer_Memory(PJRT_Buffer_Memory_Args* args) {
   X(PJRT_Device_LocalHardwareId)          \
   X(PJRT_Device_AddressableMemories)      \
   X(PJRT_Device_DefaultMemory)            \
+  X(PJRT_Device_MemoryStats)              \
+  X(PJRT_Device_ClearMemoryStats)         \
   X(PJRT_Memory_Id)                       \
   X(PJRT_Memory_Kind)                     \
   X(PJRT_Memory_AddressableByDevices)     \

@@ -294,6 +294,7 @@ def gather_info(reg: registry_module.BackendRegistry, platform: str | None = Non
             "device_count": client.device_count(),
             "default": name == default,
             "devices": devices,
+            "memory_stats_clear": _clear_support(client),
         })
     for name, reason in errors.items():
         if wanted is None or name in wanted:
@@ -305,6 +306,26 @@ def _table(rows: list[list[str]], indent: str = "  ") -> list[str]:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
             for row in rows]
+
+
+def _clear_support(client) -> str:
+    """Whether the backend's devices can reset their memory statistics: "supported", or
+    "not supported" and why. Tried on the first device of the client info made for itself,
+    which has done nothing yet, so the reset changes nothing anyone reads."""
+    from ..errors import UnsupportedFeatureError, XlaRuntimeError
+
+    device = client.devices()[0]
+    try:
+        device.clear_memory_stats()
+    except UnsupportedFeatureError:
+        api = client.plugin.api
+        if not api.has("PJRT_Device_ClearMemoryStats"):
+            return (f"not supported (PJRT API {_version_text(api.version)} has no "
+                    f"PJRT_Device_ClearMemoryStats)")
+        return "not supported (the plugin answers UNIMPLEMENTED)"
+    except XlaRuntimeError as error:
+        return f"failed: {shorten(str(error), 200)}"
+    return "supported"
 
 
 def _stats_text(stats: dict | None) -> str:
@@ -391,6 +412,8 @@ def format_info(info: dict, verbose: bool = False) -> str:
                 rows.append([str(device["id"]), device["kind"], memories,
                              _stats_text(device["memory_stats"])])
             lines += _table(rows, indent="    ")
+            if backend.get("memory_stats_clear"):
+                lines.append(f"    clearing memory stats: {backend['memory_stats_clear']}")
         lines.append("  (* marks a device's default memory)")
 
     logs = info.get("logs") or {}
