@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from .array import Array
     from .executable import LoadedExecutable
+    from .streaming import TransferManager
 
 
 #: Entries the C helpers call without looking them up; a client needs all of them.
@@ -302,6 +303,28 @@ class Client:
             host_buffer_semantics = HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL
         return array_from_host(self, argument, device, host_buffer_semantics, memory)
 
+    def create_buffers_for_async_host_to_device(self, shapes: Sequence, memory: Memory
+                                                ) -> TransferManager:
+        """Buffers in ``memory`` whose bytes the host sends later, in chunks: a
+        [`TransferManager`][pjrt.streaming.TransferManager] (see [`pjrt.streaming`][pjrt.streaming]).
+
+        Args:
+          shapes: each buffer's ``(shape, dtype)`` pair, or a ``pjrt.shapes.Shape`` (an array
+            shape, static, row-major).
+          memory: a memory of one of the client's devices (``device.default_memory()``, or
+            another of ``device.addressable_memories()``).
+
+        Raises:
+          UnsupportedFeatureError: the plugin cannot stream transfers (older than PJRT C API
+            0.60, an entry missing, or it answers UNIMPLEMENTED); the message names it.
+          TypeError, ValueError: a spec that is not an array shape of a supported dtype, or
+            a memory of another client.
+          ClosedClientError: the client is closed.
+        """
+        from .streaming import create_transfer_manager
+
+        return create_transfer_manager(self, shapes, memory)
+
     def compile_and_load(self, computation: str | bytes, executable_devices: Sequence[Device]
                          | None = None, compile_options: CompileOptions | None = None, *,
                          replicated: bool = False, isolate: bool | None = None
@@ -374,8 +397,12 @@ class Client:
 
         Idempotent. Using the client or its arrays afterwards raises ClosedClientError.
         """
+        from ._capi.transfer_manager import close_managers_of
+
         with self._lock:
             _live_clients.discard(self)
+            # Transfer managers refer to the client in the plugin: they go first.
+            close_managers_of(self._handle)
             self._handle.close()
 
     @property
