@@ -448,11 +448,11 @@ def main(argv=None) -> int:
     print()
     notes += [
         "streamed: client.create_buffers_for_async_host_to_device with one buffer per chunk; "
-        "XLA's CPU plugin copies each chunk inside transfer_data (on the calling thread, into "
-        "memory it allocates fresh per buffer), while the programs of the chunks already in "
-        "run on its own threads.",
+        "XLA's CPU plugin copies each chunk inside transfer_data, on the calling thread, while "
+        "the programs of the chunks already in run on its own threads.",
         "whole: pjrt.device_put copies the input once into staging memory the plugin adopts "
-        "(on several threads when fresh), then runs one program over all of it.",
+        "(fresh memory above 512 MiB, copied on several threads), then runs one program over "
+        "all of it.",
     ]
     for note in notes:
         print(f"* {note}" if args.markdown else f"note: {note}")
