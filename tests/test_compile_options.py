@@ -1,6 +1,6 @@
 """Tests for pjrt.compile_options and pjrt._wire.protowire.
 
-Two kinds of test:
+Three kinds of test:
 
 * Self-contained ones (no jax): hand-computed wire bytes, round trips
   through ``from_serialized``, and the TypeError/ValueError contract.
@@ -9,18 +9,34 @@ Two kinds of test:
   serialisations are decoded with our reader into nested field dicts, and
   the dicts must be equal. jaxlib is also made to *parse* our bytes, and one
   test compiles a program on jaxlib's CPU client with them.
+* ``DebugOptions`` as a table generated from XLA's ``xla.proto``: the table is
+  well formed and is what scripts/generate-debug-options.py writes, the generator
+  reads a proto's shapes and refuses what pjrt cannot carry, a field of each kind
+  travels as an override and reads back, and on each CPU plugin the options reach
+  XLA (its dump of the DebugOptions it compiled with) and change the program.
 """
 
 from __future__ import annotations
 
+import copy
+import enum
+import importlib.util
 import os
+import pickle
+import re
 import struct
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import TINY
+from fixtures import programs
+from pjrt._wire import debug_options_fields
 from pjrt._wire import protowire as pw
 from pjrt.compile_options import (
+    AutotuneCacheMode,
     CompileOptions,
     DebugOptions,
     DeviceAssignment,
@@ -471,7 +487,7 @@ def test_from_serialized_reads_a_debug_options_message(strict):
     # A DebugOptions message in the build options (jaxlib always writes one)
     # is accepted in both modes; its modelled fields are read.
     dbg = DebugOptions(xla_dump_to="/x", xla_backend_optimization_level=2).serialize()
-    unmodelled = pw.string_field(500, "ignored")  # a DebugOptions field not modelled here
+    unmodelled = pw.string_field(999, "ignored")  # a field number the table does not have
     build = ExecutableBuildOptions().serialize() + pw.message_field(3, dbg + unmodelled)
     opts = CompileOptions.from_serialized(pw.message_field(3, build), strict=strict)
     assert opts.executable_build_options.debug_options == DebugOptions(
@@ -939,3 +955,397 @@ def test_jaxlib_compiles_with_our_bytes(xc, tmp_path):
     assert executable is not None
     dumped = os.listdir(tmp_path)
     assert any(name.endswith(".txt") for name in dumped), dumped
+
+
+# ---------------------------------------------------------------------------
+# DebugOptions: every field of XLA's message, from the generated table
+# ---------------------------------------------------------------------------
+
+GENERATOR_PATH = Path(__file__).resolve().parents[1] / "scripts" / "generate-debug-options.py"
+TABLE_PATH = Path(debug_options_fields.__file__)
+
+#: The wire type of one value of each type the table may hold.
+TABLE_TYPES = {"bool": pw.VARINT, "int32": pw.VARINT, "int64": pw.VARINT, "enum": pw.VARINT,
+               "float": pw.I32, "double": pw.I64, "string": pw.LEN, "message": pw.LEN,
+               "map<string, string>": pw.LEN}
+REPEATABLE_TYPES = {"bool", "int32", "int64", "enum", "string"}
+
+
+@pytest.fixture(scope="module")
+def generator():
+    """scripts/generate-debug-options.py, imported as a module."""
+    spec = importlib.util.spec_from_file_location("generate_debug_options", GENERATOR_PATH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # NamedTuple and dataclass machinery look the module up
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        del sys.modules[spec.name]
+
+
+def test_debug_options_table_is_well_formed():
+    rows = debug_options_fields.FIELDS
+    assert len(rows) > 200  # the whole message, not a hand-picked subset
+    names = [row[0] for row in rows]
+    numbers = [row[1] for row in rows]
+    assert len(set(names)) == len(names) and all(name.isidentifier() for name in names)
+    assert len(set(numbers)) == len(numbers)
+    assert numbers == sorted(numbers)
+    assert all(1 <= n < 1 << 29 and not 19000 <= n <= 19999 for n in numbers)
+    for name, number, type_, wire_type, repeated, enum_type in rows:
+        assert TABLE_TYPES[type_] == wire_type, name
+        assert not repeated or type_ in REPEATABLE_TYPES, name
+        if type_ == "enum":
+            assert enum_type is debug_options_fields.ENUMS[enum_type.__name__], name
+        else:
+            assert enum_type is None, name
+    used = {row[5] for row in rows if row[5] is not None}
+    assert used == set(debug_options_fields.ENUMS.values())
+    assert set(debug_options_fields.ENUMS) == set(debug_options_fields.ENUM_VALUES)
+    for enum_name, values in debug_options_fields.ENUM_VALUES.items():
+        enum_type = debug_options_fields.ENUMS[enum_name]
+        assert issubclass(enum_type, enum.IntEnum)
+        assert [member.value for member in enum_type] == [number for _, number in values]
+    repository, path, commit = debug_options_fields.SOURCE
+    assert (repository, path) == ("openxla/xla", "xla/xla.proto")
+    assert re.fullmatch(r"[0-9a-f]{40}", commit)
+
+
+def test_debug_options_table_file_is_what_the_generator_writes(generator):
+    # The committed file is the generator's rendering of its own table, byte for byte: not
+    # edited by hand. (The proto it was read from is not kept here; regenerating from a copy
+    # of it is the command in the file's header, with --check.)
+    text = TABLE_PATH.read_text()
+    assert text.startswith('"""') and "GENERATED by scripts/generate-debug-options.py" in text
+    commit = debug_options_fields.SOURCE[2]
+    assert f"generate-debug-options.py PATH/TO/xla/xla.proto \\\n        --commit {commit}" in text
+    rows = tuple(generator.Row(name, number, type_, wire, repeated,
+                               enum_type.__name__ if enum_type else None)
+                 for name, number, type_, wire, repeated, enum_type in debug_options_fields.FIELDS)
+    table = generator.Table(rows, dict(debug_options_fields.ENUM_VALUES))
+    assert generator.render(table, commit) == text
+
+
+SMALL_PROTO = '''
+syntax = "proto3";
+package xla;
+import "xla/xla_data.proto";  // a comment with // inside
+
+message Other { message Inner { int32 a = 1; } enum Unused { U = 0; } }
+
+enum TopLevelMode {
+  TOP_LEVEL_MODE_OFF = 0;
+  TOP_LEVEL_MODE_ON = 1 [deprecated = true];
+}
+
+/* A block comment: message DebugOptions { bool not_a_field = 9; } */
+message DebugOptions {
+  enum CacheMode {
+    CACHE_MODE_UNSPECIFIED = 0;
+    CACHE_MODE_READ = 2;
+  }
+  enum Plain { FIRST = 0; SECOND = 1; }
+  message Filter { repeated string regexes = 1; }
+
+  optional bool
+      xla_flag = 7 [deprecated = true];  // "a string in a comment"
+  int32 xla_small = 3;
+  optional int64 xla_big = 4;
+  float xla_ratio = 5;
+  double xla_precise = 6;
+  string xla_path = 8;
+  optional CacheMode xla_cache_mode = 10;
+  DebugOptions.Plain xla_plain = 11;
+  repeated Plain xla_plains = 12;
+  repeated string xla_passes = 13;
+  TopLevelMode xla_top = 14;
+  Filter xla_filter = 15;
+  repeated other.Backend xla_backends = 16;
+  map<string, string> xla_extra = 500;
+  oneof choice { bool xla_one = 17; }
+  reserved 1, 2;
+  reserved "xla_gone";
+}
+
+message ExecutionOptions { DebugOptions debug_options = 4; uint64 seed = 3; }
+'''
+
+
+def test_generator_reads_the_shapes_of_a_proto(generator):
+    table = generator.build_table(SMALL_PROTO, external_enums=["other.Backend"])
+    rows = {row.name: tuple(row[1:]) for row in table.rows}
+    assert rows == {
+        "xla_small": (3, "int32", 0, False, None),
+        "xla_big": (4, "int64", 0, False, None),
+        "xla_ratio": (5, "float", 5, False, None),
+        "xla_precise": (6, "double", 1, False, None),
+        "xla_flag": (7, "bool", 0, False, None),
+        "xla_path": (8, "string", 2, False, None),
+        "xla_cache_mode": (10, "enum", 0, False, "CacheMode"),
+        "xla_plain": (11, "enum", 0, False, "Plain"),
+        "xla_plains": (12, "enum", 0, True, "Plain"),
+        "xla_passes": (13, "string", 2, True, None),
+        "xla_top": (14, "enum", 0, False, "TopLevelMode"),
+        "xla_filter": (15, "message", 2, False, None),
+        "xla_backends": (16, "enum", 0, True, None),  # values unknown: another file's enum
+        "xla_one": (17, "bool", 0, False, None),
+        "xla_extra": (500, "map<string, string>", 2, False, None),
+    }
+    assert [row.number for row in table.rows] == sorted(row.number for row in table.rows)
+    assert table.enums == {"CacheMode": (("CACHE_MODE_UNSPECIFIED", 0), ("CACHE_MODE_READ", 2)),
+                           "Plain": (("FIRST", 0), ("SECOND", 1)),
+                           "TopLevelMode": (("TOP_LEVEL_MODE_OFF", 0), ("TOP_LEVEL_MODE_ON", 1))}
+    # The rendered module runs, and its enums drop the prefix every value carries.
+    namespace: dict = {}
+    exec(compile(generator.render(table, "0" * 40), "<generated>", "exec"), namespace)
+    assert [m.name for m in namespace["CacheMode"]] == ["UNSPECIFIED", "READ"]
+    assert [m.name for m in namespace["Plain"]] == ["FIRST", "SECOND"]
+    assert [m.name for m in namespace["TopLevelMode"]] == ["OFF", "ON"]
+    assert namespace["FIELDS"][6] == ("xla_cache_mode", 10, "enum", 0, False,
+                                      namespace["CacheMode"])
+    assert namespace["SOURCE"] == ("openxla/xla", "xla/xla.proto", "0" * 40)
+
+
+@pytest.mark.parametrize(
+    "declaration, words",
+    [
+        ("bool xla_a = 1; bool xla_b = 1;", "share the number 1"),
+        ("bool xla_a = 1; int32 xla_a = 2;", "declared twice"),
+        ("uint64 xla_a = 1;", "uint64 is not a shape pjrt carries"),
+        ("repeated float xla_a = 1;", "repeated float is not a shape pjrt carries"),
+        ("map<string, int64> xla_a = 1;", "map<string, int64> is not a shape"),
+        ("Unknown xla_a = 1;", "--enum Unknown or --message Unknown"),
+        ("bool xla_a = 1", "expected ';'"),
+    ],
+)
+def test_generator_refuses_what_pjrt_cannot_carry(generator, declaration, words):
+    with pytest.raises(generator.GenerationError, match=re.escape(words)):
+        generator.build_table(f"syntax = 'proto3'; message DebugOptions {{ {declaration} }}")
+
+
+def test_generator_check_mode_and_errors(generator, tmp_path, capsys):
+    proto = tmp_path / "xla.proto"
+    proto.write_text(SMALL_PROTO)
+    out = tmp_path / "fields.py"
+    args = [str(proto), "--commit", "ab" * 20, "--output", str(out), "--enum", "other.Backend"]
+    assert generator.main(args) == 0
+    assert generator.main(args + ["--check"]) == 0
+    out.write_text(out.read_text() + "# edited\n")
+    assert generator.main(args + ["--check"]) == 1
+    assert "run without --check" in capsys.readouterr().err
+    # Without saying what other.Backend is, the script stops and says how.
+    assert generator.main(args[:-2]) == 2
+    assert "--enum other.Backend" in capsys.readouterr().err
+    proto.write_text("message Other {}")
+    assert generator.main(args) == 2
+    assert "no top-level message DebugOptions" in capsys.readouterr().err
+
+
+def test_every_table_field_is_an_attribute_unset_by_default():
+    d = DebugOptions()
+    for name, *_ in debug_options_fields.FIELDS:
+        assert getattr(d, name) is None, name
+    assert d.serialize() == b"" and d.to_option_overrides() == []
+    for name, enum_type in debug_options_fields.ENUMS.items():
+        assert getattr(DebugOptions, name) is enum_type
+    assert AutotuneCacheMode is DebugOptions.AutotuneCacheMode
+    assert [m.name for m in AutotuneCacheMode] == ["UNSPECIFIED", "UPDATE", "READ"]
+
+
+Cmd = DebugOptions.CommandBufferCmdType
+
+# (field, value set, value read back, the override sent, the field in DebugOptions' message).
+DEBUG_OPTION_KINDS = [
+    ("xla_hlo_profile", True, True, True, b"\x48\x01"),  # bool, field 9
+    ("xla_gpu_autotune_level", -2, -2, -2,  # int32, field 123: negative, ten bytes
+     b"\xd8\x07" + b"\xfe" + b"\xff" * 8 + b"\x01"),
+    ("xla_gpu_all_reduce_combine_threshold_bytes", 5_000_000_000, 5_000_000_000,
+     5_000_000_000, b"\xe8\x09\x80\xe4\x97\xd0\x12"),  # int64 past int32, field 157
+    ("xla_gpu_autotune_gemm_rtol", 0.25, 0.25, "0.25",  # float (I32), field 316; as text
+     b"\xe5\x13\x00\x00\x80\x3e"),
+    ("xla_gpu_autotune_gemm_rtol", 0.0, 0.0, "0.0", b"\xe5\x13\x00\x00\x00\x00"),
+    ("xla_gpu_kernel_cache_file", "/foo/bar", "/foo/bar", "/foo/bar",  # string, field 306
+     b"\x92\x13\x08/foo/bar"),
+    ("xla_gpu_experimental_autotune_cache_mode", AutotuneCacheMode.READ,  # enum, field 324
+     AutotuneCacheMode.READ, 2, b"\xa0\x14\x02"),
+    ("xla_gpu_experimental_autotune_cache_mode", 1, AutotuneCacheMode.UPDATE, 1,  # its int
+     b"\xa0\x14\x01"),
+    ("xla_gpu_enable_command_buffer", [Cmd.FUSION, 2], [Cmd.FUSION, Cmd.CUBLAS], "1,2",
+     b"\x92\x10\x02\x01\x02"),  # repeated enum, field 258, packed
+    ("xla_gpu_ptx_file", ("a.ptx", "b.ptx"), ["a.ptx", "b.ptx"], "a.ptx,b.ptx",
+     b"\xfa\x07\x05a.ptx" + b"\xfa\x07\x05b.ptx"),  # repeated string, field 127
+    ("xla_gpu_enable_command_buffer", [], [], "", b""),  # set and empty: clears XLA's list
+]
+
+
+@pytest.mark.parametrize("name, value, stored, override, message", DEBUG_OPTION_KINDS,
+                         ids=[f"{c[0]}={c[1]!r}" for c in DEBUG_OPTION_KINDS])
+def test_debug_option_of_each_kind_travels_and_reads_back(name, value, stored, override,
+                                                          message):
+    opts = CompileOptions()
+    setattr(opts.executable_build_options.debug_options, name, value)
+    read = getattr(opts.executable_build_options.debug_options, name)
+    assert read == stored and type(read) is type(stored)
+    if isinstance(stored, list):
+        assert [type(item) for item in read] == [type(item) for item in stored]
+    # Sent as one override of the type XLA's ApplyOption takes for that field...
+    data = opts.SerializeAsString()
+    (entry,) = normalise(data, COMPILE_OPTIONS)[7].items()
+    kind = {bool: 2, str: 1, int: 3}[type(override)]
+    raw = override.encode() if isinstance(override, str) else int(override)
+    if isinstance(override, int) and override < 0:
+        raw += 1 << 64
+    assert entry == (name.encode(), {kind: [(pw.LEN if kind == 1 else pw.VARINT, raw)]})
+    # ...read back into the same field, with nothing left over, and written again the same.
+    back = CompileOptions.ParseFromString(data)
+    again = getattr(back.executable_build_options.debug_options, name)
+    assert again == stored and type(again) is type(stored)
+    assert back.env_option_overrides == [] and back == opts
+    assert back.SerializeAsString() == data
+    # The message form: the field's own wire encoding, and back.
+    d = DebugOptions(**{name: value})
+    assert d.serialize() == message
+    # (A list has no presence in a message: an empty one reads back unset.)
+    assert DebugOptions.from_serialized(message) == (d if message else DebugOptions())
+
+
+def test_map_and_message_fields_live_in_the_message_form_only():
+    d = DebugOptions(xla_backend_extra_options={"k": "v"})
+    entry = pw.string_field(1, "k") + pw.string_field(2, "v")
+    assert d.serialize() == pw.message_field(500, entry)
+    assert DebugOptions.from_serialized(d.serialize()).xla_backend_extra_options == {"k": "v"}
+    # XLA's overrides cannot carry a map ("is not a valid message value"): refused here,
+    # naming the field and where it can be set instead.
+    opts = CompileOptions(executable_build_options=ExecutableBuildOptions(debug_options=d))
+    with pytest.raises(ValueError, match=r"xla_backend_extra_options .*XLA_FLAGS"):
+        opts.SerializeAsString()
+    d.xla_backend_extra_options = None  # unset again: nothing to send
+    assert normalise(opts.SerializeAsString(), COMPILE_OPTIONS).get(7) is None
+
+
+def test_enum_values_the_table_does_not_name_are_kept_as_numbers():
+    # proto3 enums are open: a newer XLA's value read from its message is kept.
+    d = DebugOptions.from_serialized(pw.int_field(324, 7))
+    assert d.xla_gpu_experimental_autotune_cache_mode == 7
+    assert type(d.xla_gpu_experimental_autotune_cache_mode) is int
+    assert d.to_option_overrides() == [("xla_gpu_experimental_autotune_cache_mode", 7)]
+
+
+def test_an_override_is_taken_back_only_if_it_would_be_written_the_same():
+    overrides = [("xla_gpu_autotune_gemm_rtol", "0.1"),  # ours would be "0.10000000149011612"
+                 ("xla_gpu_experimental_autotune_cache_mode", "READ"),  # ours is 2
+                 ("xla_gpu_enable_command_buffer", "FUSION"),  # ours is "1"
+                 ("xla_hlo_profile", "True")]  # ours is the bool
+    opts = CompileOptions.ParseFromString(
+        CompileOptions(env_option_overrides=overrides).SerializeAsString())
+    assert opts.executable_build_options.debug_options == DebugOptions()
+    assert sorted(opts.env_option_overrides) == sorted(overrides)
+
+
+@pytest.mark.parametrize(
+    "name, value, error",
+    [
+        ("xla_gpu_experimental_autotune_cache_mode", "READ", TypeError),
+        ("xla_gpu_experimental_autotune_cache_mode", Cmd.FUSION, TypeError),  # another enum
+        ("xla_gpu_experimental_autotune_cache_mode", 2**31, ValueError),
+        ("xla_gpu_autotune_gemm_rtol", "0.1", TypeError),
+        ("xla_gpu_autotune_gemm_rtol", True, TypeError),
+        ("xla_gpu_autotune_gemm_rtol", 1e39, ValueError),  # past single precision
+        ("xla_gpu_all_reduce_combine_threshold_bytes", 2**63, ValueError),
+        ("xla_gpu_all_reduce_combine_threshold_bytes", 1.0, TypeError),
+        ("xla_gpu_enable_command_buffer", ["FUSION"], TypeError),
+        ("xla_gpu_enable_command_buffer", Cmd.FUSION, TypeError),  # not a list
+        ("xla_gpu_ptx_file", ["a,b"], ValueError),
+        ("xla_backend_extra_options", {"k": 1}, TypeError),
+        ("xla_backend_extra_options", "k=v", TypeError),
+    ],
+)
+def test_debug_option_refuses_a_wrong_value_naming_the_field(name, value, error):
+    d = DebugOptions()
+    with pytest.raises(error, match=name):
+        setattr(d, name, value)
+    assert getattr(d, name) is None  # nothing half-set
+
+
+def test_unknown_debug_option_names_are_refused_with_a_suggestion():
+    d = DebugOptions()
+    with pytest.raises(AttributeError, match=r"'xla_dump_too' \(did you mean 'xla_dump_to'\?\)"):
+        d.xla_dump_too = "/tmp"
+    with pytest.raises(AttributeError, match="env_option_overrides"):
+        d.xla_some_newer_option  # noqa: B018
+    with pytest.raises(TypeError, match="xla_dump_too"):
+        DebugOptions(xla_dump_too="/tmp")
+
+
+def test_debug_options_copy_and_pickle():
+    d = DebugOptions(xla_dump_to="/d", xla_gpu_enable_command_buffer=[Cmd.CUDNN])
+    for twin in (copy.deepcopy(d), pickle.loads(pickle.dumps(d))):
+        assert twin == d and twin is not d
+        twin.xla_dump_to = None
+        assert twin != d and d.xla_dump_to == "/d"
+
+
+def test_upstream_debug_option_names_are_all_in_the_table(xc):
+    # Every DebugOptions attribute jaxlib binds is a field here.
+    theirs = xc.CompileOptions().executable_build_options.debug_options
+    names = {n for n in dir(theirs) if n.startswith("xla_")}
+    assert names and names <= set(DebugOptions._FIELDS)
+
+
+def _compile_tiny(client, debug: DebugOptions):
+    opts = CompileOptions(executable_build_options=ExecutableBuildOptions(debug_options=debug))
+    return client.compile_and_load(TINY.read_text(), client.devices()[:1], opts)
+
+
+def test_debug_options_of_every_kind_reach_the_plugin(client, tmp_path):
+    # XLA dumps the DebugOptions it compiled with (the fields that differ from its
+    # defaults) beside the module: each kind of field set here is there, as XLA read it.
+    d = DebugOptions(
+        xla_dump_to=str(tmp_path),                                        # string
+        xla_dump_hlo_as_dot=True,                                         # bool
+        xla_gpu_autotune_level=2,                                         # int32
+        xla_gpu_all_reduce_combine_threshold_bytes=5_000_000_000,         # int64
+        xla_gpu_autotune_gemm_rtol=0.25,                                  # float
+        xla_step_marker_location=DebugOptions.StepMarkerLocation.STEP_MARK_AT_TOP_LEVEL_WHILE_LOOP,
+        xla_gpu_experimental_autotune_cache_mode=AutotuneCacheMode.READ,  # enum
+        xla_gpu_enable_command_buffer=[Cmd.FUSION, Cmd.CUBLAS],           # repeated enum
+        xla_disable_hlo_passes=["no-such-pass", "another"],               # repeated string
+    )
+    _compile_tiny(client, d)
+    dumped = os.listdir(tmp_path)
+    (options_file,) = [n for n in dumped if n.endswith(".debug_options")]
+    lines = set((tmp_path / options_file).read_text().splitlines())
+    assert {
+        f'xla_dump_to: "{tmp_path}"',
+        "xla_dump_hlo_as_dot: true",
+        "xla_gpu_autotune_level: 2",
+        "xla_gpu_all_reduce_combine_threshold_bytes: 5000000000",
+        "xla_gpu_autotune_gemm_rtol: 0.250000",
+        "xla_step_marker_location: STEP_MARK_AT_TOP_LEVEL_WHILE_LOOP",
+        "xla_gpu_experimental_autotune_cache_mode: AUTOTUNE_CACHE_MODE_READ",
+        "xla_gpu_enable_command_buffer: FUSION",
+        "xla_gpu_enable_command_buffer: CUBLAS",
+        'xla_disable_hlo_passes: "no-such-pass"',
+        'xla_disable_hlo_passes: "another"',
+    } <= lines, sorted(lines)
+    # xla_dump_hlo_as_dot took effect: the module was dumped as graphs, not as text.
+    assert any(n.endswith(".dot") for n in dumped), dumped
+    assert not any(n.endswith("after_optimizations.txt") for n in dumped), dumped
+
+
+def test_a_debug_option_changes_the_compiled_program(client):
+    # xla_disable_all_hlo_passes, a field the hand-written subset never had: without the
+    # passes XLA fuses nothing, and the optimised module says so.
+    fused = _compile_tiny(client, DebugOptions()).hlo_modules()[0].to_string()
+    unfused = _compile_tiny(client, DebugOptions(xla_disable_all_hlo_passes=True))
+    text = unfused.hlo_modules()[0].to_string()
+    assert "fusion(" in fused
+    assert "fusion(" not in text and "tanh(" in text
+    # And the program still computes the same thing.
+    a, b = TINY.inputs()
+    device = client.devices()[0]
+    out = unfused.execute([client.buffer_from_pyval(a, device),
+                           client.buffer_from_pyval(b, device)])
+    programs.check_outputs(TINY, [np.asarray(out[0])])

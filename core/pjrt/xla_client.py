@@ -17,7 +17,8 @@ Differences from jaxlib that matter when porting: ``Client.compile`` is an alias
 from __future__ import annotations
 
 from .client import Client, make_c_api_client
-from .compile_options import CompileOptions, DeviceAssignment, ExecutableBuildOptions
+from .compile_options import (AutotuneCacheMode, CompileOptions, DeviceAssignment,
+                              ExecutableBuildOptions)
 from .device import Device, Memory
 from .device_list import DeviceList
 from .errors import XlaRuntimeError
@@ -45,8 +46,8 @@ __all__ = [
     "pjrt_plugin_initialized", "initialize_pjrt_plugin", "make_c_api_client", "make_cpu_client",
     "Client", "Device", "Memory", "DeviceList", "DeviceTopology",
     # compilation and execution
-    "CompileOptions", "ExecutableBuildOptions", "DeviceAssignment", "LoadedExecutable",
-    "ExecuteResults", "CompiledMemoryStats",
+    "CompileOptions", "ExecutableBuildOptions", "DeviceAssignment", "AutotuneCacheMode",
+    "LoadedExecutable", "ExecuteResults", "CompiledMemoryStats",
     # arrays and transfers
     "HostBufferSemantics", "batched_device_put", "batched_block_until_ready",
     "batched_copy_array_to_devices_with_sharding", "reorder_shards",
