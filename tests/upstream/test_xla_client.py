@@ -1282,6 +1282,47 @@ class TestClientTest:
         actual, = execute_with_python_values(deserialized, (), backend)
         assert np.all(actual == expected)
 
+    def testCompileOptionsSerialization(self, backend):
+        options = xla_client.CompileOptions()
+        executable_build_options = options.executable_build_options
+        options.num_replicas = 3
+        options.num_partitions = 2
+        options.profile_version = 1337
+        options.compile_portable_executable = True
+        executable_build_options.num_replicas = 3
+        executable_build_options.num_partitions = 2
+        deb_opt = executable_build_options.debug_options
+        deb_opt.xla_cpu_enable_fast_math = True
+        deb_opt.xla_test_all_input_layouts = True
+        deb_opt.xla_gpu_kernel_cache_file = "/foo/bar"
+        deb_opt.xla_gpu_enable_llvm_module_compilation_parallelism = True
+        deb_opt.xla_gpu_per_fusion_autotune_cache_dir = "/bar/foo/"
+        deb_opt.xla_gpu_experimental_autotune_cache_mode = (
+            xla_client.AutotuneCacheMode.READ
+        )
+
+        b = options.SerializeAsString()
+        restored = xla_client.CompileOptions.ParseFromString(b)
+
+        for name in ("num_replicas", "num_partitions", "profile_version",
+                     "compile_portable_executable"):
+            assert getattr(options, name) == getattr(restored, name), name
+
+        for name in ("num_replicas", "num_partitions"):
+            assert (getattr(options.executable_build_options, name)
+                    == getattr(restored.executable_build_options, name)), name
+
+        for name in (
+            "xla_cpu_enable_fast_math",
+            "xla_test_all_input_layouts",
+            "xla_gpu_kernel_cache_file",
+            "xla_gpu_enable_llvm_module_compilation_parallelism",
+            "xla_gpu_per_fusion_autotune_cache_dir",
+            "xla_gpu_experimental_autotune_cache_mode",
+        ):
+            assert (getattr(options.executable_build_options.debug_options, name)
+                    == getattr(restored.executable_build_options.debug_options, name)), name
+
 
 class TestDynamicReshapeTest:
     """Upstream's DynamicReshapeTest (upstream skips the whole class: "Test fails HLO -> MHLO
