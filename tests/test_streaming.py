@@ -297,6 +297,45 @@ def test_closing_mid_transfer_fails_the_incomplete_buffers_cleanly(make_client):
         np.testing.assert_array_equal(np.asarray(again.retrieve_buffer(0)), [5, 6])
 
 
+def test_closing_while_other_threads_send_is_clean(make_client):
+    client = make_client(devices=1)
+    elements, chunk = 1 << 16, 1 << 10
+    manager = make_manager(client, [((elements,), np.float32)] * 4)
+    arrays = [manager.retrieve_buffer(i) for i in range(4)]
+    data = np.ones(chunk, np.float32)
+    started = threading.Barrier(5)
+    outcomes: list[str] = []
+
+    def send(i):
+        started.wait()
+        try:
+            for start in range(0, elements, chunk):
+                manager.transfer_data(i, data, offset=start * 4)
+            outcomes.append("done")
+        except ValueError as error:
+            assert "transfer manager is closed" in str(error)
+            outcomes.append("closed")
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    started.wait()
+    manager.close()  # waits for the calls in flight, then frees the manager
+    for thread in threads:
+        thread.join()
+    assert len(outcomes) == 4 and manager.closed
+    # Which buffers were finished is the threads' race: each is whole, or failed by the close.
+    whole = 0
+    for array in arrays:
+        try:
+            np.testing.assert_array_equal(np.asarray(array), np.ones(elements))
+            whole += 1
+        except pjrt.XlaRuntimeError as error:
+            assert "deleted before transfers completed" in str(error)
+    assert whole == outcomes.count("done")
+    assert transfer_manager._open_states(client.raw_handle) == []
+
+
 def test_closing_the_client_closes_its_managers_first(make_client):
     client = make_client(devices=1)
     manager = make_manager(client, [((8,), np.float32)] * 2)
