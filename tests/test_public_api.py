@@ -57,7 +57,7 @@ PUBLIC = {
 
 #: Names jaxlib's xla_client has that pjrt implements.
 JAXLIB_NAMES = {
-    "make_c_api_client", "make_cpu_client", "load_pjrt_plugin_dynamically",
+    "AutotuneCacheMode", "make_c_api_client", "make_cpu_client", "load_pjrt_plugin_dynamically",
     "load_pjrt_plugin_with_c_api", "pjrt_plugin_loaded", "pjrt_plugin_initialized",
     "initialize_pjrt_plugin", "Client", "Device", "Memory", "DeviceList", "DeviceTopology",
     "CompileOptions", "ExecutableBuildOptions", "DeviceAssignment", "LoadedExecutable",

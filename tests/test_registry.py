@@ -641,3 +641,17 @@ def test_jax_platforms_is_honoured_when_pjrt_platforms_is_unset(make_registry, c
     both = make_registry({"JAX_PLATFORMS": "cpu2", "PJRT_PLATFORMS": "", ENV: cpu2_config})
     assert both.platforms_variable() == "PJRT_PLATFORMS"
     assert both.selected_platforms() is None
+
+
+def test_get_compile_options_detailed_logging_keeps_the_users_override():
+    """detailed_logging=False turns XLA's detailed logging off through DebugOptions, unless
+    env_options_overrides sets it itself, whose value then wins (not both: XLA refuses that)."""
+    from pjrt.registry import get_compile_options
+
+    quiet = get_compile_options(1, 1, detailed_logging=False)
+    assert quiet.executable_build_options.debug_options.xla_detailed_logging is False
+    quiet.SerializeAsString()
+    chosen = get_compile_options(1, 1, detailed_logging=False,
+                                 env_options_overrides={"xla_detailed_logging": True})
+    assert dict(chosen.env_option_overrides)["xla_detailed_logging"] is True
+    chosen.SerializeAsString()  # set once: no conflict

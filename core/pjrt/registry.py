@@ -641,7 +641,7 @@ def get_compile_options(num_replicas: int, num_partitions: int, device_assignmen
       ValueError: ``device_assignment`` does not match ``num_replicas`` or
         ``num_partitions``.
     """
-    from .compile_options import CompileOptions, DebugOptions, DeviceAssignment
+    from .compile_options import CompileOptions, DeviceAssignment
 
     options = CompileOptions()
     options.num_replicas = num_replicas
@@ -672,11 +672,8 @@ def get_compile_options(num_replicas: int, num_partitions: int, device_assignmen
     for name in _BUILD_OPTION_OVERRIDES:
         if name in overrides:
             setattr(build, name, overrides.pop(name))
-    if not detailed_logging:
-        if hasattr(DebugOptions, "xla_detailed_logging"):  # modelled there in newer releases
-            setattr(build.debug_options, "xla_detailed_logging", False)
-        else:
-            overrides.setdefault("xla_detailed_logging", False)
+    if not detailed_logging and "xla_detailed_logging" not in overrides:  # the user's wins
+        build.debug_options.xla_detailed_logging = False
     options.env_option_overrides = sorted(overrides.items())
     if profile_version > 0:
         options.profile_version = profile_version
