@@ -2,7 +2,9 @@
 on this machine's NVIDIA GPUs with the CUDA plugin wheel installed here.
 
 Each step runs in a child process with a time limit (all of them together stay under
-``--budget`` seconds) and ends as PASS, FAIL or SKIP with its reason. The report file holds
+``--budget`` seconds) and ends as PASS, FAIL or SKIP with its reason. The last, ``bench``
+(benchmarks/bench_gpu.py: pjrt next to jax on the first device), runs in what the behaviour
+steps left of the budget, so that it never costs one of them its verdict. The report file holds
 the verdicts and each step's output; stdout gets the verdicts. Exit status: 0 when no step
 failed, else 1.
 
@@ -32,6 +34,11 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: How much of a step's output the report keeps (its end).
 OUTPUT_LIMIT = 12000
 
+#: Seconds the bench step may take: bench_gpu.py's full run (about a minute on one H100,
+#: under 150 s), and its --quick run (smaller transfers, shorter loops).
+BENCH_LIMIT = 180
+BENCH_QUICK_LIMIT = 90
+
 
 @dataclasses.dataclass
 class Step:
@@ -56,6 +63,8 @@ class Checker:
         self.env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         self.env["PYTHONUNBUFFERED"] = "1"
         self.work = pathlib.Path(tempfile.mkdtemp(prefix="gpu-check-"))
+        #: Report lines written after the verdicts (the benchmark's table).
+        self.report_sections: list[str] = []
 
     # -- running ---------------------------------------------------------------------------
 
@@ -226,6 +235,38 @@ class Checker:
         if summary:
             step.reason = summary[-1].strip("= ")
 
+    def bench(self) -> None:
+        """benchmarks/bench_gpu.py's table, in the time left: the full run, else its quick
+        form, else none (SKIP, with the seconds left)."""
+        left = self.deadline - time.monotonic() - 5
+        quick = self.platform == "cpu" or left < BENCH_LIMIT
+        if left < (BENCH_QUICK_LIMIT if quick else BENCH_LIMIT):
+            self.skip("bench", f"only {max(left, 0):.0f} s of the budget left; the benchmark "
+                               f"needs {BENCH_LIMIT} s ({BENCH_QUICK_LIMIT} s with --quick)")
+            return
+        step, done = self.run("bench", [
+            sys.executable, str(ROOT / "benchmarks" / "bench_gpu.py"), "--platform",
+            self.platform, "--markdown", *(["--quick"] if quick else [])],
+            BENCH_QUICK_LIMIT if quick else BENCH_LIMIT, cwd=ROOT)
+        if done is None:
+            return
+        card = re.search(r"^# device: (.+)$", done.stdout, re.M)
+        table = [line for line in done.stdout.splitlines() if line.startswith("|")]
+        failed = re.search(r"^FAILED: (.+)$", done.stdout, re.M)
+        run = "quick run" if quick else "full run"
+        if table:
+            # The whole printout (header, table, verdict) right after the verdicts; the step's
+            # own output below keeps what the libraries logged.
+            self.report_sections += ["", f"== bench ({run}): pjrt next to jax on "
+                                         f"{card.group(1) if card else self.platform}",
+                                     *done.stdout.rstrip().splitlines()]
+            step.output = done.stderr
+        if failed:
+            step.reason = f"{run}: {failed.group(1)[:300]}"
+        elif step.verdict == "PASS":
+            step.reason = (f"{run} on {card.group(1) if card else self.platform}: "
+                           f"{max(len(table) - 2, 0)} rows (table below the verdicts)")
+
     def gpu_count(self) -> int:
         try:
             done = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
@@ -264,7 +305,8 @@ class Checker:
                 cut = "(... its beginning left out)\n" if len(s.output) > OUTPUT_LIMIT else ""
                 details += ["", f"== {s.name}: {s.verdict}", cut + text.rstrip()]
         report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text("\n".join([*self.header(), "", *verdicts, "", total, *details]) + "\n",
+        report.write_text("\n".join([*self.header(), "", *verdicts, "", total,
+                                     *self.report_sections, *details]) + "\n",
                           encoding="utf-8")
         print("\n".join([*verdicts, total, f"report: {report}"]))
         return 1 if failed else 0
@@ -424,7 +466,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--site", default="/tmp/pjrt-site",
                         help="where the wheels are installed; '' uses the pjrt importable now")
     parser.add_argument("--platform", default="cuda", choices=["cuda", "cpu"])
-    parser.add_argument("--budget", type=float, default=450,
+    parser.add_argument("--budget", type=float, default=555,
                         help="seconds for all the steps together")
     args = parser.parse_args(argv)
     started = time.monotonic()
@@ -437,10 +479,12 @@ def main(argv: list[str]) -> int:
         checker.sharded()
         checker.dlpack()
         checker.gpu_tests()
+        checker.bench()
     else:
         for name in ("vendor-plugin", "pjrt-info", "pjrt-conform", "readme", "sharded",
                      "dlpack-torch", "pytest-gpu"):
             checker.skip(name, "the install failed")
+        checker.skip("bench", "the install failed")
     return checker.write(args.report, started)
 
 
