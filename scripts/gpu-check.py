@@ -209,6 +209,11 @@ class Checker:
         if done is not None and done.returncode == 0:
             step.reason = done.stdout.strip().splitlines()[-1]
 
+    def profile(self) -> None:
+        step, done = self.python("profile", PROFILE_PROGRAM, 120, self.platform)
+        if done is not None and done.returncode == 0:
+            step.reason = done.stdout.strip().splitlines()[-1]
+
     def dlpack(self) -> None:
         if importlib.util.find_spec("torch") is None:
             self.skip("dlpack-torch", "torch is not installed")
@@ -423,6 +428,69 @@ print(f"{n}-device mesh over {platform} ({devices[0].device_kind}): rows + all-r
       f"equal numpy's, one shard per device")
 """
 
+#: One program compiled and run under pjrt.profiler.trace: pjrt's events in the trace file, and
+#: on the GPU the plugin's own device activity (its PJRT profiler extension) in the .xplane.pb
+#: file, which must exist and hold planes. The CPU plugins have no profiler: the trace says so.
+PROFILE_PROGRAM = """\
+import gzip
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+import pjrt
+from pjrt import profiler
+from pjrt._profiling import xspace
+
+platform = sys.argv[1]
+pjrt.set_platforms(platform)
+device = pjrt.devices()[0]
+log_dir = tempfile.mkdtemp(prefix="pjrt-profile-")
+x = pjrt.device_put(np.full((256, 256), 0.5, np.float32), device)
+with profiler.trace(log_dir):
+    with profiler.TraceAnnotation("matmul steps"):
+        matmul = pjrt.compile('''
+func.func public @main(%x: tensor<256x256xf32>) -> tensor<256x256xf32> {
+  %y = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0]
+      : (tensor<256x256xf32>, tensor<256x256xf32>) -> tensor<256x256xf32>
+  return %y : tensor<256x256xf32>
+}''', device)
+        for _ in range(5):
+            y = matmul(x)
+        y.block_until_ready()
+run, = (os.path.join(log_dir, "plugins", "profile", name)
+        for name in os.listdir(os.path.join(log_dir, "plugins", "profile")))
+trace, = (name for name in os.listdir(run) if name.endswith(".trace.json.gz"))
+with gzip.open(os.path.join(run, trace), "rt") as stream:
+    document = json.load(stream)
+events = [e for e in document["traceEvents"] if e["ph"] == "X"]
+launches = [e for e in events if e["cat"] == "launch"]
+assert len(launches) == 5, launches
+assert {e["args"]["devices"] for e in launches} == {f"{platform}:{device.id}"}, launches
+assert any(e["cat"] == "compile" for e in events) and any(e["cat"] == "wait" for e in events)
+np.testing.assert_allclose(np.asarray(y), np.full((256, 256), 64.0, np.float32))
+notes = document["otherData"]["notes"]
+for note in notes:
+    print("note:", note)
+planes = [name for name in os.listdir(run) if name.endswith(".xplane.pb")]
+if platform == "cpu":
+    assert not planes and any("no profiler extension" in n for n in notes), (planes, notes)
+    print(f"{len(events)} events in {trace}; the CPU plugin has no profiler extension, as the "
+          f"trace notes")
+    sys.exit(0)
+assert planes, f"no .xplane.pb in {run}: the plugin recorded no device activity ({notes})"
+path = os.path.join(run, planes[0])
+size = os.path.getsize(path)
+assert size > 0, f"{path} is empty"
+names = xspace.plane_names(open(path, "rb").read())
+assert names, f"{path} holds no planes"
+devices = [n for n in names if n.startswith("/device:")]
+print(f"{len(events)} events in {trace}; {planes[0]}: {size} bytes, {len(names)} planes "
+      f"({', '.join(devices) or 'no /device: plane'}; others: "
+      f"{', '.join(n for n in names if n not in devices) or 'none'})")
+"""
+
 #: A torch tensor on the GPU into pjrt and back, through a program, checked against torch.
 DLPACK_PROGRAM = """\
 import sys
@@ -477,12 +545,13 @@ def main(argv: list[str]) -> int:
         checker.conform()
         checker.readme()
         checker.sharded()
+        checker.profile()
         checker.dlpack()
         checker.gpu_tests()
         checker.bench()
     else:
         for name in ("vendor-plugin", "pjrt-info", "pjrt-conform", "readme", "sharded",
-                     "dlpack-torch", "pytest-gpu"):
+                     "profile", "dlpack-torch", "pytest-gpu"):
             checker.skip(name, "the install failed")
         checker.skip("bench", "the install failed")
     return checker.write(args.report, started)

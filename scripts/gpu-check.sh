@@ -9,6 +9,8 @@
 #   pjrt-conform   pjrt conform cuda
 #   readme         README.md's Python blocks, on the CUDA plugin
 #   sharded        a program over a mesh of all local GPUs (with one GPU, a 1-device mesh)
+#   profile        a program run under pjrt.profiler.trace: pjrt's events, and the CUDA
+#                  plugin's own device activity in a non-empty .xplane.pb
 #   dlpack-torch   a torch tensor on the GPU into pjrt, through a program, and back
 #   pytest-gpu     the gpu-marked tests (pytest -m gpu)
 #   bench          benchmarks/bench_gpu.py: pjrt next to jax on the first GPU (per-call cost,

@@ -51,6 +51,19 @@ _CALL_SLOW = lib.PJRT_SHIM_CALL_SLOW
 _NO_HOST_VALUES = (_NULL, _NULL, _NULL)
 _adopt = Array._adopt
 
+#: True while a trace runs (pjrt.profiler): `execute` then times the native per-call path
+#: from Python. A global of this module, kept by `recorder.switches`, is the cheapest test per
+#: call.
+_tracing = recorder.active
+
+
+def _switch_tracing(on: bool) -> None:
+    global _tracing
+    _tracing = on
+
+
+recorder.switches.append(_switch_tracing)
+
 
 def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
     """Per parameter ``(shape, dtype, strides)`` for the checks of `execute`'s per-call path
@@ -284,8 +297,8 @@ class LoadedExecutable(GlobalCalls):
         # done nothing, and the full path below checks everything and reports every error.
         plan = self._plan
         if plan is not None and device is None:
-            outputs = (plan.run(arguments, copy_host_values) if not recorder.active  # a trace
-                       else recorder.run_plan(self, plan, arguments, copy_host_values))
+            outputs = (recorder.run_plan(self, plan, arguments, copy_host_values) if _tracing
+                       else plan.run(arguments, copy_host_values))  # (see _tracing)
             if outputs is not None:
                 return outputs
         if device is not None or not self._devices:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, NamedTuple, TypeVar
 
 from . import plugin as plugin_module
 from ._profiling import recorder, trace_file
+from .client import live_clients
 from ._profiling.plugin_profilers import PluginProfilers
 from ._wire import protowire
 
@@ -304,8 +305,6 @@ def annotate_function(func: _Function, name: str | None = None,
 
 def _plugins_with_clients() -> list:
     """The plugins that have an open client, each once."""
-    from .client import live_clients
-
     seen: dict[str, Any] = {}
     for client in live_clients():
         seen.setdefault(client.plugin.name, client.plugin)

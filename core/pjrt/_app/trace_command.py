@@ -17,6 +17,8 @@ import sys
 import traceback
 from typing import Sequence
 
+from .. import profiler
+
 #: The first word of a command that names a Python interpreter (``python``, ``python3.12``).
 _PYTHON = re.compile(r"python(\d+(\.\d+)*)?(\.exe)?$")
 
@@ -62,8 +64,6 @@ def run(command: Sequence[str], log_dir: str, *, perfetto: bool = False) -> int:
     Raises:
       UsageError: see `parse`.
     """
-    from .. import profiler
-
     kind, target, arguments = parse(command)
     saved_argv, saved_path = sys.argv[:], sys.path[:]
     if kind == "script":

@@ -29,6 +29,11 @@ from typing import Any
 #: that read is all they cost.
 active = False
 
+#: Called with True when a trace starts and with False when it ends. A module on the per-call
+#: path (``pjrt.executable``) keeps a flag of its own through one, which is cheaper to test than
+#: `active` (a global of its own module, not an attribute of this one).
+switches: list = []
+
 now = time.perf_counter_ns
 
 
@@ -57,12 +62,16 @@ def begin() -> Recording:
     recording = Recording()
     _recording = recording
     active = True
+    for switch in switches:
+        switch(True)
     return recording
 
 
 def end() -> Recording | None:
     """Stop recording; the recording that ran (None if none did)."""
     global _recording, active
+    for switch in switches:
+        switch(False)
     active = False
     recording, _recording = _recording, None
     if recording is not None:

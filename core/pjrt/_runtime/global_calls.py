@@ -27,6 +27,19 @@ from .launches import (Call, LaunchState, buffer_metadata, call_hooks, consume_d
 
 _NULL = ffi.NULL
 
+#: True while a trace runs (pjrt.profiler): `execute_laid_out` then times the native per-call path
+#: from Python. A global of this module, kept by `recorder.switches`, is the cheapest test per
+#: call.
+_tracing = recorder.active
+
+
+def _switch_tracing(on: bool) -> None:
+    global _tracing
+    _tracing = on
+
+
+recorder.switches.append(_switch_tracing)
+
 
 class GlobalCalls(ExecutableMetadata):
     """`execute_global` and `execute_laid_out` of `pjrt.executable.LoadedExecutable`."""
@@ -80,7 +93,7 @@ class GlobalCalls(ExecutableMetadata):
         else (placing, resharding, host values, or the checks that word an error): then call
         `execute_global`. Available once `execute_global` has run once."""
         plan = self._global_plan
-        if plan is not None and recorder.active:  # a trace records the launch (pjrt.profiler)
+        if plan is not None and _tracing:  # a trace records the launch (see _tracing)
             return recorder.run_plan(self, plan, arguments, False)
         return plan.run(arguments, False) if plan is not None else None
 
