@@ -532,7 +532,7 @@ def test_pjrt_trace_runs_a_program_with_a_trace_and_says_where_it_went(cpu_plugi
     assert ("launch", "jit_tiny_tanh") in names and ("wait", "block_until_ready") in names
 
 
-def test_pjrt_trace_runs_a_module_and_shows_its_error(cpu_plugin, tmp_path):
+def test_pjrt_trace_runs_a_module_and_shows_its_error(tmp_path):
     (tmp_path / "failing_module.py").write_text(textwrap.dedent("""
         import sys
         print("argv", sys.argv[1:])
