@@ -246,8 +246,9 @@ class LoadedExecutable(GlobalCalls):
             raise ValueError(f"argument {index} belongs to another client ({argument.client!r}) "
                              f"than this executable ({self._client!r}); copy it with "
                              f"copy_to_device({device}) first")
-        if argument._devices[0] is not device or len(buffers) != 1:
-            raise ValueError(f"argument {index} is on {', '.join(map(str, argument._devices))} "
+        if argument.shard_devices[0] is not device or len(buffers) != 1:
+            where = ", ".join(map(str, argument.shard_devices))
+            raise ValueError(f"argument {index} is on {where} "
                              f"but this executable runs it on {device}; copy it with "
                              f"copy_to_device first")
         signature = self._signature

@@ -156,10 +156,10 @@ class GlobalCalls(ExecutableMetadata):
                          self._parameter_specs[i] if self._parameter_specs else None)
             if argument.stored_order is not None and i not in self._layout_checks:
                 raise not_row_major(i, argument)
-            if argument._devices == devices:  # the shards in the program's device order
+            if argument.shard_devices == devices:  # the shards in the program's device order
                 rows.append(buffers)
             else:
-                by_device = dict(zip(argument._devices, buffers))
+                by_device = dict(zip(argument.shard_devices, buffers))
                 rows.append([by_device[d] for d in devices])
         num_devices = len(devices)
         keep = prepare_donations(self._donated, [list(arguments)]) if self._donated else ()
