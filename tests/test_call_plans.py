@@ -125,6 +125,7 @@ def test_an_unloaded_executable_or_closed_client_leaves_the_path(make_client):
 def test_outputs_are_freed_when_collected(spmd, client):
     compiled, hosts, own, named = spmd
     compiled(*own)
+    gc.collect()  # arrays earlier tests left in reference cycles
     registry = client.raw_handle.buffers
     before = len(registry)
     outputs = [compiled(*own) for _ in range(20)]

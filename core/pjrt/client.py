@@ -28,12 +28,12 @@ from ._capi.options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_op
                             check_option_values)
 from ._capi import memory_headroom
 from ._capi.waits import call_off_thread
-from .compile_options import CompileOptions
 
 if TYPE_CHECKING:
     import numpy
 
     from .array import Array
+    from .compile_options import CompileOptions
     from .executable import LoadedExecutable
     from .streaming import TransferManager
 
@@ -348,8 +348,11 @@ class Client:
         Returns:
           A [`LoadedExecutable`][pjrt.executable.LoadedExecutable].
         """
+        # Imported here, as the compiler is: a process that only makes a client and moves
+        # arrays never loads them (nor numpy, which the option messages use).
         from ._compile.pipeline import compile_program
         from ._compile.program_facts import read_program
+        from .compile_options import CompileOptions
 
         if isinstance(executable_devices, CompileOptions):
             if compile_options is not None:

@@ -15,18 +15,27 @@ never used unwired.
 """
 from __future__ import annotations
 
-import numpy as np
+from typing import TYPE_CHECKING
 
 from .._hot_path import MAX_DEVICES, ArrayCore, CallPlan, HandleCore, configure
 from .._pjrt_cffi import ffi, lib
 from .waits import wait_buffer_ready
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["MAX_DEVICES", "ArrayCore", "CallPlan", "HandleCore"]
 
 
 def _buffer_format(dtype: np.dtype) -> bytes | None:
     """numpy's own buffer-protocol format for ``dtype``, which numpy reads back as ``dtype``;
-    None where there is none (ml_dtypes' types: their arrays are read through ``__array__``)."""
+    None where there is none (ml_dtypes' types: their arrays are read through ``__array__``).
+
+    Called at an Array's first read of each dtype, when numpy is loaded anyway; importing it
+    here rather than with the module keeps numpy out of a process that only loads a plugin
+    and makes a client."""
+    import numpy as np
+
     try:
         exported = memoryview(np.empty(0, dtype))  # pyright: ignore[reportArgumentType]
         if np.asarray(exported).dtype != dtype:
