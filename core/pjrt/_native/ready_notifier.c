@@ -125,30 +125,15 @@ static void ready_watch_fired(PJRT_Error* error, void* user_arg) {
 int pjrt_ready_notifier_watch(const PJRT_Api* api, PJRT_Buffer* buffer,
                               pjrt_ready_notifier* notifier, uint64_t token,
                               PJRT_Error** error_out) {
-  *error_out = NULL;
-  SHIM_ARGS(PJRT_Buffer_ReadyEvent_Args, ready, event);
-  ready.buffer = buffer;
-  PJRT_Error* error = api->PJRT_Buffer_ReadyEvent(&ready);
-  if (error != NULL) {
-    *error_out = error;
-    return 1;
-  }
-  SHIM_ARGS(PJRT_Event_IsReady_Args, is_ready, is_ready);
-  is_ready.event = ready.event;
-  error = api->PJRT_Event_IsReady(&is_ready);
-  if (error == NULL && is_ready.is_ready) {
-    /* Awaiting a fired event only fetches its error. */
-    *error_out = shim_await_and_destroy(api, ready.event);
-    return 1;
-  }
-  shim_drop_error(api, error);
+  PJRT_Event* pending;
+  if (shim_buffer_ready_now(api, buffer, &pending, error_out)) return 1;
   if (notifier == NULL) {
-    pjrt_shim_event_destroy(api, ready.event);
+    pjrt_shim_event_destroy(api, pending);
     return 2;
   }
   ready_watch* watch = calloc(1, sizeof(*watch));
   if (watch == NULL) {
-    pjrt_shim_event_destroy(api, ready.event);
+    pjrt_shim_event_destroy(api, pending);
     return -1;
   }
   watch->api = api;
@@ -158,12 +143,12 @@ int pjrt_ready_notifier_watch(const PJRT_Api* api, PJRT_Buffer* buffer,
   notifier->references++; /* the callback's, taken before it can run */
   pthread_mutex_unlock(&notifier->mutex);
   SHIM_ARGS(PJRT_Event_OnReady_Args, on_ready, user_arg);
-  on_ready.event = ready.event;
+  on_ready.event = pending;
   on_ready.callback = ready_watch_fired;
   on_ready.user_arg = watch;
-  error = api->PJRT_Event_OnReady(&on_ready);
+  PJRT_Error* error = api->PJRT_Event_OnReady(&on_ready);
   /* The event is no longer needed: the callback stays registered without it. */
-  pjrt_shim_event_destroy(api, ready.event);
+  pjrt_shim_event_destroy(api, pending);
   if (error != NULL) {
     /* No callback will come. */
     free(watch);

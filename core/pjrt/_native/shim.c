@@ -409,10 +409,16 @@ pjrt_shim_waiter* pjrt_shim_waiter_start(const PJRT_Api* api, PJRT_Event* event,
   return waiter;
 }
 
-int pjrt_shim_buffer_ready_waiter(const PJRT_Api* api, PJRT_Buffer* buffer,
-                                  pjrt_shim_waiter** waiter_out,
-                                  PJRT_Error** error_out) {
-  *waiter_out = NULL;
+/* Asks whether `buffer`'s value is computed, without waiting. Returns 1 when the
+ * answer is final: the value is computed (its computation's error, if any, in
+ * *error_out; the event freed), or the plugin gave no ready event (its error in
+ * *error_out). Returns 0 with the unfired ready event in *pending, which the
+ * caller frees or waits on. An error of PJRT_Event_IsReady counts as "not yet":
+ * the wait meets the event's outcome. The one copy of this first step of every
+ * wait and read (host_reads.c, ready_notifier.c use it too). */
+static int shim_buffer_ready_now(const PJRT_Api* api, PJRT_Buffer* buffer,
+                                 PJRT_Event** pending, PJRT_Error** error_out) {
+  *pending = NULL;
   *error_out = NULL;
   SHIM_ARGS(PJRT_Buffer_ReadyEvent_Args, ready, event);
   ready.buffer = buffer;
@@ -425,12 +431,22 @@ int pjrt_shim_buffer_ready_waiter(const PJRT_Api* api, PJRT_Buffer* buffer,
   is_ready.event = ready.event;
   error = api->PJRT_Event_IsReady(&is_ready);
   if (error == NULL && is_ready.is_ready) {
-    /* Await on a fired event returns its error at once. */
+    /* Awaiting a fired event only fetches its error. */
     *error_out = shim_await_and_destroy(api, ready.event);
     return 1;
   }
   shim_drop_error(api, error);
-  *waiter_out = pjrt_shim_waiter_start(api, ready.event, error_out);
+  *pending = ready.event;
+  return 0;
+}
+
+int pjrt_shim_buffer_ready_waiter(const PJRT_Api* api, PJRT_Buffer* buffer,
+                                  pjrt_shim_waiter** waiter_out,
+                                  PJRT_Error** error_out) {
+  *waiter_out = NULL;
+  PJRT_Event* pending;
+  if (shim_buffer_ready_now(api, buffer, &pending, error_out)) return 1;
+  *waiter_out = pjrt_shim_waiter_start(api, pending, error_out);
   return *waiter_out == NULL ? 1 : 0;
 }
 
