@@ -68,6 +68,9 @@ CASES = {
 }
 EXPECTED_STATUS = {"status": 7}
 
+#: Iterations of `matmul_loop` that take a second or so on one core.
+LONG_ITERATIONS = 8_000
+
 
 def _run_many(sources: list[tuple], parallel: int = 2) -> list[str]:
     """Run each ``(source, argv, expected status[, environment])`` in a fresh interpreter,
@@ -129,6 +132,58 @@ def test_exit_does_not_wait_past_its_budget(plugin):
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.parametrize("plugin", BOTH_PLUGINS)
+def test_a_daemon_threads_compile_does_not_hold_the_exit(plugin):
+    """A daemon thread whose compile ends after the exit began never takes its result, so the
+    result is freed for it and its call ends: the exit goes on at once instead of waiting out
+    its whole budget for a call that never returns."""
+    started = time.monotonic()
+    assert _run_many(_case_runs("compile", plugin, 1, budget=60.0), parallel=1) == []
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("plugin", BOTH_PLUGINS)
+def test_exit_waits_for_a_client_freed_by_a_daemon_thread(plugin):
+    """A daemon thread whose wait ends after the exit has closed the client ends that client's
+    last call, so the daemon thread frees the client, and destroying it waits for a program
+    still running on another device. The exit must wait for that too (or leave without the
+    plugin's teardown), never run the plugin's teardown under it: the process lasts until the
+    long program has run (it used to end as soon as the short one had, 1 run in 6 crashed)."""
+    source = PRELUDE + textwrap.dedent("""
+        import threading, time
+        waits.EXIT_WAIT_SECONDS = 60
+        first, second = client.devices()[:2]
+        long = client.compile_and_load(LONG, [second])
+        short = client.compile_and_load(SHORT, [first])
+        x_first = client.buffer_from_pyval(np.ones((256, 256), np.float32), first)
+        x_second = client.buffer_from_pyval(np.ones((256, 256), np.float32), second)
+        started = time.monotonic()
+        long.execute([x_second])[0].block_until_ready()
+        took = time.monotonic() - started
+        short_out = short.execute([x_first])
+        launched = time.monotonic()
+        long_out = long.execute([x_second])
+        waiting = threading.Event()
+        def wait_for_the_short_program():
+            waiting.set()
+            short_out[0].block_until_ready()
+        threading.Thread(target=wait_for_the_short_program, daemon=True).start()
+        waiting.wait()
+        time.sleep(0.05)
+        assert not short_out[0].is_ready()
+        print(launched, took, flush=True)
+    """).replace("LONG", repr(matmul_loop(LONG_ITERATIONS))).replace(
+        "SHORT", repr(matmul_loop(LONG_ITERATIONS // 8)))
+    result = subprocess.run([sys.executable, "-c", source, cpu_plugin_path(plugin)],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT,
+                            env=child_env())
+    ended = time.monotonic()  # the same clock as the child's (CLOCK_MONOTONIC)
+    assert result.returncode == 0, result.stderr[-1500:]
+    assert "Traceback" not in result.stderr, result.stderr[-1500:]
+    launched, took = map(float, result.stdout.split())
+    assert ended - launched > 0.8 * took
+
+
 def _readme_runs(runs: int):
     script, _ = script_of(ROOT / "README.md")
     environment = child_env(drop=("PJRT_PLATFORMS", "PJRT_CPU_DEVICE_COUNT", "PJRT_LOG_LEVEL"),
@@ -142,6 +197,8 @@ def test_the_readme_program_exits_cleanly():
 
 @pytest.mark.slow
 def test_three_hundred_exits_of_each_program_are_clean():
-    """The four products and the README's blocks, 300 runs each, two at a time."""
-    runs = _case_runs("held", "xla_cpu_0_81", 150) + _case_runs("held", "xla_cpu_0_106", 150)
+    """The four products (with and without a compile in flight on a daemon thread) and the
+    README's blocks, 300 runs each, two at a time."""
+    runs = [run for case in ("held", "compile") for plugin in BOTH_PLUGINS
+            for run in _case_runs(case, plugin, 150)]
     assert _run_many(runs + _readme_runs(300)) == []

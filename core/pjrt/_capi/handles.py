@@ -38,7 +38,7 @@ from .api import Api
 from .._pjrt_cffi import ffi, lib
 from ..errors import ClosedClientError, check
 from .native import HandleCore
-from .waits import exit_began, exit_time_left, skip_native_teardown_at_exit
+from .waits import exit_began, exit_time_left, native_work, skip_native_teardown_at_exit
 
 _NULL = ffi.NULL
 _destroy_buffer = lib.pjrt_shim_buffer_destroy
@@ -178,7 +178,10 @@ class ClientHandle(HandleCore):
         """
         while self._lock.acquire(blocking=False):
             try:
-                self._settle_locked()
+                # Counted as native work in flight: the exit must not run the plugins'
+                # teardown while this thread frees the client (which waits for its programs).
+                with native_work:
+                    self._settle_locked()
             finally:
                 self._lock.release()
             if not self._has_freeable():
@@ -276,26 +279,32 @@ class ClientHandle(HandleCore):
         """
         import time
 
-        if self.pointer == _NULL or self.generation != _fork_generation:
-            return True
         deadline = time.monotonic() + seconds
         api = self.api
         owned = []  # ready events made here, destroyed here
-        # The events are asked for under a ticket of this wait's own: a buffer released by
-        # another thread meanwhile (a daemon thread, at exit) is then parked, not freed under
-        # the question.
-        ticket = self.take_ticket()
+        # The events are asked for under the lock, so no other thread is freeing the client's
+        # objects meanwhile (a daemon thread that ended the last call of the closed client,
+        # at exit, frees them under it), and under a ticket of this wait's own, so that a
+        # buffer released by another thread meanwhile is parked, not freed under the question.
+        if not self._lock.acquire(timeout=seconds):
+            return False  # another thread is still freeing them
         try:
-            for buffers in list(self.buffers.values()):
-                for buffer in buffers:
-                    owned.append(api.call_new("PJRT_Buffer_ReadyEvent", buffer=buffer).event)
-        except Exception:  # noqa: BLE001 - when in doubt at exit, leave the client alone
-            self._destroy_events(owned)
-            return False
+            if self.pointer == _NULL or self.generation != _fork_generation:
+                return True
+            ticket = self.take_ticket()
+            try:
+                for buffers in list(self.buffers.values()):
+                    for buffer in buffers:
+                        owned.append(api.call_new("PJRT_Buffer_ReadyEvent", buffer=buffer).event)
+            except Exception:  # noqa: BLE001 - when in doubt at exit, leave the client alone
+                self._destroy_events(owned)
+                return False
+            finally:
+                # Ended without `end`, which would settle: what it parked is freed by the
+                # caller's settle, once the events asked for here are no longer needed.
+                del self.active[ticket]
         finally:
-            # Ended without `end`, which would settle: what it parked is freed by the caller's
-            # settle, once the events asked for here are no longer needed.
-            del self.active[ticket]
+            self._lock.release()
         try:
             unfinished = owned
             while True:

@@ -12,8 +12,9 @@ runs inline) runs on a worker thread instead (`call_off_thread`), whose stack is
 enough for the plugin's recursive compiler on deeply nested programs, while the caller waits on
 it in slices. At interpreter exit, such calls still running are given a moment to end (the exit's
 one budget, `EXIT_WAIT_SECONDS`), and the process then ends without the teardown they could
-meet (`_guard_exit`). A daemon thread whose
-call ends after the exit began does not return from it (`exit_began`).
+meet (`_guard_exit`); so is other native work that may wait on the plugin, such as freeing a
+client (`native_work`). A daemon thread whose call ends after the exit began does not return
+from it (`exit_began`), and what the call made is freed for it.
 """
 from __future__ import annotations
 
@@ -273,19 +274,52 @@ def run_on_compile_thread(handle, ticket: int, work: Callable[[], T],
         raise
 
 
-#: Native calls running on worker threads now (interrupted ones included), for the exit guard.
+#: Native work the exit guard waits for: calls running on worker threads (interrupted ones
+#: included) and the freeing of a client's objects on any thread (see `NativeWork`).
 _in_flight = 0
 _in_flight_lock = threading.Lock()
 _idle = threading.Condition(_in_flight_lock)
 
 
+def _count_in_flight(change: int) -> None:
+    global _in_flight
+    with _in_flight_lock:
+        _in_flight += change
+        if _in_flight == 0:
+            _idle.notify_all()
+
+
+class NativeWork:
+    """``with native_work:`` counts the plugin calls made inside as in flight, so that the
+    exit guard (`_guard_exit`) waits for them and, if they outlast its budget, ends the process
+    without the plugins' teardown.
+
+    For calls made with the GIL released on a thread the exit does not wait for: freeing a
+    client's objects (and the client) may wait for the plugin's running programs, and may be
+    done by whichever thread ends the last call of a closed client, a daemon thread included.
+    Counted from before the work is visible to others (a client whose pointer is already NULL
+    is still being freed while the count is up). Re-entrant: it is a count.
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        _count_in_flight(1)
+
+    def __exit__(self, *exc_info) -> None:
+        _count_in_flight(-1)
+
+
+native_work = NativeWork()
+
+
 def calls_in_flight() -> int:
-    """How many native calls started through `call_off_thread` are still running."""
+    """How many native calls (of `call_off_thread`, or inside `native_work`) are running."""
     return _in_flight
 
 
 def wait_until_idle(seconds: float) -> bool:
-    """Wait up to ``seconds`` for every call of `call_off_thread` to end; whether they did."""
+    """Wait up to ``seconds`` for all native work in flight to end; whether it did."""
     with _idle:
         return _idle.wait_for(lambda: _in_flight == 0, timeout=seconds)
 
@@ -302,31 +336,32 @@ def call_off_thread(work: Callable[[], T], abandon: Callable[[T | None], None] |
     running call. ``wait(done)``, when given, replaces the plain sliced wait for the event
     ``done`` (to bound it in time, or to report progress).
     """
-    global _in_flight
     worker = _take_worker()
     done = threading.Event()
     outcome: dict = {}
     lock = threading.Lock()
     # The work sees the caller's context variables (how deep in custom-call handlers it is).
     context = contextvars.copy_context()
-    with _in_flight_lock:
-        _in_flight += 1
+    # A daemon thread that finds the exit begun when its call returns never takes the result
+    # (it is held, see `exit_began`): the result is then freed as an interrupted wait's is,
+    # which ends the call's ticket, so the exit need not wait for a caller that never returns.
+    daemon_caller = threading.current_thread().daemon
+    _count_in_flight(1)
 
     def job() -> None:
-        global _in_flight
         try:
             outcome["value"] = context.run(work)
         except BaseException as error:  # noqa: BLE001 - handed to the waiting caller
             outcome["error"] = error
         finally:
             with lock:
+                if _exiting and daemon_caller:
+                    outcome["abandoned"] = True
                 abandoned = outcome.get("abandoned", False)
                 done.set()
             if abandoned:
                 _abandon(outcome, abandon)
-            with _in_flight_lock:
-                _in_flight -= 1
-                _idle.notify_all()
+            _count_in_flight(-1)
             _return_worker(worker)
 
     try:
@@ -349,7 +384,12 @@ def call_off_thread(work: Callable[[], T], abandon: Callable[[T | None], None] |
         if _exiting and threading.current_thread().daemon:
             _hold_daemon_at_exit()  # (a daemon thread gets no signals: the exit woke it)
         raise
-    if _exiting and threading.current_thread().daemon:
+    if _exiting and daemon_caller:
+        with lock:  # the worker has decided by now (before ``done``): free it unless it did
+            freed_by_worker = outcome.get("abandoned", False)
+            outcome["abandoned"] = True
+        if not freed_by_worker:
+            _abandon(outcome, abandon)
         _hold_daemon_at_exit()
     if "error" in outcome:
         raise outcome["error"]
@@ -414,7 +454,8 @@ def _abandon(outcome: dict, abandon: Callable | None) -> None:
     if abandon is None:
         return
     try:
-        abandon(outcome.get("value"))
+        with native_work:  # freeing may be a plugin call the exit must not run over
+            abandon(outcome.get("value"))
     except Exception:  # noqa: BLE001 - nobody is waiting for this result
         pass
 
