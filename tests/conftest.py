@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -40,6 +41,12 @@ import pjrt
 from fixtures import programs
 
 TESTS_DIR = Path(__file__).resolve().parent
+
+# A shell starts a background job with Ctrl-C ignored, and every process it starts inherits
+# that, so a child interpreter would never raise KeyboardInterrupt. The tests of Ctrl-C send
+# SIGINT to their children: give it back its default meaning here, which the children inherit.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 #: name -> (module holding the library, library file name, PJRT API minor version it reports)
 CPU_PLUGINS = {
