@@ -68,6 +68,13 @@ CASES = {
 }
 EXPECTED_STATUS = {"status": 7}
 
+#: A program that compiles in an instant.
+TINY_PROGRAM = """
+func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %0 = stablehlo.tanh %x : tensor<4xf32>
+  return %0 : tensor<4xf32>
+}"""
+
 #: Iterations of `matmul_loop` that take a second or so on one core.
 LONG_ITERATIONS = 8_000
 
@@ -130,6 +137,43 @@ def test_exit_does_not_wait_past_its_budget(plugin):
     started = time.monotonic()
     assert _run_many([(source, [cpu_plugin_path(plugin)], 5)], parallel=1) == []
     assert time.monotonic() - started < 30
+
+
+@pytest.mark.parametrize("plugin", BOTH_PLUGINS)
+def test_a_daemon_thread_calling_after_the_exit_closed_its_client_prints_nothing(plugin):
+    """A daemon thread that calls pjrt only after the exit has closed the client gets
+    ClosedClientError. Printing its traceback while the interpreter finalises can abort the
+    process (CPython finds the thread holding stderr's lock: "Fatal Python error"), so the
+    thread is held instead, as one whose call ends during the exit is."""
+    source = textwrap.dedent("""
+        import atexit, sys, threading, time
+        exit_closed_the_client = threading.Event()
+        thread_called = threading.Event()
+
+        def after_pjrt_closed_the_clients():  # registered first, so it runs after pjrt's hooks
+            exit_closed_the_client.set()
+            thread_called.wait(60)
+            time.sleep(0.5)  # time for the thread's exception to reach threading.excepthook
+
+        atexit.register(after_pjrt_closed_the_clients)
+        import pjrt
+        pjrt.load_pjrt_plugin_dynamically("cpu", sys.argv[1])
+        client = pjrt.make_c_api_client("cpu")
+
+        def compile_late():
+            exit_closed_the_client.wait()
+            try:
+                client.compile_and_load(PROGRAM, client.devices()[:1])
+            finally:
+                thread_called.set()
+
+        threading.Thread(target=compile_late, daemon=True).start()
+    """).replace("PROGRAM", repr(TINY_PROGRAM))
+    result = subprocess.run([sys.executable, "-c", source, cpu_plugin_path(plugin)],
+                            capture_output=True, text=True, timeout=120, cwd=ROOT,
+                            env=child_env())
+    assert result.returncode == 0, result.stderr[-1500:]
+    assert result.stderr == ""
 
 
 @pytest.mark.parametrize("plugin", BOTH_PLUGINS)

@@ -28,7 +28,7 @@ from typing import Callable, TypeVar
 
 from .api import Api
 from .._pjrt_cffi import ffi, lib
-from ..errors import consume
+from ..errors import ClosedClientError, consume
 
 _NULL = ffi.NULL
 
@@ -420,11 +420,32 @@ def exit_began() -> None:
     finalises, and CPython aborts the process when the main thread then finds the thread holding
     stderr's lock ("_enter_buffered_busy"). CPython itself stops daemon threads that run on into
     finalisation; this stops them a little earlier, at a point where they hold nothing.
+
+    A daemon thread that calls into pjrt only after the exit has closed the clients gets
+    `ClosedClientError`; if nothing catches it, the thread is held the same way instead of
+    printing it (see `_hold_daemons_closed_out`).
     """
     global _exiting, _exit_deadline
     if not _exiting:
         _exit_deadline = time.monotonic() + EXIT_WAIT_SECONDS
+        threading.excepthook = _hold_daemons_closed_out(threading.excepthook)
     _exiting = True
+
+
+def _hold_daemons_closed_out(previous: Callable) -> Callable:
+    """``threading.excepthook`` for the exit: a daemon thread ended by `ClosedClientError`
+    (its call came after the exit closed the client) is held where it stands, holding nothing,
+    rather than printing its traceback while the interpreter finalises (the abort described in
+    `exit_began`). Any other exception, or any thread the exit waits for, goes to ``previous``.
+    """
+    def excepthook(args) -> None:
+        thread = args.thread
+        if thread is not None and thread.daemon and isinstance(args.exc_value,
+                                                               ClosedClientError):
+            _hold_daemon_at_exit()
+        previous(args)
+
+    return excepthook
 
 
 def exit_time_left() -> float:
