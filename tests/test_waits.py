@@ -399,3 +399,23 @@ def test_a_daemon_threads_call_ending_during_the_exit_does_not_return_into_pytho
     assert "COMPILE TOOK" in result.stderr
     assert "RETURNED INTO PYTHON" not in result.stderr, result.stderr[-3000:]
     assert "Exception in thread" not in result.stderr, result.stderr[-3000:]
+
+
+def test_native_work_may_begin_while_the_count_is_being_changed_on_the_same_thread():
+    """The collector may run an Array's finaliser on a thread while that thread changes the
+    count of native work in flight (an allocation under the count's lock), and the finaliser
+    may free a client's objects, which counts itself as native work: that must not deadlock."""
+    from pjrt._capi import waits
+
+    finished = threading.Event()
+
+    def count_inside_the_lock():
+        with waits._in_flight_lock:  # where the finaliser would run
+            with waits.native_work:
+                finished.set()
+
+    thread = threading.Thread(target=count_inside_the_lock, daemon=True)
+    thread.start()
+    assert finished.wait(10), "native_work deadlocked under the count's own lock"
+    thread.join(10)
+    assert waits.calls_in_flight() == 0

@@ -239,7 +239,7 @@ def _forget_workers_after_fork() -> None:
     _idle_workers.clear()
     _workers_lock = threading.Lock()
     _in_flight = 0
-    _in_flight_lock = threading.Lock()
+    _in_flight_lock = threading.RLock()
     _idle = threading.Condition(_in_flight_lock)
 
 
@@ -277,7 +277,10 @@ def run_on_compile_thread(handle, ticket: int, work: Callable[[], T],
 #: Native work the exit guard waits for: calls running on worker threads (interrupted ones
 #: included) and the freeing of a client's objects on any thread (see `NativeWork`).
 _in_flight = 0
-_in_flight_lock = threading.Lock()
+# Re-entrant: the count may change again on the same thread while it holds the lock, when the
+# collector runs an Array's finaliser there (an allocation in ``notify_all``) and that
+# finaliser frees a client's objects (`native_work`).
+_in_flight_lock = threading.RLock()
 _idle = threading.Condition(_in_flight_lock)
 
 
