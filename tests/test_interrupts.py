@@ -276,17 +276,34 @@ func.func public @main(%x: tensor<4xf32>) -> tensor<4xf32> {{
 """
 
 
-@pytest.mark.parametrize("raised", [KeyboardInterrupt("from the handler"), SystemExit(7)],
-                         ids=["KeyboardInterrupt", "SystemExit"])
-def test_interrupts_raised_in_a_handler_keep_their_type(client, raised):
-    target = f"raise_{type(raised).__name__}_{client.plugin.name}"
+#: A product before the custom call: the plugin runs this program asynchronously, on its own
+#: threads, so the handler's exception reaches the caller through the wait on the output.
+_ASYNCHRONOUS_HANDLER_PROGRAM = """
+func.func public @main(%x: tensor<64x64xf32>) -> tensor<64x64xf32> {{
+  %d = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0] : (tensor<64x64xf32>, tensor<64x64xf32>) -> tensor<64x64xf32>
+  %y = stablehlo.custom_call @{target}(%d) {{api_version = 4 : i32}} : (tensor<64x64xf32>) -> tensor<64x64xf32>
+  return %y : tensor<64x64xf32>
+}}
+"""
+
+
+@pytest.mark.parametrize("program,shape", [(_HANDLER_PROGRAM, (4,)),
+                                           (_ASYNCHRONOUS_HANDLER_PROGRAM, (64, 64))],
+                         ids=["inline", "asynchronous"])
+@pytest.mark.parametrize("raised", [KeyboardInterrupt("from the handler"), SystemExit(7),
+                                    RecursionError("too deep")],
+                         ids=["KeyboardInterrupt", "SystemExit", "RecursionError"])
+def test_interrupts_raised_in_a_handler_keep_their_type(client, raised, program, shape):
+    """Through the read of the output too (numpy drops the buffer protocol's error and asks
+    ``__array__``, which must raise the same exception, not the plugin's error again)."""
+    target = f"raise_{type(raised).__name__}_{len(shape)}_{client.plugin.name}"
 
     def handler(operands, results, attributes):
         raise raised
 
     pjrt.register_custom_call_target(target, handler, platform="cpu")
-    executable = client.compile_and_load(_HANDLER_PROGRAM.format(target=target))
-    x = client.buffer_from_pyval(np.ones(4, np.float32))
+    executable = client.compile_and_load(program.format(target=target))
+    x = client.buffer_from_pyval(np.ones(shape, np.float32))
     for _ in range(2):  # the first launch goes through a worker, the second does not
         with pytest.raises(type(raised)) as caught:
             np.asarray(executable.execute([x])[0])

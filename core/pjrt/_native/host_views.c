@@ -168,10 +168,13 @@ static int raise_not_live(ArrayCore* array) {
  * cdata of the array's list) and raises the computation's error.
  *
  * numpy takes any error of the buffer protocol as "no buffer" and goes on to
- * `__array__`, dropping it: a Ctrl-C that ends the wait is kept on the array
- * for this thread, and `__array__` raises it again (_take_interruption). A
- * direct memoryview() raises it at once; the next read on this thread forgets
- * it. */
+ * `__array__`, dropping it: the error that ends the wait is kept on the array
+ * for this thread, and `__array__` raises that same exception again
+ * (_take_interruption). That matters for a Ctrl-C, and for the exceptions a
+ * failed program hands over once (a handler's KeyboardInterrupt, SystemExit or
+ * RecursionError, pjrt.errors.carry_across_plugin): a second wait would find
+ * only the plugin's error. A direct memoryview() raises it at once; the next
+ * read on this thread forgets it. */
 static int wait_ready(ArrayCore* array, HandleCore* handle, PyObject* buffer) {
   PyObject* result =
       PyObject_CallFunctionObjArgs(hp_wiring.wait_ready, handle->api, buffer, NULL);
@@ -179,7 +182,7 @@ static int wait_ready(ArrayCore* array, HandleCore* handle, PyObject* buffer) {
     Py_DECREF(result);
     return 0;
   }
-  if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+  {
     PyObject *type, *value, *traceback;
     PyErr_Fetch(&type, &value, &traceback);
     PyErr_NormalizeException(&type, &value, &traceback);
