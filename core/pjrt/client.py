@@ -74,6 +74,10 @@ class Client:
         #: The create options the client was made with (as checked), so that a worker
         #: process can make the same client (crash-isolated compilation).
         self.create_options: dict = {}
+        #: Clients of the same plugin, made with the same options, that run the programs a
+        #: custom-call handler launches on its own program's device (`stand_in`).
+        self._stand_ins: list[Client] = []
+        self._stand_ins_lock = threading.Lock()  # held while one is made: not self._lock
         api = self._api
         name = api.call_new("PJRT_Client_PlatformName", client=handle.pointer)
         self.platform: str = to_str(name.platform_name, name.platform_name_size)
@@ -393,6 +397,27 @@ class Client:
         return deserialize_executable(self, serialized, compile_options,
                                       trust_unverified=trust_unverified, isolate=isolate)
 
+    def stand_in(self, index: int) -> "Client":
+        """The ``index``-th stand-in of this client, made on first use: another client of the
+        same plugin, made with the same options, whose devices have launch queues of their
+        own (see `pjrt._runtime.handler_launches`). It closes with this client.
+
+        Raises:
+          RuntimeError: the client spans processes (a stand-in could not join them).
+        """
+        with self._stand_ins_lock:
+            while len(self._stand_ins) <= index:
+                self.handle  # noqa: B018 - raises ClosedClientError once closed
+                if len(self._devices) != len(self._local_devices):
+                    raise RuntimeError(
+                        f"a custom-call handler launched a program on the device whose "
+                        f"program is running it, on a {self.platform} client spanning "
+                        f"processes: pjrt can run such a launch only on a client of one "
+                        f"process. Launch it on another device (compiled for another of "
+                        f"client.devices())")
+                self._stand_ins.append(create_client(self.plugin, self.create_options))
+            return self._stand_ins[index]
+
     # -- lifetime --------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -402,6 +427,10 @@ class Client:
         """
         from ._capi.transfer_manager import close_managers_of
 
+        with self._stand_ins_lock:
+            stand_ins = list(self._stand_ins)
+        for stand_in in stand_ins:
+            stand_in.close()
         with self._lock:
             _live_clients.discard(self)
             # Transfer managers refer to the client in the plugin: they go first.

@@ -7,7 +7,7 @@ by identity and can be dict keys and mesh elements.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ._capi.api import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi
@@ -52,6 +52,7 @@ class ClientView(Protocol):
     def local_devices(self) -> list[Device]: ...
     def process_index(self) -> int: ...
     def live_arrays(self) -> list: ...
+    def stand_in(self, index: int) -> Any: ...
 
 
 def _live_api(client: ClientView):

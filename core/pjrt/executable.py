@@ -25,7 +25,7 @@ from ._capi import memory_headroom
 from ._capi.native import CallPlan
 from ._profiling import recorder
 from ._pjrt_cffi import ffi, lib
-from .array import Array
+from .array import Array, array_from_host
 # CompiledMemoryStats and ExecutableMetadata are re-exported: their home was this module;
 # HloModule is public here.
 from ._runtime.executable_metadata import (CompiledMemoryStats, ExecutableMetadata,  # noqa: F401
@@ -33,6 +33,8 @@ from ._runtime.executable_metadata import (CompiledMemoryStats, ExecutableMetada
 from .errors import ArgumentMismatchError, UnsupportedFeatureError, XlaRuntimeError, consume
 from ._runtime.host_values import HostCopies
 from ._runtime.global_calls import GlobalCalls
+from ._runtime import handler_launches
+from ._capi.waits import handlers_of_asynchronous_programs as _handlers_running
 from ._runtime.launches import (Call, LaunchState, array_from_buffer, call_hooks,
                                 consume_donated, launch_on_device, new_call, not_row_major,
                                 prepare_donations, unpadded)
@@ -296,6 +298,8 @@ class LoadedExecutable(GlobalCalls):
         # numpy arrays that are what the parameters are go straight into one C call (checks,
         # ticket, host copies, launch, output Arrays). It answers None for anything else, having
         # done nothing, and the full path below checks everything and reports every error.
+        if _handlers_running and self._launch_waits_for_its_handler(device):
+            return self._execute_on_stand_in([arguments], device, copy_host_values)[0]
         plan = self._plan
         if plan is not None and device is None:
             outputs = (recorder.run_plan(self, plan, arguments, copy_host_values) if _tracing
@@ -346,6 +350,9 @@ class LoadedExecutable(GlobalCalls):
     def execute_with_token(self, arguments: Sequence[Array], *,
                            copy_host_values: bool = False) -> tuple[list[Array], Token]:
         """`execute`, and the run's [`Token`][pjrt.tokens.Token] (its completion)."""
+        if _handlers_running and handler_launches.launch_waits_for_its_handler(self._devices):
+            outputs = self._execute_on_stand_in([arguments], None, copy_host_values)[0]
+            return outputs, Token(tokens.finished(self._handle, 1))
         slots = ffi.new("PJRT_Event*[]", 1)
         outputs = self._execute_checked(arguments, copy_host_values, slots)
         return outputs, Token(tokens.take_events(self._handle, slots, 1))
@@ -419,6 +426,14 @@ class LoadedExecutable(GlobalCalls):
             if len(shards) != num_devices:
                 raise ValueError(f"argument {i} has {len(shards)} shards; the executable "
                                  f"runs on {num_devices} devices")
+        if _handlers_running and handler_launches.launch_waits_for_its_handler(self._devices):
+            per_device = [list(shards) for shards in zip(*arguments)] if arguments else [
+                [] for _ in self._devices]
+            outputs = self._execute_on_stand_in(per_device, None, False)
+            return ExecuteResults(
+                [list(per_output) for per_output in zip(*outputs)],
+                ShardedToken(tokens.finished(self._handle, num_devices),
+                             [device.id for device in self._devices]) if with_tokens else None)
         # Device-major, as the plugin takes them: every argument of device 0, then device 1...
         flat = [self._check_argument(i, shards[d], device)
                 for d, device in enumerate(self._devices) for i, shards in enumerate(arguments)]
@@ -442,6 +457,39 @@ class LoadedExecutable(GlobalCalls):
             for i, array in enumerate(self._wrap_outputs(outputs, d, (device,))):
                 results[i][d] = array
         return ExecuteResults(results, token)
+
+    def _launch_waits_for_its_handler(self, device: "Device | None") -> bool:
+        """Whether `execute` on ``device`` (None: the executable's own) would queue behind the
+        program running the handler this thread is in. A ``device`` that `_execute_portable`
+        would refuse is left to it, to say why."""
+        if device is None:
+            return handler_launches.launch_waits_for_its_handler(self._devices)
+        return (not self._devices and getattr(device, "client", None) is self._client
+                and handler_launches.launch_waits_for_its_handler((device,)))
+
+    def _execute_on_stand_in(self, arguments: Sequence[Sequence[Any]], device: "Device | None",
+                             copy_host_values: bool) -> list[list[Array]]:
+        """A launch from inside a custom-call handler on the device whose program runs the
+        handler, which would queue behind that program: run on a stand-in client instead (see
+        `pjrt._runtime.handler_launches`). ``arguments[d][i]``: argument ``i`` on device ``d``;
+        returns ``outputs[d][i]``, Arrays on this executable's devices."""
+        self._live_pointer()
+        devices = self._devices if device is None else (device,)
+        for d, shard in enumerate(arguments):
+            self._check_count(len(shard))
+            for i, argument in enumerate(shard):
+                if not (copy_host_values and not isinstance(argument, Array)):
+                    self._check_argument(i, argument, devices[d])
+        outputs = handler_launches.run_on_stand_in(self, self._client, devices, arguments,
+                                                   portable=not self._devices)
+        for shard in arguments:  # consumed, as the launch here would have consumed them
+            for i in self._donated:
+                if i < len(shard) and isinstance(shard[i], Array):
+                    shard[i].delete()
+        return [[array_from_host(self._client, value, place,
+                                 handles.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
+                 for value in shard]
+                for shard, place in zip(outputs, devices)]
 
     def _thread_call(self, count: int, num_devices: int = 1) -> Call:
         """This thread's call struct for a call on the Python path (a fresh one if its own is

@@ -119,6 +119,12 @@ class ShardedToken:
                              f"{device_id}") from None
 
 
+def finished(handle, count: int) -> _Launch:
+    """What tokens of a launch on ``count`` devices that has already finished are made from
+    (one run on a stand-in, `pjrt._runtime.handler_launches`): no event to wait for."""
+    return _Launch(_Events(handle, [_NULL] * count))
+
+
 def take_events(handle, slots, count: int) -> _Launch:
     """Own the ``count`` completion events a launch wrote into ``slots``; tokens are made
     from the returned object, and the events nobody waited for are freed with the last."""

@@ -137,21 +137,39 @@ _handler_device: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "pjrt_handler_device", default=None)
 
 
+#: One entry per handler now running for an asynchronous program, on any thread: while it is
+#: empty, a launch need not ask which device the running handler's program is on (a list, so
+#: that modules that take it by name see it change).
+handlers_of_asynchronous_programs: list[int] = []
+
+
 def handler_running_on_device(device_id: int | None) -> contextvars.Token:
     """Note that this thread runs a custom-call handler for a program running asynchronously
-    on the device ``device_id`` (None: inline, or not known); `handler_finished` undoes it.
+    on the device ``device_id`` (None: inline, or not known, or work that must not count as
+    the handler's); `handler_finished` undoes it.
 
     XLA's CPU plugin runs the launches of one device in order, and the PJRT C API gives no way
     to queue a launch elsewhere, so a program launched on that device from inside the handler
-    starts only after the program running the handler ends, which waits for the handler: a
-    wait on it would never end. `refuse_waiting_on_the_handlers_device` turns that wait into
-    an error.
+    would start only after the program running the handler ends, which waits for the handler.
+    `pjrt._runtime.handler_launches` runs such launches elsewhere; a wait on a program that
+    still got queued there (launched by another thread, say) would never end, and
+    `refuse_waiting_on_the_handlers_device` turns it into an error.
     """
+    if device_id is not None:
+        handlers_of_asynchronous_programs.append(device_id)
     return _handler_device.set(device_id)
 
 
 def handler_finished(token: contextvars.Token) -> None:
+    if _handler_device.get() is not None:
+        handlers_of_asynchronous_programs.pop()
     _handler_device.reset(token)
+
+
+def device_of_running_handler() -> int | None:
+    """The id of the device whose asynchronous program runs the handler this thread is in
+    (see `handler_running_on_device`); None outside such handlers."""
+    return _handler_device.get()
 
 
 def refuse_waiting_on_the_handlers_device(api: Api, buffers) -> None:
@@ -167,8 +185,10 @@ def refuse_waiting_on_the_handlers_device(api: Api, buffers) -> None:
                 f"a custom-call handler waits on a program running on device {device_id}, the "
                 f"device whose program is running the handler: the plugin runs one device's "
                 f"programs in order, so that program starts only after the handler returns, "
-                f"and the wait would never end. Run the handler's programs on another device "
-                f"(compile them for another of client.devices(), with their inputs there)")
+                f"and the wait would never end. Launch the handler's programs from the "
+                f"handler itself with execute, execute_with_token or execute_sharded (pjrt "
+                f"runs those elsewhere), or on another device (compiled for another of "
+                f"client.devices())")
 
 
 def _drop(api: Api, error) -> None:
