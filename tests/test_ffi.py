@@ -997,6 +997,25 @@ def test_handlers_on_their_own_programs_device_nest_shard_donate_and_stop(cpu_pl
             done.stdout + done.stderr[-3000:])
 
 
+def test_a_clients_stand_ins_are_made_once_and_bounded(cpu_plugin):
+    from pjrt._runtime.handler_launches import MAX_STAND_INS
+
+    client = pjrt.make_c_api_client(cpu_plugin.name)
+    try:
+        stand_in = client.stand_in(0)
+        assert client.stand_in(0) is stand_in and stand_in is not client
+        assert [d.id for d in stand_in.devices()] == [d.id for d in client.devices()]
+        for index, error in ((MAX_STAND_INS, ValueError), (-1, ValueError),
+                             (2 ** 31, ValueError), (True, TypeError), (None, TypeError)):
+            with pytest.raises(error, match="stand"):
+                client.stand_in(index)
+    finally:
+        client.close()
+    assert stand_in.is_closed
+    with pytest.raises(pjrt.errors.ClosedClientError):
+        client.stand_in(1)
+
+
 _QUEUED_BEHIND = """
 import sys, threading
 import numpy as np

@@ -403,8 +403,17 @@ class Client:
         own (see `pjrt._runtime.handler_launches`). It closes with this client.
 
         Raises:
+          TypeError: ``index`` is not an int.
+          ValueError: ``index`` is negative, or not below ``MAX_STAND_INS`` (4).
           RuntimeError: the client spans processes (a stand-in could not join them).
         """
+        from ._runtime.handler_launches import MAX_STAND_INS
+
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise TypeError(f"stand_in takes an int index, not {type(index).__name__}")
+        if not 0 <= index < MAX_STAND_INS:
+            raise ValueError(f"a client has stand-ins 0 to {MAX_STAND_INS - 1} "
+                             f"(pjrt._runtime.handler_launches.MAX_STAND_INS), not {index}")
         with self._stand_ins_lock:
             while len(self._stand_ins) <= index:
                 self.handle  # noqa: B018 - raises ClosedClientError once closed

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from .._loading import plugin_logging
 from .._capi.waits import device_of_running_handler, handler_finished, handler_running_on_device
 
 if TYPE_CHECKING:
@@ -117,12 +116,9 @@ def _loaded_on(executable, stand_in, index: int):
     with _lock:
         loaded = _loaded.setdefault(executable, {}).get(index)
     if loaded is None or loaded.is_deleted():
-        # The same plugin build in the same process made the bytes: nothing to verify. Quiet,
-        # as when a client starts: XLA's CPU plugin 0.106 prints two errors about target
-        # features of its own making each time it loads an executable.
-        with plugin_logging.quietly(stand_in.plugin.name):
-            loaded = stand_in.deserialize_executable(executable.serialize(),
-                                                     trust_unverified=True, isolate=False)
+        # The same plugin build in the same process made the bytes: nothing to verify.
+        loaded = stand_in.deserialize_executable(executable.serialize(), trust_unverified=True,
+                                                 isolate=False)
         with _lock:
             _loaded.setdefault(executable, {})[index] = loaded
     return loaded
