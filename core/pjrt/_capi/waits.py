@@ -137,9 +137,9 @@ _handler_device: contextvars.ContextVar[int | None] = contextvars.ContextVar(
     "pjrt_handler_device", default=None)
 
 
-#: One entry per handler now running for an asynchronous program, on any thread: while it is
-#: empty, a launch need not ask which device the running handler's program is on (a list, so
-#: that modules that take it by name see it change).
+#: One entry per handler now running for an asynchronous program, on any thread (only its
+#: length counts): while it is empty, a launch need not ask which device the running
+#: handler's program is on. A list, so that modules that take it by name see it change.
 handlers_of_asynchronous_programs: list[int] = []
 
 

@@ -213,8 +213,9 @@ static PyMethodDef array_methods[] = {
      "_adopt(client, handle, buffers, devices, shape, dtype, sharding=None, parent=None, "
      "physical_order=None) -> a new array owning buffers, made without calling the class"},
     {"_take_interruption", hp_array_take_interruption, METH_NOARGS,
-     "_take_interruption() -> the KeyboardInterrupt that ended this thread's last wait in "
-     "the buffer protocol, which numpy dropped before calling __array__; or None"},
+     "_take_interruption() -> the exception (a KeyboardInterrupt, a program's error) that "
+     "ended this thread's last wait in the buffer protocol, which numpy dropped before "
+     "calling __array__; or None"},
     {NULL, NULL, 0, NULL}};
 
 static PyType_Slot array_slots[] = {

@@ -292,7 +292,7 @@ int hp_array_getbuffer(PyObject* op, Py_buffer* view, int flags) {
   ArrayCore* array = (ArrayCore*)op;
   view->obj = NULL;
   if (array->interruption != NULL && array->interrupted_thread == PyThread_get_thread_ident()) {
-    Py_CLEAR(array->interruption); /* a new read: the last one's Ctrl-C was seen or dropped */
+    Py_CLEAR(array->interruption); /* a new read: the last one's error was seen or dropped */
   }
   if ((flags & PyBUF_WRITABLE) == PyBUF_WRITABLE) {
     PyErr_SetString(PyExc_BufferError,

@@ -201,7 +201,8 @@ typedef struct {
   Py_ssize_t exports;     /* buffer-protocol exports of this owner's memory alive */
   int host_state;         /* whether the memory is host memory: see host_views.c */
   uintptr_t host_address; /* where, once known */
-  PyObject* interruption; /* a Ctrl-C that ended a wait of the buffer protocol */
+  PyObject* interruption; /* the error (a Ctrl-C, say) that ended a wait of the
+                           * buffer protocol, kept for __array__ */
   unsigned long interrupted_thread; /* the thread it ended the wait of */
 } ArrayCore;
 

@@ -7,9 +7,9 @@ plugin runs one device's launches in order, each after the one before has ended,
 API has no way to ask for another queue; so a program the handler launched on that device would
 start only after the program that waits for the handler: never.
 
-`LoadedExecutable.execute`, ``execute_with_token`` and ``execute_sharded`` send such a launch to a stand-in instead:
-another client of the same plugin, made with the same options (`Client.stand_in`), whose
-devices have queues of their own. The executable is loaded there from its serialized form
+`LoadedExecutable.execute`, ``execute_with_token`` and ``execute_sharded`` send such a launch
+to a stand-in instead: another client of the same plugin, made with the same options
+(`Client.stand_in`), whose devices have queues of their own. The executable is loaded there from its serialized form
 (once per stand-in and executable), the arguments are copied through host memory, and the
 results are copied back to the devices the caller asked for, as Arrays of the caller's own
 client. The answer is the same; the price is the copies, and the first launch of each
