@@ -182,12 +182,12 @@ def test_initialize_under_jax_registers_nothing(plugin_dir, make_registry):
     module = plugin_dir.entry_point(PREFIX + "quiet", pjrt_module_source("quietcpu", LIB_81))
     __import__(module).initialize()
     assert not registry.discovering()
-    assert "quietcpu" not in registry.default_registry._registrations
+    assert "quietcpu" not in registry.default_registry.registered.entries
     assert not pjrt.xla_client.pjrt_plugin_loaded("quietcpu")
     # Under discovery it registers with the registry that is discovering.
     reg = make_registry()
     assert "quietcpu" in reg.registrations()
-    assert "quietcpu" not in registry.default_registry._registrations
+    assert "quietcpu" not in registry.default_registry.registered.entries
 
 
 @pytest.mark.parametrize("case", ["raises", "import_error", "missing_module", "bad_library"])

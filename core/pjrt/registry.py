@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ._registry import discovery
 from ._loading import startup
 from .client import Client
-from .plugin import Plugin, default_plugins
-from ._registry.registrations import BackendRegistrations
+from .plugin import Plugin, PluginTable, default_plugins
+from ._registry.registrations import Registrations
 # Re-exported (the ``X as X`` form) where the registry's users look for them: the
 # registrations' types, whose home was this module; platform names, aliases and
 # PJRT_PLATFORMS; whether discovery is running.
@@ -71,12 +72,68 @@ def _fails_quietly(name: str, registration: BackendRegistration) -> bool:
     return nodes is not None and not any(os.path.exists(node) for node in nodes)
 
 
-class BackendRegistry(BackendRegistrations):
+class BackendRegistry:
     """Backend factories, the clients they made and why others failed, behind one lock.
 
-    What is registered, discovered and selected is kept by the base class
-    (`pjrt.registrations.BackendRegistrations`); this class brings backends up and answers
-    questions about them."""
+    What is registered, discovered and selected is kept by the
+    `pjrt._registry.registrations.Registrations` it owns (``registered``); this class
+    brings backends up from it and answers questions about them."""
+
+    def __init__(self, plugins: PluginTable | None = None, *, discover: bool = True,
+                 environ: Mapping[str, str] | None = None):
+        """Args:
+          plugins: where plugin libraries are loaded (a fresh table in tests).
+          discover: look for installed plugin modules and PJRT_NAMES_AND_LIBRARY_PATHS.
+          environ: the environment to read (``os.environ`` when None).
+        """
+        self._lock = threading.RLock()
+        self._backends: dict[str, Client] | None = None
+        self._errors: dict[str, str] = {}
+        self._default: str | None = None
+        self._warned_experimental: set[str] = set()
+        #: What is registered, discovered and chosen, under this registry's lock.
+        self.registered = Registrations(plugins, discover=discover, environ=environ,
+                                        lock=self._lock, started=lambda: self._backends)
+
+    # -- registration (kept by ``registered``) -----------------------------------------------
+
+    def register_backend_factory(self, name: str, factory: BackendFactory, **fields: Any) -> None:
+        """Register ``factory`` as the maker of backend ``name``
+        (`pjrt._registry.registrations.Registrations.register_backend_factory`)."""
+        self.registered.register_backend_factory(name, factory, **fields)
+
+    def register_unavailable(self, name: str, error: Exception, **fields: Any) -> None:
+        """Record that backend ``name`` cannot come up, and why
+        (`pjrt._registry.registrations.Registrations.register_unavailable`)."""
+        self.registered.register_unavailable(name, error, **fields)
+
+    def register_plugin(self, plugin_name: str, *args: Any, **kwargs: Any) -> Plugin | None:
+        """Load a PJRT plugin and register a backend that makes its client
+        (`pjrt._registry.registrations.Registrations.register_plugin`)."""
+        return self.registered.register_plugin(plugin_name, *args, **kwargs)
+
+    def set_platforms(self, platforms: str | Sequence[str] | None) -> None:
+        """Choose the platforms to bring up (overrides PJRT_PLATFORMS); None restores it
+        (`pjrt._registry.registrations.Registrations.set_platforms`)."""
+        self.registered.set_platforms(platforms)
+
+    def selected_platforms(self) -> list[str] | None:
+        """The platforms asked for (aliases expanded), or None for all."""
+        return self.registered.selected_platforms()
+
+    def platforms_variable(self) -> str:
+        """PJRT_PLATFORMS, or JAX_PLATFORMS when only that is set."""
+        return self.registered.platforms_variable()
+
+    @property
+    def discovery_records(self) -> list[discovery.DiscoveryRecord]:
+        """What discovery did with each plugin module and library it found."""
+        return self.registered.discovery_records
+
+    @property
+    def plugin_output(self) -> Any:
+        """What plugins printed while discovered or brought up unasked, by backend."""
+        return self.registered.plugin_output
 
     # -- initialisation --------------------------------------------------------------------
 
@@ -89,7 +146,7 @@ class BackendRegistry(BackendRegistrations):
         """
         with self._lock:
             if self._backends is None:
-                self._discover()
+                self.registered.discover()
                 self._backends = {}
                 try:
                     self._initialize_all()
@@ -99,40 +156,34 @@ class BackendRegistry(BackendRegistrations):
                 self._suggest_missing()
             return dict(self._backends)
 
-    def _requested(self) -> list[str]:
-        """The platform names as written in set_platforms() or PJRT_PLATFORMS, aliases kept."""
-        if self._platforms_override is not None:
-            return self._platforms_override
-        return parse_platforms(self._env(self.platforms_variable())) or []
-
     def _plan(self) -> list[tuple[str, int, bool]]:
         selected = self.selected_platforms()
         if selected is None:
             return [(name, r.priority, _fails_quietly(name, r))
-                    for name, r in self._registrations.items()]
+                    for name, r in self.registered.entries.items()]
         # "gpu" expands to cuda and rocm; only the members that are registered are required,
         # but at least one must be, or asking for a GPU silently gives none.
-        for alias in self._requested():
+        for alias in self.registered.requested():
             members = PLATFORM_ALIASES.get(alias)
-            if members and not any(m in self._registrations for m in members):
-                known = ", ".join(sorted(self._registrations)) or "none"
+            if members and not any(m in self.registered.entries for m in members):
+                known = ", ".join(sorted(self.registered.entries)) or "none"
                 raise RuntimeError(
                     f"{self.platforms_variable()} asks for {alias!r}, but no plugin for "
                     f"{' or '.join(members)} is registered (registered: {known}); install "
                     f"one, or remove {alias!r} from {self.platforms_variable()}")
         # Listed platforms: the order is the priority, and every one must come up.
-        names = [p for p in selected if p in self._registrations or not self._is_alias_member(p)]
+        names = [p for p in selected if p in self.registered.entries or not self._is_alias_member(p)]
         return [(name, len(names) - i, False) for i, name in enumerate(names)]
 
     def _is_alias_member(self, platform: str) -> bool:
-        return any(platform in PLATFORM_ALIASES.get(r, ()) for r in self._requested())
+        return any(platform in PLATFORM_ALIASES.get(r, ()) for r in self.registered.requested())
 
     def _initialize_all(self) -> None:
         best = None
         # A backend not asked for by name: what its plugin prints is kept, not shown, whether
         # its failure would be quiet or not (a loud failure's reason is in its error, what
         # the plugin printed in backend_logs()).
-        capture = self._quiet and self.selected_platforms() is None
+        capture = self.registered.quiet and self.selected_platforms() is None
         for name, priority, fail_quietly in self._plan():
             try:
                 client = self._initialize_one(name, capture=capture)
@@ -153,21 +204,15 @@ class BackendRegistry(BackendRegistrations):
             raise RuntimeError(self._nothing_came_up())
         self._default = best[0]
 
-    def _selection_source(self) -> str:
-        """Where the platforms to bring up were chosen, in words."""
-        if self._platforms_override is not None:
-            return "set_platforms()"
-        return self.platforms_variable()
-
     def _why_required(self, name: str) -> str:
         """Why a failure of backend ``name`` stops initialisation, and what to do about it."""
-        if self._platforms_override is not None:
+        if self.registered.chosen_by_call():
             return ("it was asked for with set_platforms(); call set_platforms(None) to use "
                     "whatever comes up")
         if self.selected_platforms() is None:
             return self._why_loud(name)
         # Name what the user wrote: "gpu", not the "cuda" it stands for.
-        written = next((r for r in self._requested() if name in expand_platform_alias(r)), name)
+        written = next((r for r in self.registered.requested() if name in expand_platform_alias(r)), name)
         asked = f"{written!r}" + (f" (which stands for {name!r})" if written != name else "")
         variable = self.platforms_variable()
         return (f"it was asked for in {variable} as {asked}; set {variable}='' to use "
@@ -175,7 +220,7 @@ class BackendRegistry(BackendRegistrations):
 
     def _why_loud(self, name: str) -> str:
         """Why backend ``name``, not asked for by name, stops start-up, and the ways out."""
-        registration = self._registrations.get(name)
+        registration = self.registered.entries.get(name)
         variable = self.platforms_variable()
         skip = (f"set {variable}=cpu to skip this backend" if name != "cpu"
                 else f"set {variable} to the platforms to use")
@@ -190,13 +235,13 @@ class BackendRegistry(BackendRegistrations):
                 f"fix the cause, or {skip}")
 
     def _initialize_one(self, name: str, capture: bool = False) -> Client:
-        registration = self._registrations.get(name)
+        registration = self.registered.entries.get(name)
         if registration is None:
-            known = ", ".join(sorted(self._registrations)) or "none"
+            known = ", ".join(sorted(self.registered.entries)) or "none"
             raise RuntimeError(f"no backend named {name!r} is registered (registered: {known}); "
                                f"{_package_hint(name)}{self._failed_modules()}")
         client = startup.bring_up(name, registration.factory,
-                                  timeout=startup.init_timeout(self._environ),
+                                  timeout=startup.init_timeout(self.registered.environ),
                                   close=lambda client: client.close(),
                                   keep_output=lambda: self.plugin_output.kept(capture, name))
         if client is None or client.device_count() == 0:
@@ -212,12 +257,12 @@ class BackendRegistry(BackendRegistrations):
         return client
 
     def _nothing_came_up(self) -> str:
-        if not self._registrations:  # the failures that left none registered lead
+        if not self.registered.entries:  # the failures that left none registered lead
             return (f"no PJRT backend is registered{self._failed_modules(lead=True) or ':'} "
                     f"install a plugin package such as pjrt-cpu (pip install pjrt-cpu), or name "
                     f"a plugin library in {discovery.ENV_VARIABLE}")
         lines = [f"  {name}: {self._errors.get(name, 'not started')}"
-                 for name in self._registrations]
+                 for name in self.registered.entries]
         return "no PJRT backend could be started:\n" + "\n".join(lines)
 
     def _suggest_missing(self) -> None:
@@ -231,7 +276,7 @@ class BackendRegistry(BackendRegistrations):
         if "cuda" in self._errors:
             logger.warning("CUDA backend failed to initialize: %s (an NVIDIA GPU seems "
                            "present)", self._errors["cuda"])
-        elif "cuda" not in self._registrations:
+        elif "cuda" not in self.registered.entries:
             logger.warning("An NVIDIA GPU may be present on this machine, but no CUDA plugin "
                            "is installed; pip install pjrt-cuda to use it. Falling back to "
                            "%s.", self._default)
@@ -253,8 +298,8 @@ class BackendRegistry(BackendRegistrations):
     def is_known_platform(self, platform: str) -> bool:
         """Whether ``platform`` is registered or is an alias (it may still have failed)."""
         with self._lock:
-            self._discover()
-            return platform in self._registrations or platform in PLATFORM_ALIASES
+            self.registered.discover()
+            return platform in self.registered.entries or platform in PLATFORM_ALIASES
 
     def get_backend(self, platform: str | None = None) -> Client:
         """The client of ``platform`` (the default backend when None).
@@ -273,9 +318,9 @@ class BackendRegistry(BackendRegistrations):
                                f"{self._errors[platform]}; backends available: "
                                f"{', '.join(backends)}")
         selected = self.selected_platforms()
-        if selected is not None and platform in self._registrations:
+        if selected is not None and platform in self.registered.entries:
             raise RuntimeError(f"Unknown backend {platform}: it is registered but not in "
-                               f"{self._selection_source()} ({','.join(selected)}); add it "
+                               f"{self.registered.selection_source()} ({','.join(selected)}); add it "
                                f"there to use it")
         raise RuntimeError(f"Unknown backend {platform}; backends available: "
                            f"{', '.join(backends)}")
@@ -307,8 +352,8 @@ class BackendRegistry(BackendRegistrations):
     def registrations(self) -> dict[str, BackendRegistration]:
         """The registered backends (discovering plugins first), by name."""
         with self._lock:
-            self._discover()
-            return dict(self._registrations)
+            self.registered.discover()
+            return dict(self.registered.entries)
 
     def backends_are_initialized(self) -> bool:
         with self._lock:
@@ -326,7 +371,7 @@ class BackendRegistry(BackendRegistrations):
             self._backends = None
             self._errors = {}
             self._default = None
-            self._forget_discovered()
+            self.registered.forget_discovered()
 
     def make_pjrt_topology(self, platform: str, topology_name: str = "",
                            **options: Any) -> DeviceTopology:
@@ -369,11 +414,11 @@ class BackendRegistry(BackendRegistrations):
 
     def _registration_for(self, platform: str, purpose: str) -> BackendRegistration:
         with self._lock:
-            self._discover()
-            registration = self._registrations.get(platform)
+            self.registered.discover()
+            registration = self.registered.entries.get(platform)
             if registration is not None:
                 return registration
-            known = ", ".join(sorted(self._registrations)) or "none"
+            known = ", ".join(sorted(self.registered.entries)) or "none"
         raise RuntimeError(f"cannot {purpose} for {platform!r}: no plugin for it is registered "
                            f"(registered: {known}); {_package_hint(platform)}"
                            f"{self._failed_modules()}")
@@ -398,7 +443,7 @@ default_registry = BackendRegistry(default_plugins)
 
 # -- the module-level API, on the default registry ---------------------------------------------
 
-def _target() -> tuple[BackendRegistry, str, str | None]:
+def _target() -> tuple[BackendRegistry | Registrations, str, str | None]:
     """The registry a module-level registration goes to, with its source and module.
 
     Inside discovery that is the discovering registry; otherwise the default one.

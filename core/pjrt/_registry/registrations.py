@@ -1,10 +1,11 @@
 """What a backend registry knows before any backend comes up: the registered backend factories,
 the plugin libraries behind them, what discovery found, and which platforms were chosen.
 
-`BackendRegistrations` holds that state and the steps that fill it: registering a factory or
-a plugin library, discovering installed plugin packages, JAX plugin wheels and
-`PJRT_NAMES_AND_LIBRARY_PATHS`, and choosing platforms. [`BackendRegistry`][pjrt.registry.BackendRegistry]
-adds bringing the backends up and answering questions about them; programs use the
+`Registrations` holds that state and the steps that fill it: registering a factory or a plugin
+library, discovering installed plugin packages, JAX plugin wheels and
+`PJRT_NAMES_AND_LIBRARY_PATHS`, and choosing platforms. A
+[`BackendRegistry`][pjrt.registry.BackendRegistry] owns one (its ``registered`` attribute),
+brings the backends up from it and answers questions about them; programs use the
 module-level functions of `pjrt.registry`, which keep JAX's names.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import dataclasses
 import logging
 import os
 import threading
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Collection, Mapping, Sequence
 
 from . import discovery
 from ..client import Client, create_client
@@ -82,39 +83,51 @@ def _failing(error: Exception) -> Callable[..., Any]:
     return factory
 
 
-class BackendRegistrations:
-    """Registered backend factories, discovered plugins and the chosen platforms, behind one
-    lock; the state of a [`BackendRegistry`][pjrt.registry.BackendRegistry]."""
+class Registrations:
+    """Registered backend factories, discovered plugins and the chosen platforms: what a
+    [`BackendRegistry`][pjrt.registry.BackendRegistry] owns before any backend comes up.
+
+    The registry reads ``entries`` (name -> [`BackendRegistration`][pjrt.registry.BackendRegistration]),
+    ``quiet``, ``environ``, ``plugin_output`` and ``discovery_records``, and calls the methods
+    below; it shares its lock, and says which backends are up through ``started``.
+    """
 
     def __init__(self, plugins: PluginTable | None = None, *, discover: bool = True,
-                 environ: Mapping[str, str] | None = None):
+                 environ: Mapping[str, str] | None = None,
+                 lock: threading.RLock | None = None,
+                 started: Callable[[], Collection[str] | None] = lambda: None):
         """Args:
           plugins: where plugin libraries are loaded (a fresh table in tests).
           discover: look for installed plugin modules and PJRT_NAMES_AND_LIBRARY_PATHS.
           environ: the environment to read (``os.environ`` when None).
+          lock: the owner's lock, which every change here is made under.
+          started: the names of the backends brought up so far (None before any bring-up);
+            a backend that is up cannot be registered again, nor the platforms chosen anew.
         """
-        self._lock = threading.RLock()
+        self.lock = lock if lock is not None else threading.RLock()
+        self._started = started
         self._plugins = plugins if plugins is not None else PluginTable()
-        self._environ = environ
+        #: The environment read (None: ``os.environ``).
+        self.environ = environ
         self._discover_enabled = discover
-        self._discovered = self._quiet = False
-        self._registrations: dict[str, BackendRegistration] = {}
-        self._backends: dict[str, Client] | None = None
-        self._errors: dict[str, str] = {}
+        self._discovered = False
+        #: Whether what plugins print during start-up is kept rather than shown.
+        self.quiet = False
+        #: The registered backends, by name; changed only by the methods here.
+        self.entries: dict[str, BackendRegistration] = {}
         self.plugin_output = plugin_logging.PluginOutput()  # what plugins printed, by backend
-        self._default: str | None = None
         self._platforms_override: list[str] | None = None
-        self._warned_experimental: set[str] = set()
         self.discovery_records: list[discovery.DiscoveryRecord] = []
 
-    def _env(self, name: str) -> str | None:
-        return (self._environ if self._environ is not None else os.environ).get(name)
+    def env(self, name: str) -> str | None:
+        """Environment variable ``name`` as this registry reads it."""
+        return (self.environ if self.environ is not None else os.environ).get(name)
 
     def platforms_variable(self) -> str:
         """The environment variable that lists the platforms to bring up: PJRT_PLATFORMS,
         or jax's JAX_PLATFORMS when PJRT_PLATFORMS is unset (so a jax user's environment
         is honoured; PJRT_PLATFORMS wins when both are set, even empty)."""
-        if self._env(PLATFORMS_ENV) is None and self._env(JAX_PLATFORMS_ENV) is not None:
+        if self.env(PLATFORMS_ENV) is None and self.env(JAX_PLATFORMS_ENV) is not None:
             return JAX_PLATFORMS_ENV
         return PLATFORMS_ENV
 
@@ -137,11 +150,12 @@ class BackendRegistrations:
             new_client=new_client))
 
     def _add(self, name: str, registration: BackendRegistration) -> None:
-        with self._lock:
-            if self._backends is not None and name in self._backends:
+        with self.lock:
+            started = self._started()
+            if started is not None and name in started:
                 raise RuntimeError(f"backend {name!r} is already initialised; call "
                                    f"clear_backends() before registering it again")
-            self._registrations[name] = registration
+            self.entries[name] = registration
 
     def register_unavailable(self, name: str, error: Exception, *, priority: int = 0,
                              source: str = "api", module: str | None = None,
@@ -228,7 +242,7 @@ class BackendRegistrations:
                 load(), topology_name, topology_options))
         if new_client is not None:
             registration.new_client = lambda **settings: new_client(load(), **settings)
-        with self._lock:
+        with self.lock:
             selected = self.selected_platforms()
             if selected is not None and plugin_name not in selected:
                 # Platforms not asked for are not loaded now, but the registration stays
@@ -240,7 +254,7 @@ class BackendRegistrations:
             except (PluginLoadError, ValueError) as error:  # ValueError: the name is taken,
                 # by a registration (which stays) or by a library loaded by hand (the reason).
                 taken_by_hand = (isinstance(error, ValueError)
-                                 and plugin_name not in self._registrations)
+                                 and plugin_name not in self.entries)
                 if isinstance(error, PluginLoadError) or taken_by_hand:
                     self.register_unavailable(plugin_name, error, priority=priority, source=source,
                                               module=module)
@@ -254,14 +268,15 @@ class BackendRegistrations:
 
     # -- discovery -------------------------------------------------------------------------
 
-    def _discover(self) -> None:
+    def discover(self) -> None:
+        """Run discovery once (again after `forget_discovered`), unless turned off."""
         if self._discovered or not self._discover_enabled:
             self._discovered = True
             return
         # Read the environment first: a broken configuration file raises before any plugin
         # is touched, and raises again on the next question instead of being half-applied.
-        env_plugins = discovery.plugins_from_env(self._env(discovery.ENV_VARIABLE))
-        self._quiet = quiet = plugin_logging.start(self._environ)  # before any plugin loads
+        env_plugins = discovery.plugins_from_env(self.env(discovery.ENV_VARIABLE))
+        self.quiet = quiet = plugin_logging.start(self.environ)  # before any plugin loads
         self._discovered = True
         modules = discovery.find_plugin_modules()
         jax_only = []
@@ -270,11 +285,11 @@ class BackendRegistrations:
                 jax_only.append((module, directory))
                 continue
             context = discovery.DiscoveryContext(self, module.source, module.module)
-            with self.plugin_output.kept(quiet, module.module, self._registrations), \
+            with self.plugin_output.kept(quiet, module.module, self.entries), \
                     discovery.discovery_scope(context):
                 self.discovery_records.append(discovery.initialize_module(module))
         for module, directory in jax_only:
-            with self.plugin_output.kept(quiet, module.module, self._registrations):
+            with self.plugin_output.kept(quiet, module.module, self.entries):
                 self._register_jax_wheel(module, directory)
         for entry in env_plugins:
             with self.plugin_output.kept(quiet, entry.name):
@@ -285,7 +300,7 @@ class BackendRegistrations:
         record = discovery.DiscoveryRecord(module.module, module.source + " (JAX plugin)",
                                            "registered library")
         self.discovery_records.append(record)
-        if platform in self._registrations:
+        if platform in self.entries:
             record.action = "skipped"
             record.detail = f"a pjrt plugin already serves {platform!r}"
             return
@@ -307,8 +322,8 @@ class BackendRegistrations:
         source = f"{discovery.ENV_VARIABLE}" + (f" ({entry.config_file})" if entry.config_file else "")
         record = discovery.DiscoveryRecord(entry.name, source, "registered library", entry.library_path)
         self.discovery_records.append(record)
-        if entry.name in self._registrations:
-            taken = self._registrations[entry.name]
+        if entry.name in self.entries:
+            taken = self.entries[entry.name]
             record.action, record.detail = "skipped", f"{entry.name!r} is already registered"
             self.plugin_output.warn_operator(discovery.taken_name(entry, taken.module or taken.source))
             return
@@ -335,11 +350,11 @@ class BackendRegistrations:
           RuntimeError: backends are already initialised with another choice (call
             `clear_backends` first).
         """
-        with self._lock:
+        with self.lock:
             platforms = parse_platforms(platforms)
-            if self._backends is not None:
+            if self._started() is not None:
                 chosen = (platforms if platforms is not None
-                          else parse_platforms(self._env(self.platforms_variable())))
+                          else parse_platforms(self.env(self.platforms_variable())))
                 if self._expand(chosen) == self.selected_platforms():
                     return  # the backends up are the ones this choice brings up
                 raise RuntimeError("set_platforms() should be called before backends are "
@@ -349,21 +364,35 @@ class BackendRegistrations:
             if platforms != self._platforms_override and self._discovered:
                 # Discovery registered plugins under the old selection (skipping the
                 # libraries it excluded); redo it under the new one.
-                self._forget_discovered()
+                self.forget_discovered()
             self._platforms_override = platforms
 
     def _selection_text(self) -> str:
         if self._platforms_override is not None:
             return f"set_platforms({','.join(self._platforms_override)!r})"
-        written = self._env(self.platforms_variable())
+        written = self.env(self.platforms_variable())
         return (f"{self.platforms_variable()}={written!r}" if parse_platforms(written)
                 else "every registered platform")
+
+    def requested(self) -> list[str]:
+        """The platform names as written in set_platforms() or PJRT_PLATFORMS, aliases kept."""
+        if self._platforms_override is not None:
+            return self._platforms_override
+        return parse_platforms(self.env(self.platforms_variable())) or []
+
+    def chosen_by_call(self) -> bool:
+        """Whether set_platforms() made the choice (rather than the environment)."""
+        return self._platforms_override is not None
+
+    def selection_source(self) -> str:
+        """Where the platforms to bring up were chosen, in words."""
+        return "set_platforms()" if self.chosen_by_call() else self.platforms_variable()
 
     def selected_platforms(self) -> list[str] | None:
         """The platforms asked for (aliases kept as written), or None for all."""
         if self._platforms_override is not None:
             return self._expand(self._platforms_override)
-        return self._expand(parse_platforms(self._env(self.platforms_variable())))
+        return self._expand(parse_platforms(self.env(self.platforms_variable())))
 
     def _expand(self, names: list[str] | None) -> list[str] | None:
         if names is None:
@@ -375,9 +404,9 @@ class BackendRegistrations:
                     expanded.append(platform)
         return expanded
 
-    def _forget_discovered(self) -> None:
-        # Registrations made through the API stay; discovery's are redone next time.
-        self._registrations = {name: r for name, r in self._registrations.items()
+    def forget_discovered(self) -> None:
+        """Drop what discovery registered (it is redone next time); the API's registrations stay."""
+        self.entries = {name: r for name, r in self.entries.items()
                                if r.source == "api"}
         self.plugin_output.clear()
         self._discovered = False
