@@ -68,6 +68,8 @@ JAXLIB_NAMES = {
     "register_custom_type_id", "custom_call_targets", "XlaRuntimeError", "Shape",
     "PrimitiveType", "Layout", "PjRtLayout", "ArrayCopySemantics",
     "check_and_canonicalize_memory_kind", "CustomCallTargetTraits", "ShapeIndex",
+    "make_c_api_device_topology", "make_tfrt_tpu_c_api_device_topology",
+    "get_topology_for_devices",
 }
 
 #: Old pjrt names -> the module to import them from now.

@@ -115,6 +115,29 @@ def test_tpu_topology_compiles_ahead_of_time_without_a_tpu(libtpu_v5e):
         topology.device_descriptions()
 
 
+def test_tpu_compile_only_devices_and_jaxlibs_topology_names(libtpu_v5e):
+    """jaxlib's ahead-of-time path: a TPU topology by its xla_client names, its compile-only
+    devices, and a compile for one and for all four of them."""
+    from pjrt import xla_client
+
+    _, plugin, topology = libtpu_v5e
+    same = xla_client.make_c_api_device_topology(plugin, "v5e:2x2")
+    assert [d.id for d in same.device_descriptions()] == [
+        d.id for d in topology.device_descriptions()]
+    devices = topology._make_compile_only_devices()
+    assert [(d.platform, d.device_kind, d.client) for d in devices] == [
+        ("tpu", "TPU v5 lite", None)] * 4
+    program = open(os.path.join(os.path.dirname(__file__), "fixtures", "tiny_tanh.mlir")).read()
+    one = topology.compile_to_bytes(program, devices=devices[:1])
+    four = topology.compile_to_bytes(program, devices=devices)
+    assert len(one) > 1000 and len(four) > 1000 and one != four
+    tpu = xla_client.make_tfrt_tpu_c_api_device_topology("v5e:2x2")
+    assert tpu.platform == "tpu" and len(tpu.device_descriptions()) == 4
+    with pytest.raises(pjrt.XlaRuntimeError):
+        xla_client.make_tfrt_tpu_c_api_device_topology("not-a-topology")
+    same.close()
+
+
 # -- the missing-library report over real wheels (pjrt._loading.library_search; ldd is the oracle) ----
 
 def _ldd_missing(path) -> set[str]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 from ._capi.api import to_str
 from ._pjrt_cffi import ffi
-from .errors import check
+from .errors import ClosedClientError, check
 from ._capi.handles import TopologyHandle, native_method
 from ._capi.options import NamedValues, named_values_to_dict
 from .plugin import Plugin
@@ -19,6 +19,25 @@ from ._capi.waits import call_off_thread, run_on_compile_thread
 
 if TYPE_CHECKING:
     from .compile_options import CompileOptions
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class CompileOnlyDevice:
+    """A device of a topology, for compiling ahead of time: it has no client and holds no
+    memory (jaxlib's ``CompileOnlyDevice``). Made by
+    `DeviceTopology._make_compile_only_devices`."""
+
+    id: int
+    process_index: int
+    platform: str
+    device_kind: str
+    topology: "DeviceTopology" = dataclasses.field(repr=False)
+
+    #: A compile-only device belongs to no client (jaxlib's attribute).
+    client = None
+
+    def __str__(self) -> str:
+        return f"{self.platform.upper()}_{self.id}(compile-only)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,12 +50,26 @@ class DeviceDescription:
 
 
 class DeviceTopology:
-    """Owns a ``PJRT_TopologyDescription``: ``platform``, ``platform_version``,
-    `device_descriptions`, `serialize`, `attributes`."""
+    """A ``PJRT_TopologyDescription``: ``platform``, ``platform_version``,
+    `device_descriptions`, `serialize`, `attributes`.
 
-    def __init__(self, plugin: Plugin, pointer):
+    Made by [`make_topology`][pjrt.topology.make_topology] (the topology owns the description)
+    or by [`get_topology_for_devices`][pjrt.topology.get_topology_for_devices] (the client
+    owns it: calls then hold the client open, and fail once it is closed).
+    """
+
+    def __init__(self, plugin: Plugin, pointer, *, client=None):
         self._plugin = plugin
-        self._handle = TopologyHandle(plugin.api, pointer)
+        #: The client that owns the description, or None when this object owns it.
+        self._client = client
+        if client is None:
+            self._handle = TopologyHandle(plugin.api, pointer)
+            self._borrowed = None
+        else:
+            # Native calls take the client's tickets, so the client stays open during each.
+            self._handle = client.raw_handle
+            self._borrowed = pointer
+        self._closed = False
         api = plugin.api
         name = api.call_new("PJRT_TopologyDescription_PlatformName", topology=pointer)
         self.platform = to_str(name.platform_name, name.platform_name_size)
@@ -45,7 +78,11 @@ class DeviceTopology:
 
     def _live(self):
         """The topology's pointer, inside a native call (see `pjrt._capi.handles`)."""
-        return self._handle.pointer
+        if self._borrowed is None:
+            return self._handle.pointer
+        if self._closed:
+            raise ClosedClientError("this topology description has been closed")
+        return self._borrowed
 
     @native_method
     def device_descriptions(self) -> list[DeviceDescription]:
@@ -78,13 +115,18 @@ class DeviceTopology:
 
     @native_method
     def compile_to_bytes(self, program: str | bytes,
-                         compile_options: CompileOptions | None = None) -> bytes:
+                         compile_options: CompileOptions | None = None, *,
+                         devices: Sequence[CompileOnlyDevice] | None = None) -> bytes:
         """Compile a StableHLO program for this topology, ahead of time, without its devices.
 
         Args:
           program: StableHLO text or bytecode.
           compile_options: a [`CompileOptions`][pjrt.compile_options.CompileOptions] (one replica and
             one partition when None).
+          devices: compile-only devices of this topology (`_make_compile_only_devices`) to
+            compile for, as jaxlib's ``compile(..., executable_devices)`` takes them: one
+            partition per device (a device assignment of one replica) unless
+            ``compile_options`` sets its own device assignment.
 
         Returns:
           The serialised executable, naming this topology's plugin build as its maker: load
@@ -102,8 +144,11 @@ class DeviceTopology:
 
         pointer = self._live()
         api = self._plugin.api
+        compile_options = compile_options or CompileOptions()
+        if devices is not None:
+            compile_options = self._options_for_devices(compile_options, devices)
         program_struct, keepalive = program_argument(read_program(program))
-        options = (compile_options or CompileOptions()).SerializeAsString()
+        options = compile_options.SerializeAsString()
         options_buffer = ffi.new("char[]", options)
         args = api.new_args("PJRT_Compile_Args")
         args.topology = pointer
@@ -130,15 +175,60 @@ class DeviceTopology:
         return serialization.pack(payload, serialization.plugin_identity(
             self._plugin, self.platform, self.platform_version))
 
+    def _options_for_devices(self, compile_options: CompileOptions,
+                             devices: Sequence[CompileOnlyDevice]) -> CompileOptions:
+        """``compile_options`` with one replica and a partition per device in ``devices``
+        (unless it has a device assignment of its own)."""
+        from .compile_options import DeviceAssignment
+
+        from .compile_options import CompileOptions
+
+        devices = list(devices)
+        if not devices:
+            raise ValueError("devices is empty: pass at least one compile-only device")
+        for device in devices:
+            if not isinstance(device, CompileOnlyDevice) or device.topology is not self:
+                raise ValueError(
+                    f"{device!r} is not a compile-only device of this topology; pass devices "
+                    f"from this topology's _make_compile_only_devices()")
+        # A copy: the caller's options are left as they were.
+        compile_options = CompileOptions.ParseFromString(compile_options.SerializeAsString())
+        build = compile_options.executable_build_options
+        if build.device_assignment is None:
+            build.num_replicas = 1
+            build.num_partitions = len(devices)
+            if len(devices) > 1:
+                build.use_spmd_partitioning = True
+            build.device_assignment = DeviceAssignment.create(
+                [[device.id for device in devices]])
+        return compile_options
+
     def compile(self, program: str | bytes,
-                compile_options: CompileOptions | None = None) -> bytes:
+                compile_options: CompileOptions | None = None, *,
+                devices: Sequence[CompileOnlyDevice] | None = None) -> bytes:
         """Deprecated name of `compile_to_bytes` (it returns bytes, not an executable)."""
         warnings.warn("DeviceTopology.compile is deprecated: use DeviceTopology.compile_to_bytes "
                       "(it returns the serialised executable)", DeprecationWarning, stacklevel=2)
-        return self.compile_to_bytes(program, compile_options)
+        return self.compile_to_bytes(program, compile_options, devices=devices)
+
+    def _make_compile_only_devices(self) -> list[CompileOnlyDevice]:
+        """This topology's devices as compile-only devices (jaxlib's name, used by its
+        ahead-of-time path): each has ``id``, ``process_index``, ``platform``,
+        ``device_kind`` and this topology, and no client. Pass them to `compile_to_bytes`
+        as ``devices`` to compile for them."""
+        return [CompileOnlyDevice(description.id, description.process_index, self.platform,
+                                  description.device_kind, self)
+                for description in self.device_descriptions()]
 
     def close(self) -> None:
-        """Free the topology description (once no call on it is running). Idempotent."""
+        """Free the topology description (once no call on it is running). Idempotent.
+
+        A description a client owns is freed with the client; closing this object only
+        stops its own calls.
+        """
+        if self._borrowed is not None:
+            self._closed = True
+            return
         self._handle.close("this topology description has been closed")
 
     def __repr__(self) -> str:
@@ -175,6 +265,66 @@ def make_topology(plugin: Plugin, topology_name: str = "",
             TopologyHandle(api, late).close()
 
     return DeviceTopology(plugin, call_off_thread(create, close_late))
+
+
+def make_c_api_device_topology(c_api, topology_name: str = "", **kwargs) -> DeviceTopology:
+    """jaxlib's name for [`make_topology`][pjrt.topology.make_topology]: ask the plugin
+    ``c_api`` to describe ``topology_name``, with ``kwargs`` as the plugin's create options.
+
+    Args:
+      c_api: the loaded plugin: the `Plugin` that ``load_pjrt_plugin_dynamically`` returns,
+        or its ``PJRT_Api*`` as a PyCapsule, int address or cffi pointer (what jaxlib
+        passes).
+      topology_name: the topology to describe, e.g. ``"v5e:2x2"``; "" for the plugin's own.
+
+    Raises:
+      TypeError: ``c_api`` is none of these.
+      UnsupportedFeatureError: the plugin has no ``PJRT_TopologyDescription_Create``.
+      XlaRuntimeError: the plugin refused (its message is kept; XLA's CPU builds answer
+        UNIMPLEMENTED: they describe only a client's topology, see
+        `get_topology_for_devices`).
+    """
+    if not isinstance(c_api, Plugin):
+        c_api = _plugin_of_table(c_api)
+    return make_topology(c_api, topology_name, kwargs)
+
+
+def _plugin_of_table(c_api) -> Plugin:
+    """The loaded plugin whose ``PJRT_Api*`` is ``c_api``, or a bare `Plugin` around it."""
+    from . import plugin as plugin_module
+
+    bare = plugin_module.plugin_from_c_api("c_api", c_api)
+    for name in plugin_module.default_plugins.names():
+        loaded = plugin_module.default_plugins.get(name)
+        if loaded.api.table == bare.api.table:
+            return loaded
+    return bare
+
+
+def get_topology_for_devices(devices) -> DeviceTopology:
+    """The topology of the client that ``devices`` belong to (``PJRT_Client_TopologyDescription``;
+    jaxlib's function of the same name).
+
+    The description is the client's: it lives as long as the client, and its calls fail with
+    `ClosedClientError` once the client is closed.
+
+    Raises:
+      ValueError: ``devices`` is empty, or its devices belong to more than one client.
+      UnsupportedFeatureError: the plugin does not describe its clients' topologies.
+      XlaRuntimeError: the plugin refused (its message is kept).
+    """
+    devices = list(devices)
+    if not devices:
+        raise ValueError("get_topology_for_devices needs at least one device")
+    client = devices[0].client
+    for device in devices[1:]:
+        if device.client is not client:
+            raise ValueError(f"devices belong to more than one client ({devices[0]} and "
+                             f"{device}); a topology describes one client's devices")
+    api = client.plugin.api
+    with client.raw_handle.calling() as handle:
+        args = api.call_new("PJRT_Client_TopologyDescription", client=handle.pointer)
+        return DeviceTopology(client.plugin, args.topology, client=client)
 
 
 def _destroy_executable(api, executable) -> None:

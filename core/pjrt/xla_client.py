@@ -31,7 +31,8 @@ from .plugin import (initialize_pjrt_plugin, load_pjrt_plugin_dynamically,
 from .registry import make_cpu_client
 from .sharding import (GSPMDSharding, NamedSharding, PmapSharding, Sharding,
                        SingleDeviceSharding)
-from .topology import DeviceTopology
+from .topology import (DeviceTopology, get_topology_for_devices,
+                       make_c_api_device_topology)
 from .ffi import CustomCallTargetTraits
 from .layouts import Layout, PjRtLayout
 from .shapes import PrimitiveType, Shape, ShapeIndex
@@ -60,4 +61,21 @@ __all__ = [
     # custom calls and errors
     "register_custom_call_target", "register_custom_type_id", "custom_call_targets",
     "CustomCallTargetTraits", "XlaRuntimeError",
+    # topologies
+    "make_c_api_device_topology", "make_tfrt_tpu_c_api_device_topology",
+    "get_topology_for_devices",
 ]
+
+
+def make_tfrt_tpu_c_api_device_topology(topology_name: str | None = None,
+                                        **kwargs) -> DeviceTopology:
+    """A TPU topology description (e.g. ``"v5e:2x2"``), made by the plugin registered for
+    ``tpu`` (``pjrt-tpu``'s libtpu), with ``kwargs`` as its create options; jaxlib's name.
+
+    Raises:
+      RuntimeError: no plugin package is registered for ``tpu`` (install ``pjrt-tpu``).
+      XlaRuntimeError: libtpu refused the name (INVALID_ARGUMENT).
+    """
+    from .registry import make_pjrt_topology
+
+    return make_pjrt_topology("tpu", topology_name or "", **kwargs)
