@@ -262,6 +262,86 @@ def test_an_annotation_records_the_error_that_ended_it(tmp_path):
     assert event["name"] == "failing" and "KeyError" in event["args"]["error"]
 
 
+class _Unprintable:
+    """A value that cannot say what it is: its str and repr raise."""
+
+    def __str__(self):
+        raise RuntimeError("no text")
+
+    __repr__ = __str__
+
+
+class _UnprintableError(Exception):
+    def __str__(self):
+        raise RuntimeError("no message")
+
+
+def strict_json(path) -> dict:
+    """The trace as a strict JSON parser (a browser's) reads it: NaN and Infinity refused."""
+    def refuse(constant):
+        raise ValueError(f"{constant} is not JSON")
+
+    with gzip.open(path, "rt", encoding="utf-8") as stream:
+        return json.load(stream, parse_constant=refuse)
+
+
+def test_annotation_values_json_has_no_form_for_are_written_as_text(tmp_path):
+    cycle = [1]
+    cycle.append(cycle)
+    loop = {"name": "loop"}
+    loop["self"] = loop
+    deep = []
+    inner = deep
+    for _ in range(100):
+        inner.append([])
+        inner = inner[0]
+    batch = [1, 2]
+    with profiler.trace(tmp_path):
+        with profiler.TraceAnnotation("keys", shape={(1, 2): 3, 4: "four", None: 0}):
+            pass
+        with profiler.TraceAnnotation("cycles", cycle=cycle, loop=loop):
+            pass
+        with profiler.TraceAnnotation("numbers", nan=float("nan"), inf=-np.inf,
+                                      np_int=np.int64(7), np_float=np.float32(0.5),
+                                      huge=2 ** 70):
+            pass
+        with profiler.TraceAnnotation("objects", unprintable=_Unprintable(), kind=complex(1, 2),
+                                      items=(b"ab", {1, 2} - {2}), deep=deep) as objects:
+            objects.set_metadata(dtype=np.dtype("float32"))
+        with pytest.raises(_UnprintableError):
+            with profiler.TraceAnnotation("failing"):
+                raise _UnprintableError()
+        with profiler.TraceAnnotation("read at the end", batch=batch):
+            batch.append(3)
+        batch.append(4)  # after the block: not in its event
+    events = {e["name"]: e["args"] for e in complete_events(strict_json(_only_trace(tmp_path)))}
+    assert events["keys"] == {"shape": {"(1, 2)": 3, "4": "four", "None": 0}}
+    assert events["cycles"] == {"cycle": [1, "[...]"], "loop": {"name": "loop", "self": "{...}"}}
+    assert events["numbers"] == {"nan": "nan", "inf": "-inf", "np_int": 7, "np_float": 0.5,
+                                 "huge": 2 ** 70}
+    objects = events["objects"]
+    assert objects["unprintable"] == "<_Unprintable object>"
+    assert objects["kind"] == "(1+2j)" and objects["items"] == ["b'ab'", "{1}"]
+    assert objects["dtype"] == "float32"
+    depth = 0
+    inner = objects["deep"]
+    while isinstance(inner, list):
+        inner, depth = inner[0], depth + 1
+    assert 10 < depth < 100 and "nested deeper" in inner
+    assert events["failing"] == {"error": "_UnprintableError: (its message could not be read)"}
+    assert events["read at the end"] == {"batch": [1, 2, 3]}
+
+
+def test_a_bytes_log_dir_is_a_path(tmp_path):
+    profiler.start_trace(os.fsencode(tmp_path / "bytes"))
+    with profiler.TraceAnnotation("step"):
+        pass
+    files = profiler.stop_trace()
+    assert isinstance(files.trace, str) and files.trace == _only_trace(tmp_path / "bytes")
+    event, = complete_events(read_trace(files.trace))
+    assert event["name"] == "step"
+
+
 # -- misuse ------------------------------------------------------------------------------------
 
 def test_starting_twice_and_stopping_what_never_started_are_clear_errors(tmp_path):
@@ -289,6 +369,18 @@ def test_arguments_jax_takes_that_pjrt_refuses(tmp_path):
         profiler.start_trace(tmp_path, create_perfetto_link=True)
     with pytest.raises(TypeError, match="ProfileOptions"):
         profiler.start_trace(tmp_path, profiler_options={"host_tracer_level": 2})
+    assert not profiler.is_tracing()
+
+
+@pytest.mark.parametrize("log_dir, error, said", [
+    (3, TypeError, "log_dir must be a path .*not int"),
+    (None, TypeError, "log_dir must be a path .*not NoneType"),
+    ("", ValueError, "log_dir is empty"),
+    (b"", ValueError, "log_dir is empty"),
+])
+def test_a_log_dir_that_is_no_path_is_refused_when_the_trace_starts(log_dir, error, said):
+    with pytest.raises(error, match=said):
+        profiler.start_trace(log_dir)
     assert not profiler.is_tracing()
 
 

@@ -39,7 +39,8 @@ from ._profiling.plugin_profilers import PluginProfilers
 from ._wire import protowire
 
 __all__ = ["ProfileOptions", "TraceFiles", "start_trace", "stop_trace", "trace",
-           "TraceAnnotation", "StepTraceAnnotation", "annotate_function", "is_tracing"]
+           "TraceAnnotation", "StepTraceAnnotation", "annotate_function", "is_tracing",
+           "record_array_sites"]
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
@@ -157,7 +158,8 @@ def start_trace(log_dir: os.PathLike | str, create_perfetto_link: bool = False,
     made during the trace.
 
     Args:
-      log_dir: where the files go (``log_dir/plugins/profile/<run>/``), created if needed.
+      log_dir: where the files go (``log_dir/plugins/profile/<run>/``), created if needed: a
+        str, bytes or ``os.PathLike`` path (`TraceFiles` gives str paths).
       create_perfetto_link: not supported (jax serves the trace to ui.perfetto.dev and waits
         for the browser); True raises ValueError.
       create_perfetto_trace: also write ``perfetto_trace.json.gz`` (the same events; the
@@ -166,8 +168,10 @@ def start_trace(log_dir: os.PathLike | str, create_perfetto_link: bool = False,
 
     Raises:
       RuntimeError: a trace is already running.
-      ValueError: ``create_perfetto_link`` is True.
-      TypeError: ``profiler_options`` is not a `ProfileOptions`.
+      ValueError: ``create_perfetto_link`` is True, or ``log_dir`` is empty.
+      TypeError: ``log_dir`` is not a path, or ``profiler_options`` is not a
+        `ProfileOptions`.
+      OSError: ``log_dir`` cannot be made a directory.
       XlaRuntimeError: a plugin's profiler failed to start and
         ``profiler_options.raise_error_on_start_failure`` is set.
     """
@@ -180,7 +184,7 @@ def start_trace(log_dir: os.PathLike | str, create_perfetto_link: bool = False,
     if not isinstance(options, ProfileOptions):
         raise TypeError(f"profiler_options must be a pjrt.profiler.ProfileOptions, not "
                         f"{type(options).__name__}")
-    directory = os.fspath(log_dir)
+    directory = _directory(log_dir)
     with _lock:
         if _session is not None:
             raise RuntimeError("Profile has already been started. Only one profile may be run "
@@ -197,6 +201,19 @@ def start_trace(log_dir: os.PathLike | str, create_perfetto_link: bool = False,
             recorder.end()
             raise
         _session = _Session(directory, create_perfetto_trace, profilers)
+
+
+def _directory(log_dir) -> str:
+    """``log_dir`` as a str path (a bytes path decoded as the file system does)."""
+    try:
+        directory = os.fsdecode(log_dir)
+    except TypeError:
+        raise TypeError(f"log_dir must be a path (a str, bytes or os.PathLike), not "
+                        f"{type(log_dir).__name__}") from None
+    if not directory:
+        raise ValueError("log_dir is empty: give the directory the trace's files go under "
+                         "(\".\" for this one)")
+    return directory
 
 
 def stop_trace() -> TraceFiles:
@@ -246,7 +263,9 @@ class TraceAnnotation:
 
     Args:
       name: the event's name.
-      **kwargs: facts shown with the event (values made text where JSON has no form for them).
+      **kwargs: facts shown with the event, read when the block ends (any values: made text
+        where JSON has no form for them, such as non-string keys, NaN, a list inside itself
+        or an arbitrary object; none can cost the trace).
     """
 
     __slots__ = ("_span",)
@@ -302,6 +321,18 @@ def annotate_function(func: _Function, name: str | None = None,
 
 
 # -- plugins' own profilers -----------------------------------------------------------------
+
+def record_array_sites(enabled: bool = True) -> bool:
+    """Record where each new array is made (its Python stack, outside pjrt), so that
+    [`Client.heap_profile`][pjrt.client.Client.heap_profile] groups device memory by it;
+    ``False`` stops. Returns the previous setting. ``PJRT_ARRAY_SITES=1`` in the environment
+    turns it on when pjrt is imported. Off, making an array costs one pointer test more;
+    on, a walk of the caller's stack.
+    """
+    from ._profiling import heap
+
+    return heap.record_array_sites(enabled)
+
 
 def _plugins_with_clients() -> list:
     """The plugins that have an open client, each once."""

@@ -14,8 +14,9 @@ before ``start_trace`` is clipped to the trace's start). `Span` brackets work wh
 learnt inside it: the compile's span is annotated by the compilation cache it calls
 (`annotate`), and ``pjrt.profiler.TraceAnnotation`` is a span of the user's.
 
-This module imports nothing of pjrt, so that every layer may call it; what it is told about
-(executables, devices, arrays) it reads through their public members.
+This module imports nothing of pjrt but `facts` (which imports nothing), so that every layer
+may call it; what it is told about (executables, devices, arrays) it reads through their
+public members.
 """
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ import threading
 import time
 import weakref
 from typing import Any
+
+from .facts import json_facts
 
 #: True while a trace records. The hooks read it before anything else: with no trace running,
 #: that read is all they cost.
@@ -130,8 +133,12 @@ class Span:
         elif self in stack:  # exited out of order (a generator's span): drop it all the same
             stack.remove(self)
         if error is not None:
-            self.args["error"] = f"{kind.__name__}: {error}"
-        add(self.category, self.name, self.started, self.args or None)
+            try:
+                said = str(error)
+            except Exception:  # noqa: BLE001 - the error the block raised is the one to see
+                said = "(its message could not be read)"
+            self.args["error"] = f"{kind.__name__}: {said}"
+        add(self.category, self.name, self.started, json_facts(self.args) if self.args else None)
         self.started = 0
 
 

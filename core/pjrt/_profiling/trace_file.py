@@ -10,6 +10,10 @@ named by the time the trace ended (``2025_01_31_12_00_00``), holding
 Timestamps are microseconds from the trace's start (with nanosecond digits); the wall-clock
 time of that start is in ``otherData.start_time_ns``, to line the events up with the
 XSpace's, which count from the epoch.
+
+An event's facts (its ``args``: pjrt's, and the keyword arguments of the user's annotations)
+are written as JSON where JSON has a form for them, and as text where it has none, so that no
+value can cost the trace (`json_facts`).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ import os
 import socket
 import time
 
+from .facts import json_facts
 from .recorder import Recording
 
 #: The trace-event phases used: complete events (a start and a duration), metadata (names of
@@ -62,7 +67,7 @@ def trace_events(recording: Recording) -> dict:
                  "ts": round((start - origin) / 1000, 3),
                  "dur": round(max(end - start, 0) / 1000, 3)}
         if args:
-            event["args"] = args
+            event["args"] = json_facts(args)
         events.append(event)
     end = recording.end_ns if recording.end_ns is not None else origin
     return {
@@ -75,7 +80,7 @@ def trace_events(recording: Recording) -> dict:
 
 def write_json_gz(path: str, document: dict) -> None:
     with gzip.open(path, "wt", encoding="utf-8") as stream:
-        json.dump(document, stream, separators=(",", ":"), default=str)
+        json.dump(document, stream, separators=(",", ":"), allow_nan=False)
 
 
 def write(log_dir: str, recording: Recording, planes: list[tuple[str, bytes]], *,
