@@ -9,6 +9,7 @@ is running (see `pjrt._capi.handles` for the rules).
 from __future__ import annotations
 
 import gc
+import os
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
     from .executable import LoadedExecutable
     from .streaming import TransferManager
 
+
+if os.environ.get("PJRT_ARRAY_SITES", "") not in ("", "0"):
+    # Where arrays are made is recorded from the first one on (Client.heap_profile).
+    from ._profiling import heap as _heap  # noqa: F401 - importing it turns recording on
 
 #: Entries the C helpers call without looking them up; a client needs all of them.
 REQUIRED_FUNCTIONS = (
@@ -228,6 +233,22 @@ class Client:
 
     def live_buffers(self) -> list:
         return self.live_arrays()
+
+    def heap_profile(self) -> bytes:
+        """The device memory this client's live arrays hold, as a gzipped pprof profile
+        (jaxlib's method): one sample per device, memory kind and site where the arrays were
+        made, with the values ``allocations`` (count) and ``space`` (bytes) and the labels
+        ``kind``, ``device`` and ``memory_kind``. Sites are recorded while
+        [`record_array_sites`][pjrt.profiler.record_array_sites] is on (or with
+        ``PJRT_ARRAY_SITES=1`` in the environment); read the file with ``pprof`` (see the
+        profiling guide).
+
+        Raises:
+          ClosedClientError: the client is closed.
+        """
+        from ._profiling.heap import heap_profile
+
+        return heap_profile(self)
 
     def live_executables(self) -> list:
         """Loaded executables made through this client that are alive and not deleted."""

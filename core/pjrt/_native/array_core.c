@@ -46,6 +46,19 @@ static void array_dealloc(PyObject* op) {
 
 /* ---- the constructor ----------------------------------------------------- */
 
+/* Hands a new owner to the site recorder. Its failure is reported as
+ * unraisable and does not stop the array from being made. */
+static void record_site(ArrayCore* self) {
+  PyObject* recorder = hp_array_site_recorder;
+  Py_INCREF(recorder); /* it may be replaced while it runs */
+  PyObject* result = PyObject_CallFunctionObjArgs(recorder, (PyObject*)self, NULL);
+  if (result == NULL) {
+    PyErr_WriteUnraisable(recorder);
+  }
+  Py_XDECREF(result);
+  Py_DECREF(recorder);
+}
+
 /* Fills a new array's fields. Unless it borrows a `parent`'s buffers, the
  * array's buffers are registered with the handle under its id first, and
  * `_handle` is set last: until then a failure leaves an array whose finaliser
@@ -93,6 +106,9 @@ static int fill(ArrayCore* self, PyObject* client, PyObject* handle, PyObject* b
   }
   SET(handle, handle);
 #undef SET
+  if (parent == Py_None && hp_array_site_recorder != NULL) {
+    record_site(self);
+  }
   return 0;
 }
 

@@ -6,6 +6,7 @@ hp_wiring_t hp_wiring;
 hp_names_t hp_names;
 PyTypeObject* hp_array_type;
 PyTypeObject* hp_handle_type;
+PyObject* hp_array_site_recorder;
 
 /* configure(address_slot, address_slot_address, *, buffer_destroy,
  *           error_destroy, call_run, host_address, wait_ready, buffer_format):
@@ -53,12 +54,31 @@ static PyObject* configure(PyObject* module, PyObject* args, PyObject* kwargs) {
   Py_RETURN_NONE;
 }
 
+/* set_array_site_recorder(recorder): call recorder(array) with each new Array
+ * that owns its buffers; None stops it. */
+static PyObject* set_array_site_recorder(PyObject* module, PyObject* recorder) {
+  if (recorder != Py_None && !PyCallable_Check(recorder)) {
+    PyErr_SetString(PyExc_TypeError, "the array site recorder must be callable or None");
+    return NULL;
+  }
+  if (recorder == Py_None) {
+    Py_CLEAR(hp_array_site_recorder);
+  } else {
+    Py_INCREF(recorder);
+    Py_XSETREF(hp_array_site_recorder, recorder);
+  }
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(address_slot, address_slot_address, *, buffer_destroy, error_destroy, "
      "call_run, host_address, wait_ready, buffer_format): the cffi PJRT_Buffer*[1] used "
      "to read a cdata's address, the addresses of the cffi extension's functions this "
      "module calls, and the Python functions a host view needs"},
+    {"set_array_site_recorder", set_array_site_recorder, METH_O,
+     "set_array_site_recorder(recorder): call recorder(array) with each new Array that "
+     "owns its buffers (None: stop)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {

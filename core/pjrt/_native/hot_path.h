@@ -123,6 +123,11 @@ extern hp_names_t hp_names;
 extern PyTypeObject* hp_array_type;
 extern PyTypeObject* hp_handle_type;
 
+/* Called with each new Array that owns its buffers while set (NULL when not:
+ * the constructor then pays one pointer test); pjrt._profiling.heap records
+ * where arrays are made with it. */
+extern PyObject* hp_array_site_recorder;
+
 /* ---- handle_core.c ------------------------------------------------------- */
 
 /* The addresses behind an owner's buffer cdata, kept with the cdata they were
