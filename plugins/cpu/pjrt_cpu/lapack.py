@@ -28,7 +28,9 @@ import importlib.machinery
 import os
 import threading
 
-__all__ = ["OTHER_TARGETS", "TARGETS", "library_path", "provide_lapack", "register_lapack_kernels", "targets"]
+__all__ = ["LAPACK_DTYPE_PREFIX", "OTHER_TARGETS", "TARGETS", "batch_partitionable_targets",
+           "build_lapack_fn_target", "library_path", "prepare_lapack_call", "provide_lapack",
+           "register_lapack_kernels", "registrations", "targets"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LIBRARY_STEM = "_lapack_kernels"
@@ -166,3 +168,51 @@ def register_lapack_kernels(platform: str = "cpu") -> list[str]:
     # the routines are handed over before the first program that calls one is compiled.
     plugin_api.register_target_preparation(needs_lapack, provide_lapack, platform=platform)
     return registered
+
+
+# -- jaxlib's names (jaxlib/lapack.py) --------------------------------------------------------
+
+#: The LAPACK type letter of each element type, as jaxlib names it.
+LAPACK_DTYPE_PREFIX = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}
+
+
+def registrations() -> dict[str, list[tuple[str, int, int]]]:
+    """jaxlib's ``lapack.registrations()``: ``{"cpu": [(target, handler address, 1), ...]}``,
+    every target of the library (each a typed-FFI handler, api_version 1). The handlers
+    take their LAPACK routines from SciPy ([`provide_lapack`][pjrt_cpu.lapack.provide_lapack]),
+    which pjrt runs before the first program calling one compiles."""
+    return {"cpu": [(name, address, 1) for name, address in targets().items()]}
+
+
+def batch_partitionable_targets() -> list[str]:
+    """The targets that take any number of leading batch dimensions: all of them."""
+    return list(targets())
+
+
+def build_lapack_fn_target(fn_base: str, dtype) -> str:
+    """The custom-call target of LAPACK routine ``fn_base`` for ``dtype``: ``("getrf_ffi",
+    float32)`` is ``lapack_sgetrf_ffi``.
+
+    Raises:
+      NotImplementedError: ``dtype`` is not float32, float64, complex64 or complex128.
+    """
+    import numpy as np
+
+    try:
+        prefix = LAPACK_DTYPE_PREFIX[np.dtype(dtype).name]
+    except (KeyError, TypeError) as exc:
+        raise NotImplementedError(f"LAPACK has no routines for {dtype!r}; it takes float32, "
+                                  f"float64, complex64 and complex128") from exc
+    return f"lapack_{prefix}{fn_base}"
+
+
+def prepare_lapack_call(fn_base: str, dtype) -> str:
+    """Give the kernels their LAPACK routines (once) and return the target of ``fn_base`` for
+    ``dtype`` ([`build_lapack_fn_target`][pjrt_cpu.lapack.build_lapack_fn_target]).
+
+    Raises:
+      ImportError: SciPy is not installed.
+      NotImplementedError: ``dtype`` is not a LAPACK type.
+    """
+    provide_lapack()
+    return build_lapack_fn_target(fn_base, dtype)

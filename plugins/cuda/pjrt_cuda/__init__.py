@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["PLATFORM", "PRIORITY", "VendorPlugin", "vendor_plugin", "library_path", "client_options", "initialize",
            "make_client", "prepare_cuda_libraries", "generate_pjrt_gpu_plugin_options",
-           "parse_visible_devices"]
+           "parse_visible_devices", "register_kernels"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,6 +137,8 @@ def make_client(plugin, options: dict | None = None):
       plugin: the loaded CUDA `pjrt.Plugin`.
       options: create options; from the environment when None.
 
+    The CUDA kernels jax's programs call are registered first ([`register_kernels`][pjrt_cuda.register_kernels]).
+
     Raises:
       ValueError: an XLA_* or PJRT_CUDA_* variable has a bad value (named in the message).
       CudaLibraryVersionError: a pip-installed CUDA library is too old.
@@ -146,7 +148,23 @@ def make_client(plugin, options: dict | None = None):
         options = generate_pjrt_gpu_plugin_options()
     plugin.option_types.update(OPTION_TYPES)
     prepare_cuda_libraries()
+    register_kernels()
     return plugin_api.create_client(plugin, options)
+
+
+def register_kernels() -> list[str]:
+    """Register jaxlib's CUDA kernels (cuSOLVER, cuSPARSE, ...: every handler of the kernel
+    wheel, ``jax-cuda13-plugin`` or ``jax-cuda12-plugin``) with pjrt for the ``cuda``
+    platform; pjrt hands them to the plugin's FFI extension when its client comes up.
+    [`make_client`][pjrt_cuda.make_client] calls it. Without a kernel wheel, a program
+    calling one of them fails to compile with an error naming the wheel to install.
+
+    Returns:
+      The targets registered (none without the kernel wheel).
+    """
+    from ._kernels import KERNELS
+
+    return KERNELS.register()
 
 
 #: The plugin, as pjrt discovers it: options read from the environment and the NVIDIA

@@ -44,7 +44,7 @@ VENDOR_WHEELS: tuple = (
 )
 
 __all__ = ["PLATFORM", "PRIORITY", "VendorPlugin", "vendor_plugin", "library_path",
-           "install_hint", "explain_load_error", "initialize"]
+           "install_hint", "explain_load_error", "make_client", "register_kernels", "initialize"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,11 +153,38 @@ def explain_load_error(error):
         path=error.path, missing_library=error.missing_library, missing_libraries=missing)
 
 
+def register_kernels() -> list[str]:
+    """Register jaxlib's ROCm kernels (hipSOLVER, hipSPARSE, ...: every handler of the kernel
+    wheel, ``jax-rocm10-plugin`` or ``jax-rocm7-plugin``) with pjrt for the ``rocm``
+    platform; pjrt hands them to the plugin's FFI extension when its client comes up.
+    [`make_client`][pjrt_rocm.make_client] calls it. Without a kernel wheel (or where its
+    modules cannot load), a program calling one of them fails to compile with an error
+    saying what to install.
+
+    Returns:
+      The targets registered (none without a loadable kernel wheel).
+    """
+    from ._kernels import KERNELS
+
+    return KERNELS.register()
+
+
+def make_client(plugin, options: dict | None = None):
+    """Create a ROCm client of the loaded ``plugin``, jaxlib's ROCm kernels registered first
+    ([`register_kernels`][pjrt_rocm.register_kernels]).
+
+    Raises:
+      XlaRuntimeError: the plugin refused, e.g. without a visible GPU.
+    """
+    register_kernels()
+    return plugin_api.create_client(plugin, options or {})
+
+
 #: The plugin, as pjrt discovers it. JAX gets ROCm from the vendor wheel's own
 #: ``jax_plugins.xla_rocmNN`` module, so under JAX this package stays out of the way.
 PLUGIN = plugin_api.PluginDeclaration(
     PLATFORM, library=library_path, priority=PRIORITY, explain_load_error=explain_load_error,
-    version=__version__, serve_jax=False)
+    make_client=make_client, version=__version__, serve_jax=False)
 
 
 def initialize() -> None:
