@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._hot_path import MAX_DEVICES, ArrayCore, CallPlan, HandleCore, configure
+from .._hot_path import (MAX_DEVICES, ArrayCore, CallPlan, HandleCore, configure,
+                         set_array_site_recorder)
 from .._pjrt_cffi import ffi, lib
 from .waits import wait_buffer_ready
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["MAX_DEVICES", "ArrayCore", "CallPlan", "HandleCore"]
+__all__ = ["MAX_DEVICES", "ArrayCore", "CallPlan", "HandleCore", "set_array_site_recorder"]
 
 
 def _buffer_format(dtype: np.dtype) -> bytes | None:

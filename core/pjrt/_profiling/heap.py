@@ -23,8 +23,7 @@ import threading
 import time
 import weakref
 
-from .._hot_path import set_array_site_recorder
-from .._pjrt_cffi import ffi
+from .._capi.native import set_array_site_recorder
 from .._wire import protowire as pw
 from ..errors import XlaRuntimeError
 
@@ -115,7 +114,7 @@ def live_allocations(client) -> dict:
         for owner_id, buffers in list(handle.buffers.items()):
             site = site_of(owner_id)
             for buffer in list(buffers or ()):
-                if buffer is None or buffer == ffi.NULL:
+                if not buffer:  # None, or a NULL pointer
                     continue
                 facts = _buffer_facts(client, api, buffer)
                 if facts is None:
