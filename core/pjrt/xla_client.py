@@ -40,6 +40,10 @@ from .sharding import check_and_canonicalize_memory_kind
 from .transfers import ArrayCopySemantics
 from .transfers import (batched_block_until_ready, batched_copy_array_to_devices_with_sharding,
                         batched_device_put, reorder_shards)
+from ._distributed.coordination_client import (DistributedRuntimeClient,
+                                               get_distributed_runtime_client)
+from ._distributed.coordination_server import (DistributedRuntimeService,
+                                               get_distributed_runtime_service)
 
 __all__ = [
     # plugins and clients
@@ -64,6 +68,9 @@ __all__ = [
     # topologies
     "make_c_api_device_topology", "make_tfrt_tpu_c_api_device_topology",
     "get_topology_for_devices",
+    # the distributed runtime (XLA's coordination service and its client)
+    "get_distributed_runtime_service", "DistributedRuntimeService",
+    "get_distributed_runtime_client", "DistributedRuntimeClient",
 ]
 
 
