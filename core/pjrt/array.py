@@ -20,7 +20,8 @@ import numpy as np
 from . import dtypes, layouts
 from ._capi import dlpack_structs as _dlpack
 from ._capi import handles
-from ._runtime.host_reads import HostReads, buffer_to_host
+from ._runtime import host_reads
+from ._runtime.host_reads import buffer_to_host
 from ._capi.native import ArrayCore
 from ._profiling import recorder
 from ._pjrt_cffi import ffi, lib
@@ -44,7 +45,7 @@ class Shard:
     data: "Array"
 
 
-class Array(HostReads):
+class Array(ArrayCore):
     """An array held in device memory.
 
     Attributes:
@@ -130,7 +131,7 @@ class Array(HostReads):
         """Record that the memory is shared through DLPack (see `shared`): the cached
         host copy is dropped, and reads see the buffer itself from now on."""
         self._shared = True
-        self._host_copy = None
+        host_reads.forget_copy(self)
         if self._parent is not None:
             self._parent.mark_shared()
 
@@ -436,17 +437,7 @@ class Array(HostReads):
         Raises:
           ValueError: the array spans several devices (use ``pjrt.device_put``).
         """
-        if len(self._devices) != 1:
-            raise ValueError("copy_to_device moves a single-device array; place a global "
-                             "array with pjrt.device_put(x, sharding)")
-        target_client = device.client
-        if target_client is not self._client or self._physical_order is not None:
-            return array_from_host(target_client, self._value(), device,
-                                   HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL)
-        with self._handle.calling() as handle:
-            args = handle.api.call_new("PJRT_Buffer_CopyToDevice", buffer=self.live_buffers()[0],
-                                       dst_device=device.pointer)
-            return Array(self._client, [args.dst_buffer], (device,), self.shape, self.dtype)
+        return _copy_to(self, device, None)
 
     def copy_to_memory(self, memory: "Memory") -> "Array":
         """A copy of this single-device array in ``memory`` (e.g. a host memory space).
@@ -456,21 +447,43 @@ class Array(HostReads):
         Raises:
           ValueError: the array spans several devices, or no device can address ``memory``.
         """
-        if len(self._devices) != 1:
-            raise ValueError("copy_to_memory moves a single-device array; place a global "
-                             "array with pjrt.device_put(x, sharding)")
-        devices = memory.addressable_by_devices()
+        # A global array: _copy_to refuses it, before any question to ``memory``.
+        devices = memory.addressable_by_devices() if len(self._devices) == 1 else self._devices
         if not devices:
             raise ValueError(f"no device addresses {memory!r}; pick a memory from "
                              f"device.addressable_memories()")
-        device = self.device if self.device in devices else devices[0]
-        if memory.client is not self._client or self._physical_order is not None:
-            return array_from_host(memory.client, self._value(), device,
-                                   HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL, memory)
-        with self._handle.calling() as handle:
-            args = handle.api.call_new("PJRT_Buffer_CopyToMemory", buffer=self.live_buffers()[0],
-                                       dst_memory=memory.pointer)
-            return Array(self._client, [args.dst_buffer], (device,), self.shape, self.dtype)
+        return _copy_to(self, self._devices[0] if self._devices[0] in devices else devices[0],
+                        memory)
+
+    # -- reads to the host: pjrt._runtime.host_reads, free functions over an Array ----------
+
+    # numpy's protocol, called only where the buffer protocol gives no buffer (a value in
+    # device memory, several shards); the function itself, so that no frame is added.
+    __array__ = host_reads.to_numpy
+
+    def to_py(self) -> np.ndarray:
+        """The value as a (read-only) numpy array."""
+        return np.asarray(self)
+
+    def copy_to_host_async(self) -> None:
+        """Start reading the value to the host, so that a later ``np.asarray`` does not wait
+        for it (jaxlib's method); nothing to do for host-resident buffers (CPU plugins)."""
+        host_reads.copy_to_host_async(self)
+
+    def tolist(self):
+        return np.asarray(self).tolist()
+
+    def item(self):
+        return np.asarray(self).item()
+
+    def __float__(self):
+        return float(np.asarray(self))
+
+    def __int__(self):
+        return int(np.asarray(self))
+
+    def __bool__(self):
+        return bool(np.asarray(self))
 
     def __repr__(self) -> str:
         if len(self._devices) > 1 and not self.is_deleted():
@@ -478,7 +491,28 @@ class Array(HostReads):
         if self.is_deleted():
             return f"Array(<{self._deleted_reason or 'deleted'}>, shape={self.shape}, dtype={self.dtype})"
         where = ", ".join(str(d) for d in self._devices)
-        return f"Array({np.array2string(self._value(), separator=', ')}, dtype={self.dtype}, device={where})"
+        return f"Array({np.array2string(np.asarray(self), separator=', ')}, dtype={self.dtype}, device={where})"
+
+
+def _copy_to(array: Array, device: "Device", memory: "Memory | None") -> Array:
+    """A copy of single-device ``array`` on ``device`` (in ``memory`` when given): by the
+    plugin within one client, else through the host (also for a buffer not row-major)."""
+    if len(array.shard_devices) != 1:
+        raise ValueError(f"copy_to_{'memory' if memory else 'device'} moves a single-device "
+                         f"array; place a global array with pjrt.device_put(x, sharding)")
+    target_client = device.client if memory is None else memory.client
+    if target_client is not array.client or array.stored_order is not None:
+        return array_from_host(target_client, np.asarray(array), device,
+                               HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL, memory)
+    with array.client.raw_handle.calling() as handle:
+        buffer = array.live_buffers()[0]
+        if memory is None:
+            copied = handle.api.call_new("PJRT_Buffer_CopyToDevice", buffer=buffer,
+                                         dst_device=device.pointer).dst_buffer
+        else:
+            copied = handle.api.call_new("PJRT_Buffer_CopyToMemory", buffer=buffer,
+                                         dst_memory=memory.pointer).dst_buffer
+        return Array(array.client, [copied], (device,), array.shape, array.dtype)
 
 
 def _copy_shards(array: Array, api, buffers: list) -> tuple[list, list]:

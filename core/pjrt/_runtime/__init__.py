@@ -1,6 +1,6 @@
 """What arrays and executables are made of, beneath the public ``Array`` and
-``LoadedExecutable``: an array's reads to the host (``host_reads``, its base class
-``HostReads``), what a compiled program says about itself (``executable_metadata``, the base
+``LoadedExecutable``: an array's reads to the host (``host_reads``, free functions over an
+Array that its methods call), what a compiled program says about itself (``executable_metadata``, the base
 class ``ExecutableMetadata``), the numpy arguments of one call (``host_values``), and the
 envelope of a serialized executable, which names the plugin build that made it
 (``serialization``).

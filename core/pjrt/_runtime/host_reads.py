@@ -19,11 +19,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING
-
 import numpy as np
 
-from .._capi.native import ArrayCore
 from .._profiling import recorder
 from .._pjrt_cffi import ffi, lib
 from ..errors import check, consume
@@ -121,153 +118,130 @@ def in_logical_order(stored: np.ndarray, physical_order: tuple) -> np.ndarray:
     return stored.transpose(np.argsort(physical_order))
 
 
-class HostReads(ArrayCore):
-    """The host-read methods of `pjrt.array.Array` (`np.asarray`, `to_py`, `item`, ...).
+# -- the reads of an Array: free functions over it ------------------------------------------
+#
+# An Array's methods (``__array__``, ``copy_to_host_async``) hand over to these. They use the
+# Array's documented members (``live_buffers()``, ``client``, ``nbytes``, ``shape``,
+# ``dtype``, ``stored_order``, ``is_fully_addressable``, ``shared``, ``keep_memory_for``,
+# ``addressable_shards``) and own its two host caches, ``_host_copy`` (a cached copy) and
+# ``_host_view`` (a weak reference to the view of a host-resident buffer): ArrayCore fields,
+# since the buffer protocol's C reads them, that only this module writes (`forget_copy` for
+# the Array). Two more of ArrayCore's members serve the reads: ``_handle`` (the client's
+# handle, whose ticket a read runs under: ``client.raw_handle`` without two property calls)
+# and ``_take_interruption`` (what ended the buffer protocol's wait).
 
-    Relies on the Array's fields (ArrayCore's): its buffers (`live_buffers()`), its sharding
-    and its host caches (`_host_copy`, `_host_view`), which only the Array and this class touch.
-    """
 
-    __slots__ = ()
+def to_numpy(array, dtype=None, copy=None) -> np.ndarray:
+    """``Array.__array__`` itself (bound as the method): the value as a read-only numpy array
+    (numpy 2's protocol: ``copy=False`` raises ValueError where the value cannot be had without
+    a copy). numpy calls it only where the buffer protocol gives it no buffer (see the module's
+    docstring)."""
+    interruption = array._take_interruption()
+    if interruption is not None:  # ended the buffer protocol's wait; numpy dropped it
+        raise interruption
+    started = recorder.now() if recorder.active else 0  # a trace records the read
+    handle = array._handle
+    ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
+    try:
+        value, is_view = _read(array, handle)  # raises for a deleted array or closed client
+    finally:
+        handle.end(ticket)
+    if started:
+        recorder.read(started, array, is_view)
+    if dtype is not None and np.dtype(dtype) != value.dtype:
+        if copy is False:
+            raise ValueError(f"converting an Array of {value.dtype} to {np.dtype(dtype)} "
+                             f"needs a copy, and copy=False was asked for")
+        return value.astype(dtype)
+    if copy:
+        return value.copy()
+    if copy is False and not is_view:
+        where = ("its value is assembled from several buffers"
+                 if len(array.live_buffers()) != 1 else "its memory is not host memory")
+        raise ValueError(f"reading this Array needs a copy ({where}), and copy=False was "
+                         f"asked for; use np.asarray(x), which copies only where it must")
+    return value
 
-    if TYPE_CHECKING:  # what the Array provides: this class keeps no state of its own
 
-        def live_buffers(self) -> list: ...
-        def is_deleted(self) -> bool: ...
-        def keep_memory_for(self, keeper) -> None: ...
-        @property
-        def nbytes(self) -> int: ...
-        @property
-        def shared(self) -> bool: ...
-        @property
-        def addressable_shards(self) -> list: ...
-
-    def _value(self) -> np.ndarray:
-        """The value as a read-only numpy array: the buffer itself where the buffer protocol
-        has it (see the module's docstring)."""
-        return np.asarray(self)
-
-    def _read(self, handle) -> tuple[np.ndarray, bool]:
-        """The value, and whether it is the buffers' own memory (a view) rather than a copy:
-        every read the buffer protocol leaves to Python (see the module's docstring). Runs
-        under a ticket; raises for a deleted array or a closed client."""
-        buffers = self.live_buffers()  # a deleted array is not read, even from a cache
-        if self._host_copy is not None:
-            return self._host_copy, False
-        view = self._host_view() if self._host_view is not None else None
-        if view is not None:
-            return view, True
-        if self._sharding is not None and not self._sharding.is_fully_addressable:
-            raise ValueError(
-                "this array has shards on devices of other processes, so its value cannot be "
-                "read here; read its addressable_shards, or gather it into one process first")
-        if len(buffers) != 1:
-            value = self._assemble()
-            self._cache(value)
-            return value, False
-        api = handle.api
-        nbytes = self.nbytes
-        order = self._physical_order
-        wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
-        address = ffi.new("uintptr_t *")
-        check(api, lib.pjrt_shim_buffer_host_address(api.table, buffers[0], nbytes, address))
-        if address[0]:
-            memory = HostMemory(self, address[0], nbytes)
-            self.keep_memory_for(memory)  # before a delete() racing in another thread frees it
-            if order is None:
-                view = np.asarray(memory).view(self.dtype).reshape(self.shape)
-            else:
-                stored = tuple(self.shape[d] for d in order)
-                view = in_logical_order(np.asarray(memory).view(self.dtype).reshape(stored),
-                                        order)
-            self._host_view = weakref.ref(view)
-            return view, True
-        value = buffer_to_host(api, buffers[0], self.shape, self.dtype, order)
-        self._cache(value)
+def _read(array, handle) -> tuple[np.ndarray, bool]:
+    """The value, and whether it is the buffers' own memory (a view) rather than a copy:
+    every read the buffer protocol leaves to Python (see the module's docstring). Runs
+    under a ticket; raises for a deleted array or a closed client."""
+    buffers = array.live_buffers()  # a deleted array is not read, even from a cache
+    if array._host_copy is not None:
+        return array._host_copy, False
+    view = array._host_view() if array._host_view is not None else None
+    if view is not None:
+        return view, True
+    if not array.is_fully_addressable:
+        raise ValueError(
+            "this array has shards on devices of other processes, so its value cannot be "
+            "read here; read its addressable_shards, or gather it into one process first")
+    if len(buffers) != 1:
+        value = _assemble(array)
+        _cache(array, value)
         return value, False
+    api = handle.api
+    nbytes = array.nbytes
+    order = array.stored_order
+    wait_buffer_ready(api, buffers[0])  # here, where Ctrl-C can interrupt it
+    address = ffi.new("uintptr_t *")
+    check(api, lib.pjrt_shim_buffer_host_address(api.table, buffers[0], nbytes, address))
+    if address[0]:
+        memory = HostMemory(array, address[0], nbytes)
+        array.keep_memory_for(memory)  # before a delete() racing in another thread frees it
+        if order is None:
+            view = np.asarray(memory).view(array.dtype).reshape(array.shape)
+        else:
+            stored = tuple(array.shape[d] for d in order)
+            view = in_logical_order(np.asarray(memory).view(array.dtype).reshape(stored), order)
+        array._host_view = weakref.ref(view)
+        return view, True
+    value = buffer_to_host(api, buffers[0], array.shape, array.dtype, order)
+    _cache(array, value)
+    return value, False
 
-    def _cache(self, value: np.ndarray) -> None:
-        """Keep a host copy for later reads, unless the memory is shared through DLPack (a
-        consumer's writes would make it stale)."""
-        if not self.shared:
-            self._host_copy = value
-            if self.shared:  # exported by another thread meanwhile
-                self._host_copy = None
 
-    def _assemble(self) -> np.ndarray:
-        """The global value of a multi-device array, from one copy of each distinct shard."""
-        out = np.empty(self.shape, dtype=self.dtype)
-        written = set()
-        for shard in self.addressable_shards:
-            key = tuple((s.start, s.stop, s.step) if isinstance(s, slice) else s
-                        for s in shard.index)
-            if key not in written:  # replicated shards hold the same values: read one
-                written.add(key)
-                out[shard.index] = shard.data._value()
-        return read_only(out)
+def _cache(array, value: np.ndarray) -> None:
+    """Keep a host copy for later reads, unless the memory is shared through DLPack (a
+    consumer's writes would make it stale)."""
+    if not array.shared:
+        array._host_copy = value
+        if array.shared:  # exported by another thread meanwhile
+            array._host_copy = None
 
-    def __array__(self, dtype=None, copy=None):
-        """The value as a read-only numpy array (numpy 2's protocol: ``copy=False`` raises
-        ValueError where the value cannot be had without a copy). numpy calls this only where
-        the buffer protocol gives it no buffer; see the module's docstring."""
-        interruption = self._take_interruption()
-        if interruption is not None:  # ended the buffer protocol's wait; numpy dropped it
-            raise interruption
-        started = recorder.now() if recorder.active else 0  # a trace records the read
-        handle = self._handle
-        ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
+
+def forget_copy(array) -> None:
+    """Drop ``array``'s cached host copy (its memory is now shared: later reads see it)."""
+    array._host_copy = None
+
+
+def _assemble(array) -> np.ndarray:
+    """The global value of a multi-device array, from one copy of each distinct shard."""
+    out = np.empty(array.shape, dtype=array.dtype)
+    written = set()
+    for shard in array.addressable_shards:
+        key = tuple((s.start, s.stop, s.step) if isinstance(s, slice) else s
+                    for s in shard.index)
+        if key not in written:  # replicated shards hold the same values: read one
+            written.add(key)
+            out[shard.index] = np.asarray(shard.data)
+    return read_only(out)
+
+
+def copy_to_host_async(array) -> None:
+    """``array.copy_to_host_async()``: start reading its value to the host on a thread, so
+    that a later ``np.asarray`` does not wait for it. A host-resident buffer (CPU plugins) is
+    read in place when asked for, so nothing is started for it."""
+    if array._host_copy is not None or array.is_deleted():
+        return
+    if array.client.platform == "cpu":
+        return  # read as a view of the buffer itself when asked for
+
+    def fetch():
         try:
-            value, is_view = self._read(handle)  # raises for a deleted array or closed client
-        finally:
-            handle.end(ticket)
-        if started:
-            recorder.read(started, self, is_view)
-        if dtype is not None and np.dtype(dtype) != value.dtype:
-            if copy is False:
-                raise ValueError(f"converting an Array of {value.dtype} to {np.dtype(dtype)} "
-                                 f"needs a copy, and copy=False was asked for")
-            return value.astype(dtype)
-        if copy:
-            return value.copy()
-        if copy is False and not is_view:
-            where = ("its value is assembled from several buffers"
-                     if len(self.live_buffers()) != 1 else "its memory is not host memory")
-            raise ValueError(f"reading this Array needs a copy ({where}), and copy=False was "
-                             f"asked for; use np.asarray(x), which copies only where it must")
-        return value
+            np.asarray(array)
+        except Exception:  # noqa: BLE001 - the error shows again on the real read
+            pass
 
-    def to_py(self) -> np.ndarray:
-        """The value as a (read-only) numpy array."""
-        return self._value()
-
-    def copy_to_host_async(self) -> None:
-        """Start reading the value to the host, so that a later ``np.asarray`` does not wait
-        for it (jaxlib's method). Host-resident buffers (CPU plugins) are read in place and
-        need no copy, so this only waits for nothing there."""
-        if self._host_copy is not None or self.is_deleted():
-            return
-        if self._client.platform == "cpu":
-            return  # read as a view of the buffer itself when asked for
-
-        def fetch():
-            try:
-                self._value()
-            except Exception:  # noqa: BLE001 - the error shows again on the real read
-                pass
-
-        threading.Thread(target=fetch, name="pjrt-copy-to-host", daemon=True).start()
-
-    def tolist(self):
-        return self._value().tolist()
-
-    def item(self):
-        return self._value().item()
-
-    def __float__(self):
-        return float(self._value())
-
-    def __int__(self):
-        return int(self._value())
-
-    def __bool__(self):
-        return bool(self._value())
+    threading.Thread(target=fetch, name="pjrt-copy-to-host", daemon=True).start()
