@@ -135,11 +135,14 @@ def load_pjrt_plugin_with_c_api(platform: str, c_api: Any) -> Plugin:
     return plugin.load_pjrt_plugin_with_c_api(platform, c_api)
 
 
-def create_client(loaded: Plugin, options: Mapping[str, Any] | None = None) -> Client:
-    """Initialise a loaded plugin if needed and create a client of it with ``options``."""
+def create_client(loaded: Plugin, options: Mapping[str, Any] | None = None, *,
+                  distributed_client: Any = None) -> Client:
+    """Initialise a loaded plugin if needed and create a client of it with ``options``
+    (spanning processes through ``distributed_client``, as in
+    [`pjrt.client.create_client`][pjrt.client.create_client])."""
     from . import client
 
-    return client.create_client(loaded, options)
+    return client.create_client(loaded, options, distributed_client=distributed_client)
 
 
 def make_topology(loaded: Plugin, topology_name: str = "",

@@ -29,6 +29,7 @@ from .hlo_sharding import HloSharding, OpShardingType
 from .plugin import (initialize_pjrt_plugin, load_pjrt_plugin_dynamically,
                      load_pjrt_plugin_with_c_api, pjrt_plugin_initialized, pjrt_plugin_loaded)
 from .registry import make_cpu_client
+from ._registry.gpu_client import GpuAllocatorConfig, GpuLibNotLinkedError, make_gpu_client
 from .sharding import (GSPMDSharding, NamedSharding, PmapSharding, Sharding,
                        SingleDeviceSharding)
 from .topology import (DeviceTopology, get_topology_for_devices,
@@ -49,6 +50,7 @@ __all__ = [
     # plugins and clients
     "load_pjrt_plugin_dynamically", "load_pjrt_plugin_with_c_api", "pjrt_plugin_loaded",
     "pjrt_plugin_initialized", "initialize_pjrt_plugin", "make_c_api_client", "make_cpu_client",
+    "make_gpu_client", "GpuAllocatorConfig", "GpuLibNotLinkedError",
     "Client", "Device", "Memory", "DeviceList", "DeviceTopology",
     # compilation and execution
     "CompileOptions", "ExecutableBuildOptions", "DeviceAssignment", "AutotuneCacheMode",

@@ -130,12 +130,14 @@ def prepare_cuda_libraries() -> list:
     return found
 
 
-def make_client(plugin, options: dict | None = None):
+def make_client(plugin, options: dict | None = None, *, distributed_client=None):
     """Create a CUDA client of the loaded ``plugin``: options, libraries, then the client.
 
     Args:
       plugin: the loaded CUDA `pjrt.Plugin`.
       options: create options; from the environment when None.
+      distributed_client: a key-value store making a client of several processes (see
+        [`pjrt.client.create_client`][pjrt.client.create_client]).
 
     The CUDA kernels jax's programs call are registered first ([`register_kernels`][pjrt_cuda.register_kernels]).
 
@@ -149,7 +151,7 @@ def make_client(plugin, options: dict | None = None):
     plugin.option_types.update(OPTION_TYPES)
     prepare_cuda_libraries()
     register_kernels()
-    return plugin_api.create_client(plugin, options)
+    return plugin_api.create_client(plugin, options, distributed_client=distributed_client)
 
 
 def register_kernels() -> list[str]:

@@ -26,7 +26,8 @@ VISIBLE_DEVICES_ENV = "PJRT_CUDA_VISIBLE_DEVICES"
 #: ``PJRT_LOCAL_DEVICE_IDS``.
 OPTION_TYPES = {"node_id": int, "num_nodes": int, "visible_devices": list,
                 "allowed_devices": list, "platform_name": str, "allocator": str,
-                "memory_fraction": float, "preallocate": bool, "collective_memory_size": int}
+                "memory_fraction": float, "preallocate": bool, "collective_memory_size": int,
+                "enable_mock_nccl": bool, "mock_gpu_topology": str}
 
 #: The allocators jax-cuda12-pjrt 0.10.2 accepts (its own error message lists them).
 ALLOCATORS = ("default", "platform", "bfc", "cuda_async", "vmm")

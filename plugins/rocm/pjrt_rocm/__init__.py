@@ -35,6 +35,12 @@ ROCM_LIBRARY_DIR = "/opt/rocm/lib"
 
 _LIBRARY_FILE = "xla_rocm_plugin.so"
 
+#: Create options the ROCm plugin reads (XLA's GPU plugin, as the CUDA one), declared to pjrt.
+OPTION_TYPES = {"node_id": int, "num_nodes": int, "visible_devices": list,
+                "platform_name": str, "allocator": str, "memory_fraction": float,
+                "preallocate": bool, "collective_memory_size": int, "enable_mock_nccl": bool,
+                "mock_gpu_topology": str}
+
 #: The vendor wheels this package drives, preferred first: (ROCm release in words,
 #: distribution, module, extra). The wheels' own summaries name the release they were built
 #: against: ROCm 10.1.0 for jax-rocm10-pjrt 0.12.0, ROCm 7.14.0 for jax-rocm7-pjrt 0.12.0.
@@ -169,15 +175,17 @@ def register_kernels() -> list[str]:
     return KERNELS.register()
 
 
-def make_client(plugin, options: dict | None = None):
+def make_client(plugin, options: dict | None = None, *, distributed_client=None):
     """Create a ROCm client of the loaded ``plugin``, jaxlib's ROCm kernels registered first
     ([`register_kernels`][pjrt_rocm.register_kernels]).
 
     Raises:
       XlaRuntimeError: the plugin refused, e.g. without a visible GPU.
     """
+    plugin.option_types.update(OPTION_TYPES)
     register_kernels()
-    return plugin_api.create_client(plugin, options or {})
+    return plugin_api.create_client(plugin, options or {},
+                                    distributed_client=distributed_client)
 
 
 #: The plugin, as pjrt discovers it. JAX gets ROCm from the vendor wheel's own
