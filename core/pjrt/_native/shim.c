@@ -382,12 +382,16 @@ static void shim_waiter_fired(PJRT_Error* error, void* user_arg) {
 
 pjrt_shim_waiter* pjrt_shim_waiter_start(const PJRT_Api* api, PJRT_Event* event,
                                          PJRT_Error** error_out) {
+  pjrt_shim_waiter* waiter = pjrt_shim_waiter_watch(api, event, error_out);
+  pjrt_shim_event_destroy(api, event);
+  return waiter;
+}
+
+pjrt_shim_waiter* pjrt_shim_waiter_watch(const PJRT_Api* api, PJRT_Event* event,
+                                         PJRT_Error** error_out) {
   *error_out = NULL;
   pjrt_shim_waiter* waiter = calloc(1, sizeof(*waiter));
-  if (waiter == NULL) {
-    pjrt_shim_event_destroy(api, event);
-    return NULL;
-  }
+  if (waiter == NULL) return NULL;
   pthread_mutex_init(&waiter->mutex, NULL);
   pthread_cond_init(&waiter->fired_cond, NULL);
   waiter->api = api;
@@ -397,7 +401,6 @@ pjrt_shim_waiter* pjrt_shim_waiter_start(const PJRT_Api* api, PJRT_Event* event,
   args.callback = shim_waiter_fired;
   args.user_arg = waiter;
   PJRT_Error* error = api->PJRT_Event_OnReady(&args);
-  pjrt_shim_event_destroy(api, event);
   if (error != NULL) {
     /* No callback will come: only the caller's reference is left to drop. */
     pthread_cond_destroy(&waiter->fired_cond);

@@ -179,6 +179,12 @@ typedef struct pjrt_shim_waiter pjrt_shim_waiter;
 pjrt_shim_waiter* pjrt_shim_waiter_start(const PJRT_Api* api, PJRT_Event* event,
                                          PJRT_Error** error_out);
 
+/* Starts waiting on `event` as pjrt_shim_waiter_start does, but leaves the
+ * event to the caller, who may start more waits on it (one per thread waiting)
+ * and frees it once none will start: each waiter outlives it. */
+pjrt_shim_waiter* pjrt_shim_waiter_watch(const PJRT_Api* api, PJRT_Event* event,
+                                         PJRT_Error** error_out);
+
 /* Starts waiting until `buffer` is ready. Returns 1 when it already is (its
  * error, if any, in *error_out) and 0 with *waiter_out set otherwise. */
 int pjrt_shim_buffer_ready_waiter(const PJRT_Api* api, PJRT_Buffer* buffer,
