@@ -14,7 +14,7 @@ from typing import Optional
 import numpy as np
 
 from .op_sharding import SUBGROUP_BY_NAME, OpShardingType
-from .tokens import TokenStream
+from .lexer import TokenStream
 
 __all__ = ["parse_sharding_text"]
 

@@ -1,4 +1,5 @@
-"""A small token stream for the hand-written parsers of sharding text (XLA's and Shardy's)."""
+"""The lexer of the hand-written parsers of sharding text (XLA's and Shardy's): a token
+stream over a regex of named groups."""
 from __future__ import annotations
 
 import re

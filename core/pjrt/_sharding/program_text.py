@@ -14,7 +14,7 @@ import math
 import re
 from typing import NamedTuple, Any, Mapping, Optional, Sequence
 
-from .tokens import TokenStream
+from .lexer import TokenStream
 from ..hlo_sharding import HloSharding
 
 __all__ = ["SdyDim", "SdyMesh", "SdySharding", "parse_program_result_shapes",
