@@ -48,7 +48,8 @@ _EXTRA_HEADERS = ("xla_ffi_c_api.h", "pjrt_c_api_ffi_extension.h",
                   "pjrt_c_api_layouts_extension.h", "pjrt_c_api_profiler_extension.h")
 _shim_declarations = (NATIVE_DIR / "shim.h").read_text()
 #: The key-value callbacks of multi-process clients: C helpers (kv.h, kv.c) and the Python
-#: callbacks cffi makes C entry points for (kv_python.cdef; see pjrt/kv_callbacks.py).
+#: callbacks cffi makes C entry points for (kv_python.cdef; see
+#: pjrt/_distributed/kv_callbacks.py).
 _kv_declarations = (NATIVE_DIR / "kv.h").read_text()
 #: DLPack's structs and the capsule helpers (see pjrt/dlpack.py).
 _dlpack_declarations = (NATIVE_DIR / "dlpack.h").read_text()

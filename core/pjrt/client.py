@@ -577,7 +577,7 @@ def create_client(plugin: plugin_module.Plugin,
     memory_headroom.check_client(plugin.name, checked.get("cpu_device_count"))
     # On a worker thread, so that Ctrl-C reaches the caller while the plugin starts up.
     # Plugins print while they start (cuInit failing, libtpu's environment): quiet by
-    # default, as when the registry brings a backend up (pjrt.plugin_logging.quietly).
+    # default, as when the registry brings a backend up (pjrt._loading.plugin_logging.quietly).
     # (The key-value callbacks then run on the worker too, so Ctrl-C reaches this thread as a
     # KeyboardInterrupt while it waits, never the plugin's error for a cancelled get.)
     with plugin_logging.quietly(plugin.name):

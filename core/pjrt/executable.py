@@ -360,7 +360,7 @@ class LoadedExecutable(GlobalCalls):
     def _execute_checked(self, arguments: Sequence, copy_host_values: bool,
                          events=_NULL) -> list[Array]:
         """`execute` with every check that builds an error message, and host values of any
-        kind (see `pjrt._host_values`)."""
+        kind (see `pjrt._runtime.host_values`)."""
         devices = self._devices
         if len(devices) != 1:
             raise ValueError(f"this executable runs on {len(devices)} devices; use "
@@ -577,7 +577,7 @@ def _make_plan(executable: "LoadedExecutable", parameters: tuple, fixed: tuple) 
 def _output_orders(executable: "LoadedExecutable") -> tuple:
     """Per output, its dimensions from major to minor when the program lays it out other than
     row-major (an output layout compiled in, e.g. ``mhlo.layout_mode = "{0,1}"``), else None.
-    Reads honour it (see `pjrt._host_reads`); such programs leave the per-call path, whose
+    Reads honour it (see `pjrt._runtime.host_reads`); such programs leave the per-call path, whose
     outputs are row-major."""
     count = executable._num_outputs
     try:

@@ -1,5 +1,5 @@
 /* C helpers for the key-value callbacks a multi-process client hands its plugin
- * (see pjrt/kv_callbacks.py). The callbacks themselves are Python functions
+ * (see pjrt/_distributed/kv_callbacks.py). The callbacks themselves are Python functions
  * (cffi `extern "Python"`, declared in kv_python.cdef); what must not run in
  * Python lives here: a value handed to the plugin is malloc'd memory that the
  * plugin frees through pjrt_kv_value_free, from any thread, at any time, even

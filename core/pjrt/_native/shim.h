@@ -23,7 +23,7 @@ typedef enum {
  * that a function no library defines is a load error naming it, not an exit
  * when it is first called), and calls its GetPjrtApi. The library is never
  * closed: a plugin's threads may outlive any handle. The caller checks the
- * file beforehand (pjrt._elf): dlopen trusts the file's headers. */
+ * file beforehand (pjrt._loading.elf): dlopen trusts the file's headers. */
 int pjrt_shim_load(const char* path, const PJRT_Api** api_out,
                    char* message, size_t message_size);
 
