@@ -209,6 +209,12 @@ class Checker:
         if done is not None and done.returncode == 0:
             step.reason = done.stdout.strip().splitlines()[-1]
 
+    def partitioned_custom_call(self) -> None:
+        step, done = self.python("partitioned-custom-call", PARTITIONED_CUSTOM_CALL_PROGRAM, 120,
+                                 self.platform)
+        if done is not None and done.returncode == 0:
+            step.reason = done.stdout.strip().splitlines()[-1]
+
     def profile(self) -> None:
         step, done = self.python("profile", PROFILE_PROGRAM, 120, self.platform)
         if done is not None and done.returncode == 0:
@@ -491,6 +497,81 @@ print(f"{len(events)} events in {trace}; {planes[0]}: {size} bytes, {len(names)}
       f"{', '.join(n for n in names if n not in devices) or 'none'})")
 """
 
+#: A custom call partitioned by Python callbacks through the plugin's custom partitioner
+#: extension (pjrt.xla_client.register_custom_call_partitioner): the plugin's SPMD partitioner
+#: asks the callbacks for each device's computation (twice the rows of its shard), checked
+#: against numpy. XLA's CPU builds have no such extension: there the refusal is checked.
+PARTITIONED_CUSTOM_CALL_PROGRAM = """\
+import sys
+import numpy as np
+import pjrt
+from pjrt import xla_client
+from pjrt.errors import UnsupportedFeatureError
+from pjrt.hlo_sharding import HloSharding
+
+platform = sys.argv[1]
+pjrt.set_platforms(platform)
+client = pjrt.get_backend(platform)
+devices = client.devices()
+n = len(devices)
+calls = []
+
+
+def infer(arg_shapes, arg_shardings, result_shape, config):
+    calls.append("infer")
+    return arg_shardings[0]
+
+
+def propagate(user_sharding, shape, config):
+    calls.append("propagate")
+    return user_sharding
+
+
+def partition(arg_shapes, arg_shardings, result_shape, result_sharding, config):
+    calls.append("partition")
+    rows, columns = arg_shapes[0].dimensions()
+    local = f"tensor<{rows // n}x{columns}xf32>"
+    module = f\'\'\'
+module @per_device {{
+  func.func public @main(%x: {local}) -> {local} {{
+    %y = stablehlo.add %x, %x : {local}
+    return %y : {local}
+  }}
+}}\'\'\'
+    split = HloSharding.iota_tile((n, 1))
+    return module, [split], split
+
+
+try:
+    xla_client.register_custom_call_partitioner("pjrt_check_double_rows", propagate, partition,
+                                                infer, c_api=client.plugin)
+except UnsupportedFeatureError as error:
+    if platform != "cpu":
+        raise
+    assert "Custom_Partitioner" in str(error), error
+    print(f"the CPU plugin has no custom partitioner extension, as expected: {error}")
+    sys.exit(0)
+sharding = "{devices=[%d,1]<=[%d]}" % (n, n)
+rows = 2 * n
+program = f\'\'\'
+module @partitioned attributes {{mhlo.num_partitions = {n} : i32, mhlo.num_replicas = 1 : i32}} {{
+  func.func public @main(%x: tensor<{rows}x4xf32> {{mhlo.sharding = "{sharding}"}})
+      -> (tensor<{rows}x4xf32> {{mhlo.sharding = "{sharding}"}}) {{
+    %y = stablehlo.custom_call @pjrt_check_double_rows(%x) {{backend_config = "rows",
+        mhlo.sharding = "{sharding}"}} : (tensor<{rows}x4xf32>) -> tensor<{rows}x4xf32>
+    return %y : tensor<{rows}x4xf32>
+  }}
+}}\'\'\'
+mesh = pjrt.Mesh(np.array(devices), ("x",))
+host = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
+x = pjrt.device_put(host, pjrt.NamedSharding(mesh, pjrt.P("x", None)))
+y = pjrt.compile(program, mesh)(x)
+np.testing.assert_array_equal(np.asarray(y), host * 2)
+assert "partition" in calls, calls
+print(f"{n}-device custom call partitioned by Python callbacks ({', '.join(sorted(set(calls)))}) "
+      f"on {devices[0].device_kind}: equal to numpy's")
+"""
+
 #: A torch tensor on the GPU into pjrt and back, through a program, checked against torch.
 DLPACK_PROGRAM = """\
 import sys
@@ -545,13 +626,14 @@ def main(argv: list[str]) -> int:
         checker.conform()
         checker.readme()
         checker.sharded()
+        checker.partitioned_custom_call()
         checker.profile()
         checker.dlpack()
         checker.gpu_tests()
         checker.bench()
     else:
         for name in ("vendor-plugin", "pjrt-info", "pjrt-conform", "readme", "sharded",
-                     "profile", "dlpack-torch", "pytest-gpu"):
+                     "partitioned-custom-call", "profile", "dlpack-torch", "pytest-gpu"):
             checker.skip(name, "the install failed")
         checker.skip("bench", "the install failed")
     return checker.write(args.report, started)

@@ -69,7 +69,8 @@ JAXLIB_NAMES = {
     "PrimitiveType", "Layout", "PjRtLayout", "ArrayCopySemantics",
     "check_and_canonicalize_memory_kind", "CustomCallTargetTraits", "ShapeIndex",
     "make_c_api_device_topology", "make_tfrt_tpu_c_api_device_topology",
-    "get_topology_for_devices",
+    "get_topology_for_devices", "register_custom_call_handler",
+    "register_custom_call_partitioner", "register_custom_call_as_batch_partitionable",
 }
 
 #: Old pjrt names -> the module to import them from now.

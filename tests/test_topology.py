@@ -103,11 +103,11 @@ def test_make_c_api_device_topology_on_a_cpu_build(cpu_plugin):
         xla_client.make_c_api_device_topology("cpu")
 
 
-def test_plugin_of_table_finds_the_loaded_plugin(cpu_plugin):
-    from pjrt.topology import _plugin_of_table
+def test_plugin_of_c_api_finds_the_loaded_plugin(cpu_plugin):
+    from pjrt.plugin import plugin_of_c_api
 
     address = int(pjrt._pjrt_cffi.ffi.cast("uintptr_t", cpu_plugin.api.table))
-    assert _plugin_of_table(address) is cpu_plugin
+    assert plugin_of_c_api(address) is cpu_plugin and plugin_of_c_api(cpu_plugin) is cpu_plugin
     assert plugin_from_c_api("x", address).api.table == cpu_plugin.api.table
 
 

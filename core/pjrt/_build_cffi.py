@@ -43,9 +43,11 @@ HEADER_DIR = _find_header_dir()
 _header_text = (HEADER_DIR / "pjrt_c_api.h").read_text()
 #: Headers declared after pjrt_c_api.h, in this order: XLA FFI (custom-call handlers), the
 #: PJRT FFI extension that registers them (see pjrt/ffi.py), the layouts extension (see
-#: pjrt/layouts.py) and the profiler extension (see pjrt/_profiling/plugin_profilers.py).
+#: pjrt/layouts.py), the profiler extension (see pjrt/_profiling/plugin_profilers.py) and the
+#: custom partitioner extension (see pjrt/_capi/custom_partitioner.py).
 _EXTRA_HEADERS = ("xla_ffi_c_api.h", "pjrt_c_api_ffi_extension.h",
-                  "pjrt_c_api_layouts_extension.h", "pjrt_c_api_profiler_extension.h")
+                  "pjrt_c_api_layouts_extension.h", "pjrt_c_api_profiler_extension.h",
+                  "pjrt_c_api_custom_partitioner_extension.h")
 _shim_declarations = (NATIVE_DIR / "shim.h").read_text()
 #: The key-value callbacks of multi-process clients: C helpers (kv.h, kv.c) and the Python
 #: callbacks cffi makes C entry points for (kv_python.cdef; see

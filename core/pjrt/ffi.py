@@ -71,7 +71,8 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "CustomCallTargetTraits", "HANDLER_FFI_VERSION", "bind_plugin_platform", "custom_call_targets", "ffi_extension",
     "has_ffi_extension", "prepare_targets", "register_custom_call_target",
-    "register_custom_type_id", "register_target_preparation",
+    "register_custom_type_id", "register_target_preparation", "register_custom_call_handler",
+    "register_custom_call_partitioner", "register_custom_call_as_batch_partitionable",
 ]
 
 
@@ -372,6 +373,7 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
                                      (keepalive, fn), keeps_state)
         _keepalive.append(registration.keepalive)
         _registrations.setdefault(canonical, {})[name] = registration
+        _tell_handler(canonical, registration)
         errors = []
         for plugin, platforms in list(_plugin_platforms.items()):
             if canonical in platforms:
@@ -504,6 +506,228 @@ def register_custom_type_id(type_name: str, type_id, platform: str = "cpu", *,
             raise errors[0]
 
 
+# -- handlers of registrations ----------------------------------------------------------------
+
+#: canonical platform -> the handler every target registered for it is also given.
+_handlers: dict[str, Any] = {}
+
+
+def register_custom_call_handler(platform: str, handler) -> None:
+    """Give ``handler`` every custom-call target registered for ``platform``: those registered
+    already, at once, and each one registered later, as it is (jaxlib's function).
+
+    ``handler(name, fn, platform, api_version, traits)`` receives each registration of
+    [`register_custom_call_target`][pjrt.ffi.register_custom_call_target] (``platform`` as its
+    canonical name, e.g. ``"cpu"`` for ``"host"``; ``traits`` a `CustomCallTargetTraits`), in
+    the order they were made, so that code registering targets elsewhere (a framework's own
+    registry) sees every one whenever it starts. pjrt's own delivery to the plugins serving
+    ``platform`` goes on as before. As in jaxlib, a second handler for a platform is ignored
+    (logged at debug level), and an exception of the handler reaches the registering call.
+
+    Raises:
+      TypeError: ``handler`` is not callable.
+    """
+    if not callable(handler):
+        raise TypeError(f"a custom-call handler must be callable, not {type(handler).__name__}")
+    canonical = _canonical_platform(platform)
+    with _lock:
+        if canonical in _handlers:
+            logger.debug("a custom-call handler for %r is registered already; %r is ignored",
+                         canonical, handler)
+            return
+        _handlers[canonical] = handler
+        for registration in list(_registrations.get(canonical, {}).values()):
+            _tell_handler(canonical, registration)
+
+
+def _tell_handler(canonical: str, registration: _Registration) -> None:
+    """Hand a registration to the platform's handler, if it has one (under ``_lock``)."""
+    handler = _handlers.get(canonical)
+    if handler is not None:
+        handler(registration.name, registration.fn, canonical, 1,
+                CustomCallTargetTraits(registration.traits))
+
+
+# -- custom-call partitioners (the PJRT custom partitioner extension) -------------------------
+
+#: target name -> (byte-level Partitioner, can_side_effecting_have_replicated_sharding), for
+#: every plugin that offers the extension, now and later (registered with c_api=None).
+_partitioners: dict[str, tuple] = {}
+#: target names registered as batch partitionable with c_api=None.
+_batch_partitionable: list[str] = []
+#: plugin -> the partitioner and batch-partitionable names registered with it.
+_partitioners_applied: dict[plugin_module.Plugin, set] = {}
+
+
+def _sharding_bytes(sharding, what: str) -> bytes:
+    from .hlo_sharding import HloSharding
+
+    if isinstance(sharding, HloSharding):
+        return sharding.to_proto()
+    if isinstance(sharding, (bytes, bytearray)):
+        return bytes(sharding)
+    if hasattr(sharding, "SerializeToString"):  # a protobuf OpSharding
+        return sharding.SerializeToString()
+    raise TypeError(f"{what} must be an HloSharding (or a serialised OpSharding), not "
+                    f"{type(sharding).__name__}")
+
+
+def _byte_partitioner(name: str, prop_user_sharding, partition, infer_sharding_from_operands):
+    """The user's callbacks, which take and return `Shape` and `HloSharding`, over the bytes
+    the plugin passes (serialised ShapeProto and OpSharding)."""
+    from ._capi.custom_partitioner import Partitioner
+    from .hlo_sharding import HloSharding
+    from .shapes import Shape
+
+    def shardings(encoded):
+        return [None if s is None else HloSharding.from_proto(s) for s in encoded]
+
+    def on_partition(shapes, arg_shardings, result_shape, result_sharding, config):
+        module, operand_shardings, sharding = partition(
+            [Shape.from_proto(s) for s in shapes], shardings(arg_shardings),
+            Shape.from_proto(result_shape), shardings([result_sharding])[0], config)
+        return (module, [_sharding_bytes(s, "an operand sharding partition returned")
+                         for s in operand_shardings],
+                _sharding_bytes(sharding, "the result sharding partition returned"))
+
+    def on_infer(shapes, arg_shardings, result_shape, config):
+        sharding = infer_sharding_from_operands(
+            [Shape.from_proto(s) for s in shapes], shardings(arg_shardings),
+            Shape.from_proto(result_shape), config)
+        return None if sharding is None else _sharding_bytes(
+            sharding, "the sharding infer_sharding_from_operands returned")
+
+    def on_propagate(user_sharding, result_shape, config):
+        return _sharding_bytes(prop_user_sharding(HloSharding.from_proto(user_sharding),
+                                                  Shape.from_proto(result_shape), config),
+                               "the sharding prop_user_sharding returned")
+
+    return Partitioner(name, on_partition, on_infer, on_propagate)
+
+
+def _apply_partitioner(plugin: plugin_module.Plugin, name: str, entry: tuple) -> None:
+    from ._capi import custom_partitioner
+
+    extension = custom_partitioner.find_extension(plugin.api, plugin.name)
+    callbacks = custom_partitioner.make_callbacks(entry[0], entry[1])
+    custom_partitioner.register(plugin.api, extension, name, callbacks)
+    _partitioners_applied.setdefault(plugin, set()).add(("partitioner", name))
+
+
+def _apply_batch_partitionable(plugin: plugin_module.Plugin, name: str) -> None:
+    from ._capi import custom_partitioner
+
+    extension = custom_partitioner.find_extension(plugin.api, plugin.name)
+    custom_partitioner.register_batch_partitionable(plugin.api, extension, name)
+    _partitioners_applied.setdefault(plugin, set()).add(("batch", name))
+
+
+def _loaded_plugins_with_partitioner_extension() -> list:
+    from ._capi import custom_partitioner
+
+    table = plugin_module.default_plugins
+    return [table.get(n) for n in table.names()
+            if custom_partitioner.has_extension(table.get(n).api)]
+
+
+def register_custom_call_partitioner(name: str, prop_user_sharding, partition,
+                                     infer_sharding_from_operands,
+                                     can_side_effecting_have_replicated_sharding: bool = False,
+                                     c_api=None) -> None:
+    """Let Python decide how the SPMD partitioner splits custom call ``name`` (jaxlib's
+    function), through the plugin's custom partitioner extension
+    (``PJRT_Extension_Type_Custom_Partitioner``). The plugin calls, while it compiles:
+
+    * ``infer_sharding_from_operands(arg_shapes, arg_shardings, result_shape, backend_config)``
+      -> the result's `HloSharding`, or None;
+    * ``prop_user_sharding(user_sharding, result_shape, backend_config)`` -> the sharding
+      the call should have, given the one a user of its result wants;
+    * ``partition(arg_shapes, arg_shardings, result_shape, result_sharding, backend_config)``
+      -> ``(mlir_module, operand_shardings, result_sharding)``: the per-device computation
+      (StableHLO text or bytecode) and the shardings it wants its operands in and gives its
+      result.
+
+    Shapes are `Shape`, shardings `HloSharding` (None for an operand without one),
+    ``backend_config`` the call's bytes. An exception in a callback becomes the compile's
+    error, naming the target and the callback.
+
+    Args:
+      c_api: the plugin to register with: a `Plugin`, or its ``PJRT_Api*`` (PyCapsule, int,
+        cffi pointer). None registers with every loaded plugin that offers the extension and
+        with each one loaded later (plugins without it are passed over).
+
+    Raises:
+      TypeError: a callback is not callable, or ``name`` is not a non-empty string.
+      UnsupportedFeatureError: ``c_api`` names a plugin without the extension (XLA's CPU
+        builds), naming the plugin and the extension.
+      XlaRuntimeError: a plugin refused the registration.
+    """
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"a custom-call target name must be a non-empty string, not {name!r}")
+    for label, callback in (("prop_user_sharding", prop_user_sharding), ("partition", partition),
+                            ("infer_sharding_from_operands", infer_sharding_from_operands)):
+        if not callable(callback):
+            raise TypeError(f"custom partitioner {name!r}: {label} must be callable, not "
+                            f"{type(callback).__name__}")
+    entry = (_byte_partitioner(name, prop_user_sharding, partition,
+                               infer_sharding_from_operands),
+             bool(can_side_effecting_have_replicated_sharding))
+    if c_api is not None:
+        _apply_partitioner(plugin_module.plugin_of_c_api(c_api), name, entry)
+        return
+    with _lock:
+        _partitioners[name] = entry
+        plugins = _loaded_plugins_with_partitioner_extension()
+    for plugin in plugins:
+        _apply_partitioner(plugin, name, entry)
+
+
+def register_custom_call_as_batch_partitionable(target_name: str, c_api=None) -> None:
+    """Mark custom call ``target_name`` as partitionable along its batch dimension, through
+    the plugin's custom partitioner extension (jaxlib's function; ``c_api`` as in
+    [`register_custom_call_partitioner`][pjrt.ffi.register_custom_call_partitioner]).
+
+    Raises:
+      TypeError: ``target_name`` is not a non-empty string.
+      UnsupportedFeatureError: ``c_api`` names a plugin without the extension.
+      XlaRuntimeError: the plugin refused.
+    """
+    if not isinstance(target_name, str) or not target_name:
+        raise TypeError(f"a custom-call target name must be a non-empty string, not "
+                        f"{target_name!r}")
+    if c_api is not None:
+        _apply_batch_partitionable(plugin_module.plugin_of_c_api(c_api), target_name)
+        return
+    with _lock:
+        if target_name not in _batch_partitionable:
+            _batch_partitionable.append(target_name)
+        plugins = _loaded_plugins_with_partitioner_extension()
+    for plugin in plugins:
+        _apply_batch_partitionable(plugin, target_name)
+
+
+def _partitioners_on_load(plugin: plugin_module.Plugin) -> None:
+    from ._capi import custom_partitioner
+
+    with _lock:
+        pending = dict(_partitioners)
+        batch = list(_batch_partitionable)
+    if not (pending or batch) or not custom_partitioner.has_extension(plugin.api):
+        return
+    for name, entry in pending.items():
+        try:
+            _apply_partitioner(plugin, name, entry)
+        except XlaRuntimeError as exc:
+            logger.warning("plugin %r refused the custom partitioner %r: %s", plugin.name,
+                           name, exc)
+    for name in batch:
+        try:
+            _apply_batch_partitionable(plugin, name)
+        except XlaRuntimeError as exc:
+            logger.warning("plugin %r refused batch partitionable %r: %s", plugin.name,
+                           name, exc)
+
+
 # -- hooks into plugin loading and client creation --------------------------------------------
 
 def _on_plugin_loaded(plugin: plugin_module.Plugin) -> None:
@@ -511,6 +735,7 @@ def _on_plugin_loaded(plugin: plugin_module.Plugin) -> None:
     with _lock:
         if canonical in _registrations or canonical in _type_registrations:
             bind_plugin_platform(plugin, canonical)
+    _partitioners_on_load(plugin)
 
 
 def _on_client_created(client) -> None:

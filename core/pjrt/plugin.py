@@ -451,6 +451,26 @@ def pjrt_plugin_initialized(plugin_name: str) -> bool:
     return plugin_name in default_plugins and default_plugins.get(plugin_name).initialized
 
 
+def plugin_of_c_api(c_api) -> Plugin:
+    """The `Plugin` that ``c_api`` is (jaxlib's functions take a plugin as its ``PJRT_Api*``):
+    ``c_api`` itself when it is a `Plugin`; for a ``PJRT_Api*`` (a PyCapsule, an int address
+    or cffi cdata), the loaded plugin with that table, or a bare `Plugin` around it when none
+    is loaded.
+
+    Raises:
+      TypeError: ``c_api`` is of another type.
+      PluginLoadError: the pointer is NULL, or the table fails a check.
+    """
+    if isinstance(c_api, Plugin):
+        return c_api
+    bare = plugin_from_c_api("c_api", c_api)
+    for name in default_plugins.names():
+        loaded = default_plugins.get(name)
+        if loaded.api.table == bare.api.table:
+            return loaded
+    return bare
+
+
 def get_plugin(plugin_name: str) -> Plugin:
     """The loaded [`Plugin`][pjrt.plugin.Plugin] named ``plugin_name``."""
     return default_plugins.get(plugin_name)

@@ -14,7 +14,7 @@ from ._pjrt_cffi import ffi
 from .errors import ClosedClientError, check
 from ._capi.handles import TopologyHandle, native_method
 from ._capi.options import NamedValues, named_values_to_dict
-from .plugin import Plugin
+from .plugin import Plugin, plugin_of_c_api
 from ._capi.waits import call_off_thread, run_on_compile_thread
 
 if TYPE_CHECKING:
@@ -284,21 +284,7 @@ def make_c_api_device_topology(c_api, topology_name: str = "", **kwargs) -> Devi
         UNIMPLEMENTED: they describe only a client's topology, see
         `get_topology_for_devices`).
     """
-    if not isinstance(c_api, Plugin):
-        c_api = _plugin_of_table(c_api)
-    return make_topology(c_api, topology_name, kwargs)
-
-
-def _plugin_of_table(c_api) -> Plugin:
-    """The loaded plugin whose ``PJRT_Api*`` is ``c_api``, or a bare `Plugin` around it."""
-    from . import plugin as plugin_module
-
-    bare = plugin_module.plugin_from_c_api("c_api", c_api)
-    for name in plugin_module.default_plugins.names():
-        loaded = plugin_module.default_plugins.get(name)
-        if loaded.api.table == bare.api.table:
-            return loaded
-    return bare
+    return make_topology(plugin_of_c_api(c_api), topology_name, kwargs)
 
 
 def get_topology_for_devices(devices) -> DeviceTopology:

@@ -35,6 +35,8 @@ from .sharding import (GSPMDSharding, NamedSharding, PmapSharding, Sharding,
 from .topology import (DeviceTopology, get_topology_for_devices,
                        make_c_api_device_topology)
 from .ffi import CustomCallTargetTraits
+from .ffi import (register_custom_call_as_batch_partitionable, register_custom_call_handler,
+                  register_custom_call_partitioner)
 from .layouts import Layout, PjRtLayout
 from .shapes import PrimitiveType, Shape, ShapeIndex
 from .sharding import check_and_canonicalize_memory_kind
@@ -70,6 +72,9 @@ __all__ = [
     # topologies
     "make_c_api_device_topology", "make_tfrt_tpu_c_api_device_topology",
     "get_topology_for_devices",
+    # custom-call handlers and partitioners
+    "register_custom_call_handler", "register_custom_call_partitioner",
+    "register_custom_call_as_batch_partitionable",
     # the distributed runtime (XLA's coordination service and its client)
     "get_distributed_runtime_service", "DistributedRuntimeService",
     "get_distributed_runtime_client", "DistributedRuntimeClient",

@@ -63,6 +63,8 @@
  *   unset.
  *   PJRT_FAULT_PROFILER=MODE  a profiler extension, with or without a
  *       delegate (see "a profiler extension" below).
+ *   PJRT_FAULT_PARTITIONER=MODE  a custom partitioner extension, with or
+ *       without a delegate (see "a custom partitioner extension" below).
  */
 #define _GNU_SOURCE /* memmem */
 #include <dlfcn.h>
@@ -75,6 +77,7 @@
 
 #include "pjrt_c_api.h"
 #include "pjrt_c_api_profiler_extension.h"
+#include "pjrt_c_api_custom_partitioner_extension.h"
 
 #define FAULT_EXPORT __attribute__((visibility("default")))
 
@@ -1165,16 +1168,89 @@ static const PJRT_Api* with_profiler(const PJRT_Api* api) {
   return api;
 }
 
+/* ---- a custom partitioner extension (PJRT_FAULT_PARTITIONER) -------------- */
+
+/* PJRT_FAULT_PARTITIONER=MODE puts a PJRT_Custom_Partitioner_Extension first
+ * in the extension chain. It records what the host registers: each target's
+ * name and callback table (which the tests then call through, as a compiler
+ * would), and the batch-partitionable names. MODE "refuse" answers every
+ * registration with INVALID_ARGUMENT. */
+
+#define MAX_PARTITIONERS 16
+static char g_partitioner_mode[32];
+static char g_partitioner_names[MAX_PARTITIONERS][128];
+static JAX_CustomCallPartitioner_Callbacks* g_partitioner_callbacks[MAX_PARTITIONERS];
+static int g_num_partitioners;
+static char g_batch_names[MAX_PARTITIONERS][128];
+static int g_num_batch_names;
+
+static int copy_name(char* out, size_t out_size, const char* name, size_t size) {
+  if (name == NULL || size == 0 || size >= out_size) return -1;
+  memcpy(out, name, size);
+  out[size] = '\0';
+  return 0;
+}
+
+static PJRT_Error* register_partitioner(PJRT_Register_Custom_Partitioner_Args* args) {
+  if (strcmp(g_partitioner_mode, "refuse") == 0) {
+    return make_error(PJRT_Error_Code_INVALID_ARGUMENT,
+                      "fault plugin: custom partitioners are refused");
+  }
+  if (args->struct_size < sizeof(*args) || args->callbacks == NULL ||
+      g_num_partitioners == MAX_PARTITIONERS ||
+      copy_name(g_partitioner_names[g_num_partitioners], sizeof(g_partitioner_names[0]),
+                args->name, args->name_size) != 0) {
+    return make_error(PJRT_Error_Code_INVALID_ARGUMENT,
+                      "fault plugin: a custom partitioner needs a name and callbacks");
+  }
+  g_partitioner_callbacks[g_num_partitioners++] = args->callbacks;
+  return NULL;
+}
+
+static PJRT_Error* register_batch_partitionable(PJRT_Register_Batch_Partitionable_Args* args) {
+  if (strcmp(g_partitioner_mode, "refuse") == 0) {
+    return make_error(PJRT_Error_Code_INVALID_ARGUMENT,
+                      "fault plugin: batch partitionable targets are refused");
+  }
+  if (g_num_batch_names == MAX_PARTITIONERS ||
+      copy_name(g_batch_names[g_num_batch_names], sizeof(g_batch_names[0]), args->name,
+                args->name_size) != 0) {
+    return make_error(PJRT_Error_Code_INVALID_ARGUMENT,
+                      "fault plugin: a batch partitionable target needs a name");
+  }
+  g_num_batch_names++;
+  return NULL;
+}
+
+static PJRT_Custom_Partitioner_Extension g_partitioner_extension;
+
+/* `api` with the custom partitioner extension first in its chain when
+ * PJRT_FAULT_PARTITIONER asks for one. */
+static const PJRT_Api* with_partitioner(const PJRT_Api* api) {
+  const char* mode = getenv("PJRT_FAULT_PARTITIONER");
+  snprintf(g_partitioner_mode, sizeof(g_partitioner_mode), "%s", mode ? mode : "");
+  if (api == NULL || g_partitioner_mode[0] == '\0') return api;
+  g_partitioner_extension.struct_size = sizeof(g_partitioner_extension);
+  g_partitioner_extension.type = PJRT_Extension_Type_Custom_Partitioner;
+  g_partitioner_extension.next = g_table.api.extension_start;
+  g_partitioner_extension.register_custom_partitioner = register_partitioner;
+  g_partitioner_extension.register_batch_partitionable = register_batch_partitionable;
+  g_table.api.extension_start = (PJRT_Extension_Base*)&g_partitioner_extension;
+  return api;
+}
+
 /* ---- exported interface -------------------------------------------------- */
 
 FAULT_EXPORT const PJRT_Api* GetPjrtApi(void) {
   read_fault_environment();
   if (g_mode == FAULT_MODE_NULL_API || fault_is("null_api")) return NULL;
   const char* delegate = getenv("PJRT_FAULT_DELEGATE");
-  if (delegate != NULL && delegate[0] != '\0') return with_profiler(delegating_table(delegate));
+  if (delegate != NULL && delegate[0] != '\0') {
+    return with_partitioner(with_profiler(delegating_table(delegate)));
+  }
   fill_attributes();
   fill_table();
-  return with_profiler(&g_table.api);
+  return with_partitioner(with_profiler(&g_table.api));
 }
 
 /* Sets what GetPjrtApi reports: the API version, the table size in bytes
@@ -1257,3 +1333,18 @@ FAULT_EXPORT const char* fault_last_misuse(void) { return g_last_misuse; }
 
 /* The options the last PJRT_Client_Create received, "name=type:value;...". */
 FAULT_EXPORT const char* fault_last_create_options(void) { return g_last_options; }
+
+/* The custom partitioners registered (PJRT_FAULT_PARTITIONER): how many, and
+ * the name and callback table of the i-th (NULL past the end). */
+FAULT_EXPORT int fault_partitioner_count(void) { return g_num_partitioners; }
+FAULT_EXPORT const char* fault_partitioner_name(int i) {
+  return i >= 0 && i < g_num_partitioners ? g_partitioner_names[i] : NULL;
+}
+FAULT_EXPORT void* fault_partitioner_callbacks(int i) {
+  return i >= 0 && i < g_num_partitioners ? (void*)g_partitioner_callbacks[i] : NULL;
+}
+/* The targets registered as batch partitionable: how many, and the i-th. */
+FAULT_EXPORT int fault_batch_partitionable_count(void) { return g_num_batch_names; }
+FAULT_EXPORT const char* fault_batch_partitionable_name(int i) {
+  return i >= 0 && i < g_num_batch_names ? g_batch_names[i] : NULL;
+}
