@@ -976,7 +976,8 @@ try:
 except RecursionError as error:
     print("RECURSION", "MAX_STAND_INS" in str(error), time.monotonic() - start < 60)
 print("AFTER", bool(np.allclose(run(beside), square(square(x)), rtol=1e-3)))
-stand_ins = [client.stand_in(index) for index in range(2)]
+from pjrt._runtime.handler_launches import stand_in_of
+stand_ins = [stand_in_of(client, index) for index in range(2)]
 print("STAND-INS", all(s in pjrt.client.live_clients() and s.plugin is client.plugin
                        for s in stand_ins), len(set(map(id, stand_ins))))
 client.close()
@@ -998,22 +999,25 @@ def test_handlers_on_their_own_programs_device_nest_shard_donate_and_stop(cpu_pl
 
 
 def test_a_clients_stand_ins_are_made_once_and_bounded(cpu_plugin):
-    from pjrt._runtime.handler_launches import MAX_STAND_INS
+    """Stand-ins are internal (the client's public face has none): made on first use, once,
+    up to MAX_STAND_INS, and closed with their client."""
+    from pjrt._runtime.handler_launches import MAX_STAND_INS, stand_in_of
 
     client = pjrt.make_c_api_client(cpu_plugin.name)
+    assert not hasattr(client, "stand_in")
     try:
-        stand_in = client.stand_in(0)
-        assert client.stand_in(0) is stand_in and stand_in is not client
+        stand_in = stand_in_of(client, 0)
+        assert stand_in_of(client, 0) is stand_in and stand_in is not client
         assert [d.id for d in stand_in.devices()] == [d.id for d in client.devices()]
         for index, error in ((MAX_STAND_INS, ValueError), (-1, ValueError),
                              (2 ** 31, ValueError), (True, TypeError), (None, TypeError)):
             with pytest.raises(error, match="stand"):
-                client.stand_in(index)
+                stand_in_of(client, index)
     finally:
         client.close()
     assert stand_in.is_closed
     with pytest.raises(pjrt.errors.ClosedClientError):
-        client.stand_in(1)
+        stand_in_of(client, 1)
 
 
 _QUEUED_BEHIND = """

@@ -29,6 +29,7 @@ from ._capi.options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_op
                             check_option_values)
 from ._capi import memory_headroom
 from ._capi.waits import call_off_thread
+from ._runtime import handler_launches
 
 if TYPE_CHECKING:
     import numpy
@@ -75,14 +76,9 @@ class Client:
         self._lock = threading.Lock()
         self._devices_by_handle: dict[int, Device] = {}
         self._memories_by_handle: dict[int, Memory] = {}
-        self._live_executables: "weakref.WeakSet" = weakref.WeakSet()
         #: The create options the client was made with (as checked), so that a worker
         #: process can make the same client (crash-isolated compilation).
         self.create_options: dict = {}
-        #: Clients of the same plugin, made with the same options, that run the programs a
-        #: custom-call handler launches on its own program's device (`stand_in`).
-        self._stand_ins: list[Client] = []
-        self._stand_ins_lock = threading.Lock()  # held while one is made: not self._lock
         api = self._api
         name = api.call_new("PJRT_Client_PlatformName", client=handle.pointer)
         self.platform: str = to_str(name.platform_name, name.platform_name_size)
@@ -252,7 +248,9 @@ class Client:
 
     def live_executables(self) -> list:
         """Loaded executables made through this client that are alive and not deleted."""
-        return [e for e in list(self._live_executables) if not e.is_deleted()]
+        from .executable import loaded_on  # (executables come with numpy; a client does not)
+
+        return loaded_on(self)
 
     def default_device_assignment(self, num_replicas: int, num_partitions: int = 1) -> "numpy.ndarray":
         """The plugin's default device ids, shaped ``[num_replicas, num_partitions]``.
@@ -418,36 +416,6 @@ class Client:
         return deserialize_executable(self, serialized, compile_options,
                                       trust_unverified=trust_unverified, isolate=isolate)
 
-    def stand_in(self, index: int) -> "Client":
-        """The ``index``-th stand-in of this client, made on first use: another client of the
-        same plugin, made with the same options, whose devices have launch queues of their
-        own (see `pjrt._runtime.handler_launches`). It closes with this client.
-
-        Raises:
-          TypeError: ``index`` is not an int.
-          ValueError: ``index`` is negative, or not below ``MAX_STAND_INS`` (4).
-          RuntimeError: the client spans processes (a stand-in could not join them).
-        """
-        from ._runtime.handler_launches import MAX_STAND_INS
-
-        if not isinstance(index, int) or isinstance(index, bool):
-            raise TypeError(f"stand_in takes an int index, not {type(index).__name__}")
-        if not 0 <= index < MAX_STAND_INS:
-            raise ValueError(f"a client has stand-ins 0 to {MAX_STAND_INS - 1} "
-                             f"(pjrt._runtime.handler_launches.MAX_STAND_INS), not {index}")
-        with self._stand_ins_lock:
-            while len(self._stand_ins) <= index:
-                self.handle  # noqa: B018 - raises ClosedClientError once closed
-                if len(self._devices) != len(self._local_devices):
-                    raise RuntimeError(
-                        f"a custom-call handler launched a program on the device whose "
-                        f"program is running it, on a {self.platform} client spanning "
-                        f"processes: pjrt can run such a launch only on a client of one "
-                        f"process. Launch it on another device (compiled for another of "
-                        f"client.devices())")
-                self._stand_ins.append(create_client(self.plugin, self.create_options))
-            return self._stand_ins[index]
-
     # -- lifetime --------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -457,10 +425,7 @@ class Client:
         """
         from ._capi.transfer_manager import close_managers_of
 
-        with self._stand_ins_lock:
-            stand_ins = list(self._stand_ins)
-        for stand_in in stand_ins:
-            stand_in.close()
+        handler_launches.close_stand_ins(self)  # clients of its own, made for handlers
         with self._lock:
             _live_clients.discard(self)
             # Transfer managers refer to the client in the plugin: they go first.
@@ -589,3 +554,10 @@ def create_client(plugin: plugin_module.Plugin,
     client.create_options = checked
     plugin_module.notify_client_created(client)
     return client
+
+
+# A custom-call handler's launch on its own program's device runs on a client like this one
+# (`pjrt._runtime.handler_launches`, which lies below the client and cannot make one).
+handler_launches.make_client_like = (
+    lambda client: create_client(client.plugin, client.create_options))
+

@@ -37,7 +37,7 @@ from ._runtime import handler_launches
 from ._capi.waits import handlers_of_asynchronous_programs as _handlers_running
 from ._runtime.launches import (Call, LaunchState, array_from_buffer, call_hooks,
                                 consume_donated, launch_on_device, new_call, not_row_major,
-                                prepare_donations, unpadded)
+                                prepare_donations, refuse_no_device, unpadded)
 from ._capi.staging import CALL_STAGING_THRESHOLD_BYTES
 from . import tokens
 from .tokens import ShardedToken, Token
@@ -98,6 +98,16 @@ def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
     fixed = (ffi.new("PJRT_Buffer_Type[]", types or [0]),
              ffi.new("size_t[]", num_dims or [0]), ffi.new("int64_t[]", dims or [0]))
     return tuple(parameters), fixed
+
+
+#: Every loaded executable alive, of every client (`loaded_on` picks one client's).
+_loaded: "weakref.WeakSet[LoadedExecutable]" = weakref.WeakSet()
+
+
+def loaded_on(client: "ClientView") -> list["LoadedExecutable"]:
+    """The executables loaded on ``client`` that are alive and not deleted
+    (`Client.live_executables`)."""
+    return [e for e in list(_loaded) if e.client is client and not e.is_deleted()]
 
 
 class ExecuteResults:
@@ -194,7 +204,7 @@ class LoadedExecutable(GlobalCalls):
             raise
         # Freed when this object goes, by a finaliser that holds only the handle and the id.
         weakref.finalize(self, self._handle.release_executable, id(self)).atexit = False
-        client._live_executables.add(self)
+        _loaded.add(self)
 
     def _read_layout_checks(self) -> dict:
         """index -> layout of parameters compiled (``argument_layouts``) to take a non-row-major
@@ -363,6 +373,7 @@ class LoadedExecutable(GlobalCalls):
         kind (see `pjrt._runtime.host_values`)."""
         devices = self._devices
         if len(devices) != 1:
+            refuse_no_device(devices, "execute_with_token")
             raise ValueError(f"this executable runs on {len(devices)} devices; use "
                              f"execute_sharded")
         # One native call on the client (ClientHandle.begin, with its closed check below):
@@ -420,6 +431,7 @@ class LoadedExecutable(GlobalCalls):
           ``i`` on device ``d``.
         """
         self._live_pointer()
+        refuse_no_device(self._devices, "execute_sharded")
         num_devices = len(self._devices)
         self._check_count(len(arguments))
         for i, shards in enumerate(arguments):

@@ -9,8 +9,8 @@ start only after the program that waits for the handler: never.
 
 `LoadedExecutable.execute`, ``execute_with_token`` and ``execute_sharded`` send such a launch
 to a stand-in instead: another client of the same plugin, made with the same options
-(`Client.stand_in`), whose devices have queues of their own. The executable is loaded there from its serialized form
-(once per stand-in and executable), the arguments are copied through host memory, and the
+(`stand_in`), whose devices have queues of their own. The executable is loaded there from its
+serialized form (once per stand-in and executable), the arguments are copied through host memory, and the
 results are copied back to the devices the caller asked for, as Arrays of the caller's own
 client. The answer is the same; the price is the copies, and the first launch of each
 executable pays for loading it again.
@@ -18,18 +18,22 @@ executable pays for loading it again.
 A handler of a program running on a stand-in may do the same: each level of such nesting
 takes the next stand-in whose devices are free, up to `MAX_STAND_INS`, past which the launch
 raises RecursionError.
+
+This module sits below the client, so it cannot make one: `pjrt.client` registers how
+(`make_client_like`) when it is imported, and closes a client's stand-ins with it
+(`close_stand_ins`).
 """
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Sequence
-
-import numpy as np
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .._capi.waits import device_of_running_handler, handler_finished, handler_running_on_device
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from ..device import ClientView, Device
 
 #: The most stand-in clients one client makes: handlers nested this deep, each launching on
@@ -37,7 +41,15 @@ if TYPE_CHECKING:
 #: client, with the plugin's threads).
 MAX_STAND_INS = 4
 
+#: Makes a new client of the same plugin, with the same create options, as the client given;
+#: registered by `pjrt.client` (a hook, since the client lies above this module).
+make_client_like: "Callable[[ClientView], Any] | None" = None
+
 _lock = threading.Lock()
+#: client -> its stand-ins, in index order; they close with it (`close_stand_ins`).
+_stand_ins: "weakref.WeakKeyDictionary[Any, list]" = weakref.WeakKeyDictionary()
+#: Held while a stand-in is made (a whole client: slow), not `_lock`.
+_making = threading.Lock()
 #: (id of a stand-in client, device id) for each device of a stand-in running a launch now.
 _busy: set[tuple[int, int]] = set()
 #: executable -> {stand-in index: the executable loaded on that stand-in}.
@@ -67,6 +79,9 @@ def run_on_stand_in(executable, client: "ClientView", devices: Sequence["Device"
     ``devices``; ``arguments[d][i]`` is argument ``i`` on device ``d`` (an Array or a host
     value). Returns ``outputs[d][i]``, on the host. ``portable``: the executable has no
     devices of its own and runs on ``devices[0]``."""
+    import numpy as np  # not at import: `pjrt.client` imports this module, and a client
+    # is made without numpy.
+
     # Read while this thread still counts as the handler: an argument queued behind the
     # program running the handler is refused, not waited for.
     values = [[np.asarray(argument) for argument in shard] for shard in arguments]
@@ -97,7 +112,7 @@ def _reserve(client: "ClientView", ids: list[int]) -> tuple[int, Any]:
     """The first stand-in of ``client`` none of whose devices with ``ids`` runs a launch for
     a handler now, with those devices marked busy."""
     for index in range(MAX_STAND_INS):
-        stand_in = client.stand_in(index)
+        stand_in = stand_in_of(client, index)
         wanted = {(id(stand_in), device_id) for device_id in ids}
         with _lock:
             if not wanted & _busy:
@@ -122,3 +137,44 @@ def _loaded_on(executable, stand_in, index: int):
         with _lock:
             _loaded.setdefault(executable, {})[index] = loaded
     return loaded
+
+
+def stand_in_of(client: "ClientView", index: int) -> Any:
+    """The ``index``-th stand-in of ``client``, made on first use: another client of the same
+    plugin, made with the same options, whose devices have launch queues of their own. It
+    closes with ``client``.
+
+    Raises:
+      TypeError: ``index`` is not an int.
+      ValueError: ``index`` is negative, or not below `MAX_STAND_INS`.
+      ClosedClientError: ``client`` is closed.
+      RuntimeError: the client spans processes (a stand-in could not join them).
+    """
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise TypeError(f"a stand-in's index is an int, not {type(index).__name__}")
+    if not 0 <= index < MAX_STAND_INS:
+        raise ValueError(f"a client has stand-ins 0 to {MAX_STAND_INS - 1} "
+                         f"(pjrt._runtime.handler_launches.MAX_STAND_INS), not {index}")
+    with _making:
+        made = _stand_ins.setdefault(client, [])
+        while len(made) <= index:
+            client.handle  # noqa: B018 - raises ClosedClientError once closed
+            if len(client.devices()) != len(client.local_devices()):
+                raise RuntimeError(
+                    f"a custom-call handler launched a program on the device whose program is "
+                    f"running it, on a {client.platform} client spanning processes: pjrt can "
+                    f"run such a launch only on a client of one process. Launch it on another "
+                    f"device (compiled for another of client.devices())")
+            if make_client_like is None:
+                raise RuntimeError("no way to make a stand-in client is registered (pjrt.client "
+                                   "registers it when imported)")
+            made.append(make_client_like(client))
+        return made[index]
+
+
+def close_stand_ins(client: "ClientView") -> None:
+    """Close the stand-ins of ``client`` (when it closes)."""
+    with _making:
+        made = _stand_ins.pop(client, [])
+    for stand_in in made:
+        stand_in.close()
