@@ -560,4 +560,3 @@ def create_client(plugin: plugin_module.Plugin,
 # (`pjrt._runtime.handler_launches`, which lies below the client and cannot make one).
 handler_launches.make_client_like = (
     lambda client: create_client(client.plugin, client.create_options))
-
