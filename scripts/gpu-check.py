@@ -232,6 +232,23 @@ class Checker:
             else:
                 step.reason = last
 
+    def linalg(self) -> None:
+        if importlib.util.find_spec("jax") is None:
+            self.skip("linalg", "jax is not installed (it exports the programs)")
+            return
+        env = {**self.env, "JAX_PLATFORMS": "cpu", "PJRT_PLATFORMS": self.platform}
+        step, done = self.python("linalg", LINALG_PROGRAM, 240, self.platform, env=env)
+        if done is not None and done.returncode == 0:
+            step.reason = done.stdout.strip().splitlines()[-1]
+
+    def gpu_client(self) -> None:
+        if self.platform != "cuda":
+            self.skip("gpu-client", f"--platform {self.platform}: make_gpu_client needs a GPU")
+            return
+        step, done = self.python("gpu-client", GPU_CLIENT_PROGRAM, 120)
+        if done is not None and done.returncode == 0:
+            step.reason = done.stdout.strip().splitlines()[-1]
+
     def gpu_tests(self) -> None:
         if self.platform != "cuda":
             self.skip("pytest-gpu", f"--platform {self.platform}")
@@ -607,6 +624,198 @@ print(f"torch {torch.__version__} tensor on {where} -> pjrt ({device.device_kind
 """
 
 
+#: jax's linear algebra, exported by jax for the platform and run by pjrt (on cuda: the
+#: cuSOLVER/cuSPARSE kernels of the kernel wheel, registered by pjrt-cuda): solve, inv, det,
+#: slogdet, lu, cholesky, qr, eigh, svd, lstsq, pinv and tridiagonal_solve, in f32 and f64,
+#: without and with a batch dimension, well- and ill-conditioned (condition 1e3 in f32, 1e10
+#: in f64), each judged against numpy by a backward error (residual or reconstruction) or,
+#: where numpy's answer is unique, the forward error scaled by the condition; in units of the
+#: type's epsilon, at most 200 * n. jax stays on the CPU: it only exports.
+LINALG_PROGRAM = """\
+import os
+import sys
+
+import numpy as np
+
+platform = sys.argv[1]
+import jax  # noqa: E402  (the child's environment keeps jax on the CPU: it only exports)
+import jax.numpy as jnp  # noqa: E402
+from jax import export  # noqa: E402
+
+import pjrt  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+pjrt.set_platforms(platform)
+device = pjrt.devices()[0]
+rng = np.random.default_rng(0)
+N = 6
+
+
+def matrix(batch, dtype, cond):
+    # Q1 diag(s) Q2 with singular values from 1 down to 1/cond.
+    shape = batch + (N, N)
+    q1, _ = np.linalg.qr(rng.standard_normal(shape))
+    q2, _ = np.linalg.qr(rng.standard_normal(shape))
+    s = np.geomspace(1.0, 1.0 / cond, N)
+    return (q1 * s[..., None, :]) @ q2
+
+
+def spd(batch, dtype, cond):
+    q, _ = np.linalg.qr(rng.standard_normal(batch + (N, N)))
+    s = np.geomspace(1.0, 1.0 / cond, N)
+    return (q * s[..., None, :]) @ np.swapaxes(q, -1, -2)
+
+
+def scale(a):
+    return np.linalg.norm(a, axis=(-2, -1)).max()
+
+
+def sym(a):
+    return (a + np.swapaxes(a, -1, -2)) / 2
+
+
+def checks(name, dtype, batch, cond):
+    # (function, inputs, error(result, *inputs) -> relative error)
+    a = matrix(batch, dtype, cond).astype(dtype)
+    b = rng.standard_normal(batch + (N, 2)).astype(dtype)
+    eye = np.eye(N, dtype=dtype)
+    t = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
+    if name == "solve":
+        return jnp.linalg.solve, [a, b], lambda x, a, b: np.abs(a @ x - b).max() / (
+            scale(a) * np.abs(x).max() + np.abs(b).max())
+    if name == "inv":
+        return jnp.linalg.inv, [a], lambda x, a: np.abs(a @ x - eye).max() / (
+            scale(a) * np.abs(x).max())
+    if name == "det":
+        def det_error(d, a):
+            want = np.linalg.det(a.astype(np.float64))
+            return np.abs(d - want).max() / (np.abs(want).max() * cond)
+        return jnp.linalg.det, [a], det_error
+    if name == "slogdet":
+        return (lambda a: tuple(jnp.linalg.slogdet(a))), [a], lambda r, a: max(
+            np.abs(r[0] - np.linalg.slogdet(a.astype(np.float64))[0]).max(),
+            np.abs(r[1] - np.linalg.slogdet(a.astype(np.float64))[1]).max() / cond)
+    if name == "lu":
+        def err(r, a):
+            lu, _, perm = r
+            lower = np.tril(lu, -1) + eye
+            upper = np.triu(lu)
+            permuted = np.take_along_axis(a, perm[..., :, None].astype(np.int64), axis=-2)
+            return np.abs(lower @ upper - permuted).max() / scale(a)
+        return jax.lax.linalg.lu, [a], err
+    if name == "cholesky":
+        s = spd(batch, dtype, cond).astype(dtype)
+        return jnp.linalg.cholesky, [s], lambda l, s: np.abs(l @ t(l) - s).max() / scale(s)
+    if name == "qr":
+        return (lambda a: tuple(jnp.linalg.qr(a))), [a], lambda r, a: max(
+            np.abs(r[0] @ r[1] - a).max() / scale(a), np.abs(t(r[0]) @ r[0] - eye).max())
+    if name == "eigh":
+        s = sym(a)
+        return (lambda s: tuple(jnp.linalg.eigh(s))), [s], lambda r, s: max(
+            np.abs((r[1] * r[0][..., None, :]) @ t(r[1]) - s).max() / scale(s),
+            np.abs(r[0] - np.linalg.eigvalsh(s.astype(np.float64))).max() / scale(s))
+    if name == "svd":
+        return (lambda a: tuple(jnp.linalg.svd(a, full_matrices=False))), [a], lambda r, a: max(
+            np.abs((r[0] * r[1][..., None, :]) @ r[2] - a).max() / scale(a),
+            np.abs(r[1] - np.linalg.svd(a.astype(np.float64), compute_uv=False)).max() / scale(a))
+    if name == "lstsq":
+        tall = rng.standard_normal((2 * N, N)).astype(dtype)
+        rhs = rng.standard_normal((2 * N, 2)).astype(dtype)
+        want = np.linalg.lstsq(tall.astype(np.float64), rhs.astype(np.float64), rcond=None)[0]
+        return (lambda a, b: jnp.linalg.lstsq(a, b)[0]), [tall, rhs], \\
+            lambda x, a, b: np.abs(x - want).max() / np.abs(want).max()
+    if name == "pinv":
+        want = np.linalg.pinv(a.astype(np.float64))
+        return jnp.linalg.pinv, [a], lambda x, a: np.abs(x - want).max() / (
+            np.abs(want).max() * cond)
+    if name == "tridiagonal_solve":
+        d = (4 + rng.random(batch + (N,))).astype(dtype)
+        dl = rng.random(batch + (N,)).astype(dtype)
+        du = rng.random(batch + (N,)).astype(dtype)
+        dl[..., 0] = 0
+        du[..., -1] = 0
+        def err(x, dl, d, du, b):
+            full = np.zeros(batch + (N, N), dtype)
+            idx = np.arange(N)
+            full[..., idx, idx] = d
+            full[..., idx[1:], idx[:-1]] = dl[..., 1:]
+            full[..., idx[:-1], idx[1:]] = du[..., :-1]
+            return np.abs(full @ x - b).max() / (scale(full) * np.abs(x).max())
+        return jax.lax.linalg.tridiagonal_solve, [dl, d, du, b], err
+    raise ValueError(name)
+
+
+NAMES = ["solve", "inv", "det", "slogdet", "lu", "cholesky", "qr", "eigh", "svd", "lstsq",
+         "pinv", "tridiagonal_solve"]
+worst, failures, runs = {}, [], 0
+for name in NAMES:
+    for dtype in (np.float32, np.float64):
+        eps = np.finfo(dtype).eps
+        for batch in ((), (3,)):
+            if name == "lstsq" and batch:
+                continue
+            conds = [10.0] + ([] if name in ("tridiagonal_solve", "lstsq") else
+                              [1e3 if dtype == np.float32 else 1e10])
+            for cond in conds:
+                fn, inputs, error = checks(name, dtype, batch, cond)
+                exported = export.export(jax.jit(fn), platforms=[platform])(*inputs)
+                mine = pjrt.deserialize_exported(exported.serialize())
+                out = mine(*inputs)
+                if isinstance(out, pjrt.Array):
+                    result = np.asarray(out)
+                else:
+                    result = tuple(np.asarray(o) for o in out)
+                value = float(error(result, *inputs)) / eps
+                runs += 1
+                key = f"{name} {np.dtype(dtype).name}"
+                worst[key] = max(worst.get(key, 0.0), value)
+                if not np.isfinite(value) or value > 200 * N:
+                    failures.append(f"{key} batch={batch} cond={cond:g}: error {value:.1f} eps")
+for key, value in worst.items():
+    print(f"  {key:28} worst error {value:8.1f} eps")
+if failures:
+    print("FAILED:", "; ".join(failures))
+    sys.exit(1)
+print(f"{runs} linear-algebra programs exported by jax {jax.__version__} ran on {platform} "
+      f"({device.device_kind}) and matched numpy (worst {max(worst.values()):.1f} eps)")
+"""
+
+#: make_gpu_client with a GpuAllocatorConfig: BFC at half, then a quarter, of device 0's
+#: memory, not preallocated; the device's bytes_limit must follow the fraction, and a program
+#: must run on the client.
+GPU_CLIENT_PROGRAM = """\
+import numpy as np
+from pjrt import xla_client
+
+Kind = xla_client.GpuAllocatorConfig.Kind
+limits = {}
+for fraction in (0.5, 0.25):
+    config = xla_client.GpuAllocatorConfig(Kind.BFC, fraction, False, 0)
+    client = xla_client.make_gpu_client(platform_name="cuda", allowed_devices={0},
+                                        allocator_config=config)
+    assert len(client.local_devices()) == 1, client.local_devices()
+    device = client.local_devices()[0]
+    x = client.buffer_from_pyval(np.arange(6, dtype=np.float32), device)
+    program = client.compile_and_load('''
+func.func public @main(%x: tensor<6xf32>) -> tensor<6xf32> {
+  %y = stablehlo.multiply %x, %x : tensor<6xf32>
+  return %y : tensor<6xf32>
+}''', [device])
+    y, = program.execute([x])
+    np.testing.assert_array_equal(np.asarray(y), np.arange(6, dtype=np.float32) ** 2)
+    stats = device.memory_stats() or {}
+    limits[fraction] = stats.get("bytes_limit")
+    print(f"BFC memory_fraction={fraction}: bytes_limit {limits[fraction]} on "
+          f"{device.device_kind}")
+    client.close()
+assert all(limits.values()), limits
+ratio = limits[0.25] / limits[0.5]
+assert 0.4 < ratio < 0.6, f"a quarter's bytes_limit is {ratio:.2f} of a half's"
+print(f"make_gpu_client with GpuAllocatorConfig(BFC): bytes_limit {limits[0.5]} at 0.5, "
+      f"{limits[0.25]} at 0.25 (ratio {ratio:.2f}); a program ran on each")
+"""
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--report", required=True, type=pathlib.Path)
@@ -629,11 +838,14 @@ def main(argv: list[str]) -> int:
         checker.partitioned_custom_call()
         checker.profile()
         checker.dlpack()
+        checker.linalg()
+        checker.gpu_client()
         checker.gpu_tests()
         checker.bench()
     else:
         for name in ("vendor-plugin", "pjrt-info", "pjrt-conform", "readme", "sharded",
-                     "partitioned-custom-call", "profile", "dlpack-torch", "pytest-gpu"):
+                     "partitioned-custom-call", "profile", "dlpack-torch", "linalg", "gpu-client",
+                     "pytest-gpu"):
             checker.skip(name, "the install failed")
         checker.skip("bench", "the install failed")
     return checker.write(args.report, started)

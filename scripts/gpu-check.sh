@@ -12,6 +12,11 @@
 #   profile        a program run under pjrt.profiler.trace: pjrt's events, and the CUDA
 #                  plugin's own device activity in a non-empty .xplane.pb
 #   dlpack-torch   a torch tensor on the GPU into pjrt, through a program, and back
+#   linalg         jax's linear algebra (solve ... tridiagonal_solve; f32 and f64, batched,
+#                  ill-conditioned) exported by jax and run by pjrt on the CUDA plugin with
+#                  the kernel wheel's cuSOLVER/cuSPARSE handlers, judged against numpy
+#   gpu-client     xla_client.make_gpu_client with a GpuAllocatorConfig (BFC at 0.5 and
+#                  0.25 of the memory: bytes_limit follows), a program run on each
 #   pytest-gpu     the gpu-marked tests (pytest -m gpu)
 #   bench          benchmarks/bench_gpu.py: pjrt next to jax on the first GPU (per-call cost,
 #                  transfers from pageable and pinned memory, a streamed upload, an MLP
