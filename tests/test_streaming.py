@@ -518,7 +518,14 @@ def test_a_finished_buffer_takes_no_more(client):
     (((4, 3), np.float32), TypeError, r"pass \[\(\(4, 3\), <class 'numpy.float32'>\)\]"),
     ([], ValueError, "shapes is empty"),
     ("f32[4]", TypeError, "not str"),
-    ([((1 << 62, 4), np.float32)], ValueError, "more bytes than a buffer can"),
+    ([((1 << 62, 4), np.float32)], ValueError,
+     r"shapes\[0\] .* extents overflow int64 at dimension 0"),
+    # No element, but XLA multiplies the extents out in order (and aborts the process):
+    ([((1 << 62, 1 << 62, 0), np.float32)], ValueError,
+     r"shapes\[0\] \(float32\[4611686018427387904, 4611686018427387904, 0\]\) cannot "
+     r"be given to a plugin: its extents overflow int64 at dimension 0"),
+    ([((3, 1 << 61, 0), np.float32)], ValueError,
+     r"overflow int64 at dimension 1 \(4 \* 3 \* 2305843009213693952 bytes"),
 ])
 def test_bad_shapes_are_refused(client, shapes, error, match):
     with pytest.raises(error, match=match):

@@ -288,6 +288,9 @@ class Client:
         Raises:
           UnsupportedFeatureError: the plugin has no layouts extension.
           TypeError: ``dtype`` has no PJRT equivalent.
+          ValueError: a dimension is negative, or the element's byte width times the
+            dimensions, multiplied in order, passes 2**63 - 1 at some step (XLA's rule,
+            which a 0 extent later does not lift).
         """
         # Imported here: layouts need numpy, which making a client must not import.
         from .layouts import default_layout

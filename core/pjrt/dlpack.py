@@ -21,6 +21,7 @@ from __future__ import annotations
 from . import dtypes
 from ._capi import dlpack_structs as _dlpack
 from ._pjrt_cffi import ffi, lib
+from ._wire.shape_extents import check_extents
 from .array import Array, array_from_host
 from .client import HostBufferSemantics
 from .device import Device
@@ -50,7 +51,9 @@ def from_dlpack(external, device: Device | None = None, copy: bool | None = None
 
     Raises:
       ValueError: the producer's capsule is damaged (its ndim, shape, strides, byte_offset,
-        data pointer or device cannot be right); the message names the field.
+        data pointer or device cannot be right); the message names the field. Or its shape's
+        extents overflow int64 when multiplied in order, which XLA refuses even for a shape
+        with a 0 extent (`pjrt._wire.shape_extents`).
       BufferError: the producer's dtype or layout cannot be taken as asked, or ``copy=False``
         where the memory cannot be shared.
       TypeError: ``external`` is not a DLPack producer.
@@ -60,6 +63,10 @@ def from_dlpack(external, device: Device | None = None, copy: bool | None = None
     capsule = _capsule_of(external, copy)
     tensor = _dlpack.consume(capsule)
     try:
+        # A producer may hold a shape with no element whose extents XLA cannot multiply out
+        # (PyTorch makes (3, 2**61, 0) float32): the plugin would abort making it.
+        check_extents(tensor.shape, tensor.dtype.itemsize,
+                      f"the DLPack tensor's shape {tensor.shape} of {tensor.dtype}")
         target = device if device is not None else _default_device(tensor.device)
         array = None
         if copy is not True and _can_view(tensor, target):

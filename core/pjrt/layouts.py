@@ -27,6 +27,7 @@ from typing import Any, Sequence
 from . import dtypes
 from ._capi import api as _c
 from ._wire import protowire as pw
+from ._wire.shape_extents import check_extents
 from ._pjrt_cffi import ffi, lib
 from .errors import UnsupportedFeatureError, check
 
@@ -307,12 +308,20 @@ def default_layout(api: _c.Api, client_pointer, dtype, shape: Sequence[int]) -> 
     Raises:
       UnsupportedFeatureError: the plugin has no layouts extension with default layouts.
       TypeError: ``dtype`` has no PJRT equivalent.
+      ValueError: a dimension is negative, or the extents overflow int64
+        (`pjrt._wire.shape_extents`).
     """
     extension = layouts_extension(api, "PJRT_Layouts_PJRT_Client_GetDefaultLayout")
+    buffer_type = dtypes.to_pjrt_type(dtype)
     dims = [int(d) for d in shape]
+    if any(d < 0 for d in dims):
+        raise ValueError(f"shape {tuple(dims)} has a negative dimension")
+    # XLA makes the shape with its extents rule, and aborts the process where it fails.
+    element = dtypes.from_pjrt_type(buffer_type)
+    check_extents(dims, element.itemsize, f"the shape {tuple(dims)} of {element}")
     args = api.new_args("PJRT_Layouts_PJRT_Client_GetDefaultLayout_Args")
     args.client = client_pointer
-    args.type = dtypes.to_pjrt_type(dtype)
+    args.type = buffer_type
     keep = ffi.new("int64_t[]", dims) if dims else _NULL
     args.dims = keep
     args.num_dims = len(dims)

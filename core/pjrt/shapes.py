@@ -16,6 +16,7 @@ import numpy as np
 
 from . import dtypes
 from ._wire import protowire as pw
+from ._wire.shape_extents import check_extents
 from .layouts import Layout
 
 __all__ = ["PrimitiveType", "Shape", "ShapeIndex"]
@@ -124,6 +125,10 @@ class Shape:
                              f"the shape has {len(self._dimensions)}")
         if len(self._dynamic) != len(self._dimensions):
             raise ValueError("dynamic_dimensions needs one entry per dimension")
+        if tuple_shapes is None and self._dimensions:
+            element = dtypes.from_xla_type(int(element_type))
+            if element is not None:
+                check_extents(self._dimensions, element.itemsize, f"the shape {self}")
         return self
 
     @staticmethod
@@ -134,8 +139,10 @@ class Shape:
 
         Raises:
           TypeError: ``type`` is not an element type.
-          ValueError: a dimension is negative, or the layout or dynamic dimensions do not
-            match the rank.
+          ValueError: a dimension is negative, the element's byte width times the
+            dimensions, multiplied in order, passes 2**63 - 1 at some step (XLA's rule, which
+            a 0 later does not lift: ``(2**62, 2**62, 0)``), or the layout or dynamic
+            dimensions do not match the rank.
         """
         element_type = _element_type(type)
         dims = tuple(int(d) for d in dims_seq)

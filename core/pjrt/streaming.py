@@ -21,7 +21,6 @@ pjrt offers no imitation over whole-array transfers, which would not stream.
 """
 from __future__ import annotations
 
-import math
 import operator
 import weakref
 from typing import Any, Sequence
@@ -31,16 +30,13 @@ import numpy as np
 from . import dtypes
 from ._capi import transfer_manager as _native
 from ._capi.staging import PACKED_DTYPE_NAMES
+from ._wire.shape_extents import check_extents
 from .array import Array
 from .device import ClientView, Device, Memory
 from .errors import ErrorCode
 from .shapes import Shape
 
 __all__ = ["Transfer", "TransferManager"]
-
-#: Largest number of bytes a buffer may have (a C int64_t).
-_MAX_BYTES = (1 << 63) - 1
-
 
 class Transfer:
     """One chunk sent by `TransferManager.transfer_data`: whether the plugin has finished
@@ -345,9 +341,9 @@ def _parse_spec(i: int, spec) -> tuple[tuple[int, ...], np.dtype]:
         raise ValueError(f"shapes[{i}] has dtype {dtype}, which devices pack below a byte; "
                          f"streamed bytes are the device's, so place {dtype} arrays with "
                          f"device_put instead")
-    if math.prod(dims) * dtype.itemsize > _MAX_BYTES:
-        raise ValueError(f"shapes[{i}] ({_describe((dims, dtype))}) has more bytes than a "
-                         f"buffer can")
+    # More bytes than a buffer can hold, or extents XLA cannot multiply out (the plugin
+    # aborts on either, even for a shape with a 0 extent).
+    check_extents(dims, dtype.itemsize, f"shapes[{i}] ({_describe((dims, dtype))})")
     return dims, dtype
 
 

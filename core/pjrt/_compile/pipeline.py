@@ -14,7 +14,6 @@ in XLA's compiler) while the caller waits where Ctrl-C reaches it.
 """
 from __future__ import annotations
 
-import math
 import re
 from typing import TYPE_CHECKING, Sequence
 
@@ -27,6 +26,7 @@ from .._capi import handles, memory_headroom
 from .._capi.api import Api
 from .._profiling import recorder
 from .._wire import mlir_bytecode
+from .._wire.shape_extents import check_extents, extents_overflow
 from . import program_checks
 from .._pjrt_cffi import ffi
 from ..compile_options import CompileOptions, DeviceAssignment
@@ -77,22 +77,34 @@ def default_compile_options(devices: Sequence["Device"], program: ProgramFacts, 
 
 #: A static tensor type in program text: its dimensions and its element type.
 _STATIC_TENSOR = re.compile(rb"tensor<((?:\d+x)+)(complex<\w+>|\w+)")
-_ELEMENT_BITS = {b"i1": 8, b"i2": 8, b"i4": 8, b"ui2": 8, b"ui4": 8, b"i8": 8, b"ui8": 8,
-                 b"i16": 16, b"ui16": 16, b"f16": 16, b"bf16": 16, b"i32": 32, b"ui32": 32,
-                 b"f32": 32, b"i64": 64, b"ui64": 64, b"f64": 64, b"complex<f32>": 64,
-                 b"complex<f64>": 128}
-#: The largest array a plugin can address: its size in bytes must fit an int64.
-MAX_ARRAY_BYTES = (1 << 63) - 1
+#: An element type's bit width, from its name: ``i1``, ``ui4``, ``f32``, ``bf16``, ``f8E4M3FN``.
+_ELEMENT_BITS = re.compile(rb"(?:[su]?i|ui|f|bf)(\d+)(?:E\w*)?")
+
+
+def _element_bytes(element: bytes) -> int:
+    """An element type's byte width as XLA counts it (a byte for types below one; 16, the
+    widest, for a type it does not know)."""
+    complex_part = element.startswith(b"complex<")
+    match = _ELEMENT_BITS.fullmatch(element[8:-1] if complex_part else element)
+    if match is None:
+        return 16
+    width = max(1, -(-int(match.group(1)) // 8))
+    return 2 * width if complex_part else width
 
 
 def check_static_extents(program: bytes) -> None:
-    """Refuse a text program with a tensor type too large for any plugin to address.
+    """Refuse a text program with a static tensor type that XLA cannot hold: the element's
+    byte width times the extents, multiplied in order, must fit in int64 at every step
+    (`pjrt._wire.shape_extents`: so ``tensor<3x2305843009213693952x0xf32>`` is refused though it
+    holds nothing).
 
-    XLA computes each static shape's size in an int64 and aborts the process when it
-    overflows, so the check is made here, where it can be an exception.
+    XLA makes each shape it reads with that rule and, in a plugin's compile, aborts the process
+    where it fails (in a function's signature, or any type its optimiser keeps), so the check
+    is made here, on every static tensor type of the text, where it can be an exception.
 
     Raises:
-      ValueError: naming the tensor type and its size.
+      ValueError: naming the tensor type, the extent at which the product overflows, and the
+        rule.
     """
     seen = set()
     for match in _STATIC_TENSOR.finditer(program):
@@ -100,14 +112,11 @@ def check_static_extents(program: bytes) -> None:
             continue  # a program repeats few types many times: each is sized once
         seen.add(match.group(0))
         dims = [int(d) for d in match.group(1)[:-1].split(b"x")]
-        element = match.group(2)
-        bits = _ELEMENT_BITS.get(element, 128)  # unknown types: assume the widest
-        size = math.prod(dims) * bits // 8
-        if size > MAX_ARRAY_BYTES:
+        element_bytes = _element_bytes(match.group(2))
+        if extents_overflow(dims, element_bytes) is not None:
             text = match.group(0).decode("ascii", "replace")
-            raise ValueError(
-                f"the program uses {text}...>: {size} bytes, more than any plugin can address "
-                f"(at most 2**63 - 1 bytes per array); check the shapes in the program")
+            line = program.count(b"\n", 0, match.start()) + 1
+            check_extents(dims, element_bytes, f"the program's {text}> (line {line})")
 
 
 #: The custom calls jax lowers host callbacks to (``jax.debug.print``, ``pure_callback``,
