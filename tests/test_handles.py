@@ -178,7 +178,7 @@ def test_a_forked_child_cannot_use_the_parents_client(cpu_plugin):
     result = run_python(f"""
         import os, warnings
         import numpy as np, pjrt
-        from pjrt import handles
+        from pjrt._capi import handles
         pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
         client = pjrt.make_c_api_client("cpu", {{"cpu_device_count": 2}})
         array = client.buffer_from_pyval(np.arange(4.0))

@@ -249,7 +249,7 @@ def test_ctrl_c_and_the_time_limit_reach_a_stalled_libtpu():
     library = vendor_library("libtpu", "libtpu.so")
     # With the quirks off (as before they followed the library), libtpu stalls for minutes.
     result, elapsed, reports = run_child("""
-        from pjrt import vendor_quirks
+        from pjrt._loading import vendor_quirks
         vendor_quirks.QUIRKS.clear()
         start = time.monotonic()
         pjrt.devices("cpu")

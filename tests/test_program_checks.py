@@ -341,7 +341,7 @@ def test_a_sub_axis_overflow_crashes_the_plugin_without_the_check(cpu_plugin, tm
     source = """
     import sys
     import pjrt
-    from pjrt import program_checks
+    from pjrt._compile import program_checks
     from conftest import cpu_plugin_path
 
     name, program = sys.argv[1], open(sys.argv[2]).read()

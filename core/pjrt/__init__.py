@@ -29,7 +29,7 @@ from .errors import (ClosedClientError, DeletedArrayError, DeviceAssignmentMisma
                      UnsupportedFeatureError, XlaRuntimeError)
 from .plugin import Plugin, get_plugin, load_pjrt_plugin_dynamically
 
-_moved.install()  # old paths of internal modules (pjrt.handles, ...) still import, with a warning
+_moved.install()  # old paths of internal modules (pjrt.cli, ...) still import, with a warning
 
 #: Public names imported on first use, by the module that defines them. Type checkers cannot
 #: read this table: the ``if TYPE_CHECKING:`` block at the end imports the same names from

@@ -1,10 +1,11 @@
 """Old import paths of internal modules that moved into private subpackages.
 
-Until 0.1 the internal machinery sat beside the public modules (``pjrt.handles``,
-``pjrt.compiler``, ...). It now lives in private subpackages (``pjrt._capi``,
-``pjrt._compile``, ...). Code that imported an old path keeps working for one more release:
-the import returns the moved module and warns once with a ``DeprecationWarning`` naming the
-new path. These modules were never promised API; the warning says so.
+Until 0.1 the internal machinery sat beside the public modules (``pjrt.cli``,
+``pjrt.options``, ...). It now lives in private subpackages (``pjrt._app``, ``pjrt._capi``,
+...). The old paths that the API reference once documented keep working for one more
+release: the import returns the moved module and warns once with a ``DeprecationWarning``
+naming the new path. Old paths the API reference never named (``handles``, ``compiler``,
+``waits``, ...) are not kept: they were never promised.
 """
 from __future__ import annotations
 
@@ -18,35 +19,16 @@ from types import ModuleType
 
 #: Old dotted path -> new dotted path.
 MOVED_MODULES: dict[str, str] = {
-    "pjrt._host_reads": "pjrt._runtime.host_reads",
-    "pjrt._host_values": "pjrt._runtime.host_values",
     "pjrt.cli": "pjrt._app.cli",
-    "pjrt.compiler": "pjrt._compile.pipeline",
     "pjrt.conform": "pjrt._app.conform",
     "pjrt.demo": "pjrt._app.demo",
     "pjrt.discovery": "pjrt._registry.discovery",
     "pjrt.executable_metadata": "pjrt._runtime.executable_metadata",
-    "pjrt.handles": "pjrt._capi.handles",
-    "pjrt.host_values": "pjrt._runtime.host_values",
     "pjrt.isolated_compile": "pjrt._compile.isolated_compile",
-    "pjrt.kv_callbacks": "pjrt._distributed.kv_callbacks",
-    "pjrt.launch": "pjrt._distributed.launch",
-    "pjrt.long_runs": "pjrt._capi.long_runs",
-    "pjrt.mlir_bytecode": "pjrt._wire.mlir_bytecode",
-    "pjrt.multiprocess": "pjrt._distributed.multiprocess",
     "pjrt.options": "pjrt._capi.options",
-    "pjrt.platforms": "pjrt._loading.platforms",
     "pjrt.plugin_logging": "pjrt._loading.plugin_logging",
-    "pjrt.program_checks": "pjrt._compile.program_checks",
     "pjrt.registrations": "pjrt._registry.registrations",
     "pjrt.serialization": "pjrt._runtime.serialization",
-    "pjrt.sharding_annotations": "pjrt._sharding.annotations",
-    "pjrt.sharding_text": "pjrt._sharding.program_text",
-    "pjrt.staging": "pjrt._capi.staging",
-    "pjrt.startup": "pjrt._loading.startup",
-    "pjrt.target_preparation": "pjrt._compile.target_preparation",
-    "pjrt.vendor_quirks": "pjrt._loading.vendor_quirks",
-    "pjrt.waits": "pjrt._capi.waits",
     # A moved package's submodules are listed too: found through the old package's
     # ``__path__``, they would otherwise be imported a second time under the old name.
     **{f"pjrt.conform.{name}": f"pjrt._app.conform.{name}" for name in (

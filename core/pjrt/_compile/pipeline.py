@@ -33,12 +33,6 @@ from ..compile_options import CompileOptions, DeviceAssignment
 from ..errors import IncompatibleExecutableError, XlaRuntimeError
 from ..executable import LoadedExecutable
 from .program_facts import MAIN_ARGUMENTS, ProgramFacts
-# Readers that lived here, still importable from the old path ``pjrt.compiler`` for the one
-# release ``pjrt._moved`` promises.
-from .program_facts import (PLATFORM_INDEX_ATTRIBUTE as PLATFORM_INDEX_ATTRIBUTE,
-                            program_bytes as program_bytes, read_signature as read_signature,
-                            takes_platform_index as takes_platform_index,
-                            uses_shardy as uses_shardy)
 from .target_preparation import prepare_targets
 from .._capi.waits import run_on_compile_thread
 
