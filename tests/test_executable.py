@@ -125,10 +125,10 @@ func.func public @main(%arg0: tensor<i32>, %arg1: tensor<4xi32>) -> tensor<4xi32
 """
 
 
-def _portable(client):
+def _portable(client, text=SCALAR_TIMES_VECTOR):
     options = pjrt.CompileOptions()
     options.compile_portable_executable = True
-    return client.compile_and_load(SCALAR_TIMES_VECTOR, compile_options=options)
+    return client.compile_and_load(text, compile_options=options)
 
 
 def test_portable_executable_runs_on_the_device_chosen_at_each_call(client):
@@ -159,6 +159,81 @@ def test_portable_executable_needs_a_device_and_arguments_on_it(client):
         executable.execute(arguments[:1], device=first)
     with pytest.raises(ValueError, match="portable .* no shardings"):
         executable.input_shardings  # noqa: B018
+
+
+NO_PARAMETERS = """
+func.func public @main() -> tensor<4xi32> {
+  %0 = stablehlo.constant dense<[1, 2, 3, 4]> : tensor<4xi32>
+  return %0 : tensor<4xi32>
+}
+"""
+
+ONE_PARAMETER = """
+func.func public @main(%arg0: tensor<4xi32>) -> tensor<4xi32> {
+  return %arg0 : tensor<4xi32>
+}
+"""
+
+
+def test_portable_executable_launched_on_no_device_is_refused(client):
+    """A portable executable has no devices of its own, so execute_sharded (which runs on an
+    executable's own devices) and execute_with_token (on its one device) would reach the
+    plugin's Execute with no device at all: XLA's CPU plugin crashes there on ``[[]]`` (jaxlib
+    says INVALID_ARGUMENT: Execute expects a non-null device_assignment). Each is refused first,
+    naming how to run it; execute(arguments, device=...) still runs it."""
+    executable = _portable(client)
+    arguments = _put(client, [np.int32(3), np.array([10, 15, -2, 7], np.int32)])
+    refused = "portable .* no devices of its own.* execute\\(arguments, device=...\\)"
+    with pytest.raises(ValueError, match=refused):
+        _portable(client, ONE_PARAMETER).execute_sharded([[]])
+    with pytest.raises(ValueError, match=refused):
+        executable.execute_sharded([[], []])
+    with pytest.raises(ValueError, match=refused):
+        executable.execute_sharded([[], []], with_tokens=True)
+    with pytest.raises(ValueError, match=refused):
+        executable.execute_with_token(arguments)
+    constant = _portable(client, NO_PARAMETERS)
+    for launch in (lambda: constant.execute_sharded([]),
+                   lambda: constant.execute_sharded([], with_tokens=True),
+                   lambda: constant.execute_with_token([])):
+        with pytest.raises(ValueError, match=refused):
+            launch()
+    device = client.local_devices()[1]
+    (out,) = constant.execute([], device=device)
+    assert out.device is device
+    np.testing.assert_array_equal(np.asarray(out), [1, 2, 3, 4])
+    (out,) = executable.execute(arguments, device=client.local_devices()[0])
+    np.testing.assert_array_equal(np.asarray(out), [30, 45, -6, 21])
+
+
+def test_the_launch_struct_is_never_made_for_no_device(client):
+    """The one call struct every launch fills refuses to be made with neither a device list
+    nor a device, whichever path would launch it (the plugin crashes on such a launch)."""
+    from pjrt._pjrt_cffi import ffi
+    from pjrt._runtime.launches import Call
+
+    with pytest.raises(ValueError, match="a launch needs a device"):
+        Call(client.handle, ffi.NULL, ffi.NULL, 1, 0, (ffi.NULL,) * 3, 0)
+
+
+def test_a_program_without_parameters_runs_on_its_devices(client):
+    """A program without parameters (no argument to carry a device) runs on its own devices
+    through every launch: execute([]), execute_with_token([]), execute_sharded([])."""
+    one = client.compile_and_load(NO_PARAMETERS)
+    (out,) = one.execute([])
+    assert out.device is client.local_devices()[0]
+    np.testing.assert_array_equal(np.asarray(out), [1, 2, 3, 4])
+    (out,), token = one.execute_with_token([])
+    token.block_until_ready()
+    np.testing.assert_array_equal(np.asarray(out), [1, 2, 3, 4])
+    devices = client.local_devices()[:2]
+    two = client.compile_and_load(NO_PARAMETERS, devices)
+    results = two.execute_sharded([], with_tokens=True)
+    results.consume_token().block_until_ready()
+    (outputs,) = results.disassemble_into_single_device_arrays()
+    assert [array.device for array in outputs] == devices
+    for array in outputs:
+        np.testing.assert_array_equal(np.asarray(array), [1, 2, 3, 4])
 
 
 def test_device_of_a_fixed_executable_must_be_its_own(client):

@@ -359,7 +359,12 @@ class LoadedExecutable(GlobalCalls):
 
     def execute_with_token(self, arguments: Sequence[Array], *,
                            copy_host_values: bool = False) -> tuple[list[Array], Token]:
-        """`execute`, and the run's [`Token`][pjrt.tokens.Token] (its completion)."""
+        """`execute`, and the run's [`Token`][pjrt.tokens.Token] (its completion).
+
+        Raises:
+          ValueError: the executable runs on several devices (use ``execute_sharded``), or on
+            none: a portable one (run it with ``execute(arguments, device=...)``).
+        """
         if _handlers_running and handler_launches.launch_waits_for_its_handler(self._devices):
             outputs = self._execute_on_stand_in([arguments], None, copy_host_values)[0]
             return outputs, Token(tokens.finished(self._handle, 1))
@@ -429,6 +434,11 @@ class LoadedExecutable(GlobalCalls):
         Returns:
           [`ExecuteResults`][pjrt.executable.ExecuteResults]; ``disassemble_into_single_device_arrays()[i][d]`` is output
           ``i`` on device ``d``.
+
+        Raises:
+          ValueError: the executable is portable (it has no devices of its own: run it with
+            ``execute(arguments, device=...)``), or an argument has another number of shards
+            than the executable has devices.
         """
         self._live_pointer()
         refuse_no_device(self._devices, "execute_sharded")

@@ -38,6 +38,10 @@ class Call:
 
     def __init__(self, handle, pointer, device_pointer, num_outputs: int, count: int,
                  fixed: tuple, num_devices: int = 1):
+        if num_devices < 1 and device_pointer == _NULL:  # the plugin would get no device
+            raise ValueError("a launch needs a device: this one has neither a device list nor "
+                             "a device (a portable executable runs with execute(arguments, "
+                             "device=...))")
         self.fixed = fixed  # the parameters' host types and dimensions, which call points to
         self.size = (count, num_devices)
         #: The non-donatable indices of the launch running now (call.non_donatable's memory).
@@ -232,6 +236,19 @@ def array_from_buffer(client: "ClientView", buffer, devices: tuple) -> Array:
     """Wrap a buffer whose shape and dtype are read from the plugin."""
     shape, dtype = buffer_metadata(client, buffer)
     return Array(client, [buffer], devices, shape, dtype)
+
+
+def refuse_no_device(devices: Sequence, launch: str) -> None:
+    """Raise ValueError when ``launch`` (a method's name) would run an executable on its own
+    ``devices`` and there are none: a portable executable's
+    (``CompileOptions.compile_portable_executable``). The plugin's Execute would get neither a
+    device list nor a device, where XLA's CPU plugin crashes (jaxlib's error is
+    ``INVALID_ARGUMENT: Execute expects a non-null device_assignment``)."""
+    if not devices:
+        raise ValueError(f"this executable is portable (compiled with CompileOptions."
+                         f"compile_portable_executable) and has no devices of its own for "
+                         f"{launch} to run it on: launch it on one device with "
+                         f"execute(arguments, device=...)")
 
 
 def not_row_major(index: int, argument: Array) -> ValueError:
