@@ -44,11 +44,9 @@ if os.environ.get("PJRT_ARRAY_SITES", "") not in ("", "0"):
     # Where arrays are made is recorded from the first one on (Client.heap_profile).
     from ._profiling import heap as _heap  # noqa: F401 - importing it turns recording on
 
-#: Entries the C helpers call without looking them up; a client needs all of them.
-REQUIRED_FUNCTIONS = (
-    "PJRT_Buffer_Destroy", "PJRT_Buffer_ToHostBuffer", "PJRT_Buffer_ReadyEvent",
-    "PJRT_Event_Await", "PJRT_Event_Destroy", "PJRT_Event_IsReady",
-)
+#: Entries the C helpers call without looking them up; a client needs all of them (the list
+#: is the plugin module's, which requires them at load).
+REQUIRED_FUNCTIONS = plugin_module.HELPER_FUNCTIONS
 
 
 _live_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()

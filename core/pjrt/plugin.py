@@ -35,21 +35,26 @@ logger = logging.getLogger(__name__)
 _MISSING_DEPENDENCY = re.compile(r"^(?P<lib>[^:\s]+): cannot open shared object file")
 _UNDEFINED_SYMBOL = re.compile(r"undefined symbol: (?P<symbol>\S+)")
 
-#: Entries a plugin must have at load. The first three are what the error boundary
-#: (pjrt.errors.consume) calls on every returned PJRT_Error: without them the first error
-#: cannot even be reported. The rest are what every client calls, whatever it is used for:
-#: creating and destroying it, the queries its constructor makes, and the buffer and event
-#: functions the C helpers call without looking them up (client.REQUIRED_FUNCTIONS, which
-#: make_c_api_client checks again). Finding them missing at load names them all at once,
-#: instead of one at a time, later, or never (a NULL entry called is a crash).
-LOAD_REQUIRED_FUNCTIONS = (
-    "PJRT_Error_Destroy", "PJRT_Error_Message", "PJRT_Error_GetCode",
+#: What the error boundary (pjrt.errors.consume) calls on every returned PJRT_Error: without
+#: these the first error cannot even be reported.
+ERROR_FUNCTIONS = ("PJRT_Error_Destroy", "PJRT_Error_Message", "PJRT_Error_GetCode")
+#: What every client calls, whatever it is used for: creating and destroying it, and the
+#: queries its constructor makes.
+CLIENT_FUNCTIONS = (
     "PJRT_Client_Create", "PJRT_Client_Destroy", "PJRT_Client_PlatformName",
     "PJRT_Client_PlatformVersion", "PJRT_Client_ProcessIndex", "PJRT_Client_Devices",
     "PJRT_Client_AddressableDevices",
+)
+#: The buffer and event functions the C helpers call without looking them up
+#: (`make_c_api_client` checks them again, as `pjrt.client.REQUIRED_FUNCTIONS`).
+HELPER_FUNCTIONS = (
     "PJRT_Buffer_Destroy", "PJRT_Buffer_ToHostBuffer", "PJRT_Buffer_ReadyEvent",
     "PJRT_Event_Await", "PJRT_Event_Destroy", "PJRT_Event_IsReady",
 )
+#: Entries a plugin must have at load: the one list of what pjrt requires (the client and
+#: ``pjrt conform`` take theirs from here). Finding them missing at load names them all at
+#: once, instead of one at a time, later, or never (a NULL entry called is a crash).
+LOAD_REQUIRED_FUNCTIONS = ERROR_FUNCTIONS + CLIENT_FUNCTIONS + HELPER_FUNCTIONS
 
 #: Minor versions grow by one per change to the C API (0.117 in 2026); a value this large,
 #: or a negative one, means the table is not a PJRT_Api at all.

@@ -4,17 +4,15 @@ from __future__ import annotations
 from ..._capi import api as _c
 from ..._loading import elf as _elf
 from ..._pjrt_cffi import ffi, lib
+from ...plugin import LOAD_REQUIRED_FUNCTIONS
 from ._registry import LOADED, CheckFailed, Skip, check
 
-#: Entries without which a host cannot drive a plugin at all: errors, a client, its devices,
-#: buffers both ways, events, compiling and running.
-CORE_FUNCTIONS = (
-    "PJRT_Error_Destroy", "PJRT_Error_Message", "PJRT_Error_GetCode", "PJRT_Plugin_Initialize",
-    "PJRT_Event_Destroy", "PJRT_Event_IsReady", "PJRT_Event_Await", "PJRT_Client_Create",
-    "PJRT_Client_Destroy", "PJRT_Client_PlatformName", "PJRT_Client_Devices",
-    "PJRT_Client_AddressableDevices", "PJRT_Client_BufferFromHostBuffer",
-    "PJRT_Buffer_Destroy", "PJRT_Buffer_ToHostBuffer", "PJRT_Buffer_ReadyEvent",
-    "PJRT_Client_Compile", "PJRT_LoadedExecutable_Execute", "PJRT_LoadedExecutable_Destroy",
+#: Entries without which a host cannot drive a plugin at all: what pjrt requires at load
+#: (errors, a client, its devices, buffers and events), and initialising the plugin, putting
+#: values on it, compiling and running.
+CORE_FUNCTIONS = LOAD_REQUIRED_FUNCTIONS + (
+    "PJRT_Plugin_Initialize", "PJRT_Client_BufferFromHostBuffer", "PJRT_Client_Compile",
+    "PJRT_LoadedExecutable_Execute", "PJRT_LoadedExecutable_Destroy",
 )
 
 _EXTENSION_NAMES = {getattr(lib, name): name[len("PJRT_Extension_Type_"):]
