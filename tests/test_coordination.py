@@ -399,5 +399,5 @@ def test_same_address_twice_and_a_client_of_the_earlier_job():
         with pytest.raises(DistributedRuntimeError, match="earlier coordination service"):
             old.key_value_set("k", "v")
     finally:
-        old._close()
+        old.close()
         service.shutdown()

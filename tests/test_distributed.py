@@ -654,6 +654,50 @@ def test_job_on_one_machine(num_processes, multinode_library, tmp_path):
     _check_job(results, num_processes)
 
 
+def _free_address() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+def test_job_on_the_coordination_service_in_jax_form(multinode_library, tmp_path):
+    """initialize("127.0.0.1:PORT", n, i): process 0 starts XLA's coordination service, the
+    plugin's key-value callbacks go through it; the same address serves the next job."""
+    pytest.importorskip("grpc", reason="pjrt[distributed] (grpcio) is not installed")
+    address = _free_address()
+    for attempt in ("first", "again"):
+        output = tmp_path / attempt
+        output.mkdir()
+        _check_job(_run_job(2, multinode_library, output, coordinator=address), 2)
+    assert not list(tmp_path.glob("127.0.0.1*")) and not list(Path.cwd().glob("127.0.0.1*"))
+
+
+def test_an_address_is_never_a_file_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match="host:port"):
+        distributed.open_store("job")
+    assert not list(tmp_path.iterdir())
+    # A path with a directory, or one that exists, is still a SQLite file.
+    store, owned = distributed.open_store("./job.db")
+    assert isinstance(store, SQLiteStore) and owned
+    store.close()
+    store, _ = distributed.open_store("job.db")
+    assert isinstance(store, SQLiteStore)
+    store.close()
+
+
+def test_sizes_that_differ_are_refused_on_the_coordination_service(multinode_library,
+                                                                    tmp_path):
+    pytest.importorskip("grpc", reason="pjrt[distributed] (grpcio) is not installed")
+    started = time.monotonic()
+    outcomes = _run_workers(_ids((2, 0), (3, 1)), multinode_library, tmp_path, _free_address())
+    for status, stderr in outcomes:
+        assert status != 0, stderr
+        assert re.search(r"the processes disagree on the size of the job \(process 0: 2, "
+                         r"process 1: 3\)", stderr), stderr[-3000:]
+    assert time.monotonic() - started < 25
+
+
 def test_job_over_redis(multinode_library, tmp_path, redis_url):
     results = _run_job(2, multinode_library, tmp_path, coordinator=redis_url.replace("/0", "/2"))
     _check_job(results, 2)
@@ -836,10 +880,11 @@ except BaseException as error:
 """
 
 
-def test_ctrl_c_while_a_client_waits_for_the_other_processes(multinode_library, tmp_path):
+@pytest.mark.parametrize("kind", ["sqlite", "service"])
+def test_ctrl_c_while_a_client_waits_for_the_other_processes(kind, multinode_library, tmp_path):
     """Ctrl-C while the plugin waits in a key-value get during client creation reaches the
     caller as a KeyboardInterrupt (it was the plugin's INTERNAL error), within seconds."""
-    coordinator = str(tmp_path / "job.db")
+    coordinator = str(tmp_path / "job.db") if kind == "sqlite" else _free_address()
     env = child_env(drop=("PJRT_",))
     processes = [subprocess.Popen(
         [sys.executable, "-c", _WAITING_PROCESS, str(i), str(multinode_library), coordinator],

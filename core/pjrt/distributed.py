@@ -8,10 +8,16 @@ multi-process client: its plugin gets the key-value callbacks and the create opt
 other processes, and lists every process's devices. Devices of other processes are
 non-addressable (``device.is_addressable`` is False, ``device.process_index`` says whose).
 
-The coordinator names a key-value store (see [`pjrt.kv_store`][pjrt.kv_store]):
+The coordinator is, as in jax, an address, or names a key-value store (see
+[`pjrt.kv_store`][pjrt.kv_store]):
 
-* ``sqlite:///path/job.db`` or a plain file path: a SQLite file all processes of one machine
-  open (what ``pjrt launch`` uses); use a new file for each job.
+* ``host:port`` (jax's form, and what ``pjrt launch`` uses): XLA's coordination service.
+  Process 0 starts it, listening on ``coordinator_bind_address`` (``[::]:port`` by default);
+  every process connects to ``host:port``. It needs grpcio (``pip install 'pjrt[distributed]'``)
+  and no server to install; jax and torch_xla processes speak the same protocol. A process
+  that dies or hangs is seen by the others within ``heartbeat_timeout``.
+* ``sqlite:///path/job.db`` (or a path that exists or has a ``/``): a SQLite file all
+  processes of one machine open; use a new file for each job.
 * ``redis://host:port/db``: a Redis server, for processes on several machines.
 * ``jax``: jax's coordination service, after ``jax.distributed.initialize`` in this process.
 * or a [`KeyValueStore`][pjrt.kv_store.KeyValueStore] object.
@@ -32,9 +38,10 @@ MPICH's ``mpirun`` (and PMIx), and Kubernetes indexed jobs. ``PJRT_CLUSTER_DETEC
 (``auto``, ``off``, or one launcher: ``slurm``, ``mpi``, ``k8s``) chooses; see
 `detect_cluster`. The coordinator is always named by the operator.
 
-A store serves one job. Each process claims its id in the store, so a second process with the
-same id, an id out of range, a process that counts the job differently, or a store left by an
-earlier job is refused, in every process of the job, with an error that says which.
+A store serves one job. Each process claims its id in the store (the coordination service
+does it itself), so a second process with the same id, an id out of range, a process that
+counts the job differently, or a store left by an earlier job is refused with an error that
+says which.
 """
 from __future__ import annotations
 
@@ -45,13 +52,16 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Mapping, Sequence
 
+from ._distributed.coordination_errors import DistributedRuntimeError, DistributedTimeoutError
+
 if TYPE_CHECKING:
     from .kv_store import KeyValueStore
 
 __all__ = ["initialize", "shutdown", "is_initialized", "global_state", "DistributedState",
            "COORDINATOR_ENV", "NUM_PROCESSES_ENV", "PROCESS_ID_ENV", "LOCAL_DEVICE_IDS_ENV",
            "TIMEOUT_ENV", "CLUSTER_DETECTION_ENV", "open_store", "next_client_prefix",
-           "detect_cluster", "ClusterEnvironment", "check_job", "job_store", "JobStore"]
+           "detect_cluster", "ClusterEnvironment", "check_job", "job_store", "JobStore",
+           "DistributedRuntimeError", "DistributedTimeoutError"]
 
 COORDINATOR_ENV = "PJRT_COORDINATOR"
 NUM_PROCESSES_ENV = "PJRT_NUM_PROCESSES"
@@ -60,6 +70,9 @@ LOCAL_DEVICE_IDS_ENV = "PJRT_LOCAL_DEVICE_IDS"
 TIMEOUT_ENV = "PJRT_DISTRIBUTED_TIMEOUT"
 CLUSTER_DETECTION_ENV = "PJRT_CLUSTER_DETECTION"
 DEFAULT_TIMEOUT_SECONDS = 300.0
+#: jax's defaults for a job on the coordination service.
+DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 100.0
+DEFAULT_SHUTDOWN_TIMEOUT_SECONDS = 300.0
 
 
 class DistributedState:
@@ -85,6 +98,9 @@ class DistributedState:
       local_process_id: this process's rank among the processes of its host, when the
         launcher says it.
       member: what this process wrote as its claim on its id (host, pid and a random part).
+      client: this process's [`DistributedRuntimeClient`][pjrt.xla_client.DistributedRuntimeClient]
+        when the coordinator is an address, else None.
+      service: the coordination service process 0 started (None elsewhere).
     """
 
     # A plain class, not a dataclass: client creation reads it, and start-up stays light.
@@ -107,6 +123,8 @@ class DistributedState:
         self.cluster = cluster
         self.local_process_id = local_process_id
         self.member = member
+        self.client = None
+        self.service = None
 
     def __repr__(self) -> str:
         return (f"DistributedState(num_processes={self.num_processes}, "
@@ -370,12 +388,18 @@ def open_store(coordinator) -> tuple["KeyValueStore", bool]:
         from .kv_store import JaxDistributedStore
 
         return JaxDistributedStore(), False
+    named = text
     if text.startswith("sqlite://"):
         text = text[len("sqlite://"):]
+    elif not isinstance(coordinator, os.PathLike) and not (
+            "/" in text or os.sep in text or os.path.exists(text)):
+        # A bare word is never taken for a file: "host:port" is the coordination service's
+        # address (initialize handles it), anything else a mistake.
+        text = ""
     if not text or "://" in text:
-        raise ValueError(f"coordinator {os.fspath(coordinator)!r} names no store pjrt knows; "
-                         f"give sqlite:///path/to/job.db, a file path, redis://host:port/db, "
-                         f"or jax")
+        raise ValueError(f"coordinator {named!r} names no store pjrt knows; give host:port "
+                         f"(XLA's coordination service, started by process 0), "
+                         f"sqlite:///path/to/job.db, redis://host:port/db, or jax")
     return SQLiteStore(text), True
 
 
@@ -514,6 +538,9 @@ class JobStore:
     def get(self, key: str, timeout: float) -> bytes:
         from .kv_store import wait_for
 
+        if getattr(self.store, "reports_failures", False):
+            return self.store.get(key, timeout)  # ends with the job's error by itself
+
         def probe():
             value = self.store.try_get(key)
             if value is None:
@@ -561,10 +588,20 @@ def _missing_message(missing: list[str], cluster: ClusterEnvironment | None) -> 
             f"processes on several machines")
 
 
-def initialize(coordinator=None, num_processes: int | None = None,
+def initialize(coordinator_address=None, num_processes: int | None = None,
                process_id: int | None = None, *, local_device_ids: Sequence[int] | None = None,
-               timeout: float | None = None, cluster_detection_method: str | None = None) -> None:
-    """Join this process to a job of ``num_processes`` processes sharing ``coordinator``.
+               timeout: float | None = None, cluster_detection_method: str | None = None,
+               coordinator_bind_address: str | None = None,
+               heartbeat_timeout: float | None = None,
+               shutdown_timeout: float | None = None) -> None:
+    """Join this process to a job of ``num_processes`` processes sharing a coordinator.
+
+    As in jax::
+
+        pjrt.distributed.initialize("10.0.0.1:1234", num_processes=2, process_id=i)
+
+    process 0 starts XLA's coordination service on port 1234 and every process connects to
+    it; the coordinator may also name a key-value store (see the module docstring).
 
     Call it once in each process, before creating clients (clients made earlier stay
     single-process). It waits until every process has joined.
@@ -574,8 +611,8 @@ def initialize(coordinator=None, num_processes: int | None = None,
     cluster launcher's variables (see `detect_cluster`).
 
     Args:
-      coordinator: the key-value store (see the module docstring); ``PJRT_COORDINATOR``
-        when None.
+      coordinator_address: ``host:port`` of the coordination service, or a key-value store
+        (see the module docstring); ``PJRT_COORDINATOR`` when None.
       num_processes: ``PJRT_NUM_PROCESSES`` when None, else the launcher's.
       process_id: this process's id, 0 to num_processes - 1; ``PJRT_PROCESS_ID`` when None,
         else the launcher's.
@@ -584,6 +621,10 @@ def initialize(coordinator=None, num_processes: int | None = None,
       timeout: seconds to wait for the other processes; ``PJRT_DISTRIBUTED_TIMEOUT`` or 300.
       cluster_detection_method: ``"auto"``, ``"off"``, ``"slurm"``, ``"mpi"`` or ``"k8s"``;
         ``PJRT_CLUSTER_DETECTION`` or ``"auto"`` when None.
+      coordinator_bind_address: where process 0's coordination service listens;
+        ``JAX_COORDINATOR_BIND_ADDRESS`` or ``[::]:<port>`` (every interface) when None.
+      heartbeat_timeout: seconds after which a silent process is lost (100).
+      shutdown_timeout: seconds `shutdown` waits for the other processes (300).
 
     Raises:
       RuntimeError: already initialised (call `shutdown` first); or the job was refused
@@ -592,7 +633,10 @@ def initialize(coordinator=None, num_processes: int | None = None,
       ValueError: an argument is missing (and its variable unset) or out of range, or the
         launchers' variables disagree.
       TimeoutError: not every process joined within ``timeout``.
+      OSError: process 0 cannot listen on the coordinator's port (it is in use).
+      ImportError: the coordinator is an address and grpcio is missing.
     """
+    coordinator = coordinator_address
     if coordinator is None:
         coordinator = os.environ.get(COORDINATOR_ENV, "").strip() or None
     if num_processes is None:
@@ -627,15 +671,24 @@ def initialize(coordinator=None, num_processes: int | None = None,
         if global_state.store is not None:
             raise RuntimeError("pjrt.distributed.initialize was already called in this "
                                "process; call pjrt.distributed.shutdown() first")
-        store, owned = open_store(coordinator)
         generation = global_state.generation + 1
         member = _member_name()
-        try:
-            _join(store, generation, num_processes, process_id, member, timeout)
-        except BaseException:
-            if owned and hasattr(store, "close"):
-                store.close()  # pyright: ignore[reportAttributeAccessIssue]  (hasattr above)
-            raise
+        client = service = None
+        if isinstance(coordinator, str) and _is_address(coordinator.strip()):
+            store, client, service = _join_service(
+                coordinator.strip(), num_processes, process_id, coordinator_bind_address,
+                timeout, heartbeat_timeout, shutdown_timeout)
+            owned = False
+        else:
+            store, owned = open_store(coordinator)
+            try:
+                _join(store, generation, num_processes, process_id, member, timeout)
+            except BaseException:
+                if owned and hasattr(store, "close"):
+                    store.close()  # pyright: ignore[reportAttributeAccessIssue]  (hasattr above)
+                raise
+        global_state.client = client
+        global_state.service = service
         global_state.store = store
         global_state.owns_store = owned
         global_state.coordinator = coordinator
@@ -650,6 +703,32 @@ def initialize(coordinator=None, num_processes: int | None = None,
         global_state.local_process_id = (cluster.local_process_id if cluster is not None
                                          else None)
         global_state.member = member
+
+
+def _is_address(text: str) -> bool:
+    from ._distributed.runtime_job import is_address
+
+    return is_address(text)
+
+
+def _join_service(address: str, num_processes: int, process_id: int, bind_address: str | None,
+                  timeout: float, heartbeat_timeout: float | None,
+                  shutdown_timeout: float | None):
+    """The job on XLA's coordination service at ``address`` (see `initialize`)."""
+    from ._distributed import runtime_job
+
+    if not 0 <= process_id < num_processes:
+        raise ValueError(f"process_id {process_id} is outside 0..{num_processes - 1} for a job "
+                         f"of {num_processes} processes; give each process its own id from 0 "
+                         f"to {num_processes - 1}")
+    if bind_address is None:
+        bind_address = os.environ.get("JAX_COORDINATOR_BIND_ADDRESS", "").strip() or None
+    return runtime_job.join(
+        address, num_processes, process_id, bind_address=bind_address, timeout=timeout,
+        heartbeat_timeout=(DEFAULT_HEARTBEAT_TIMEOUT_SECONDS if heartbeat_timeout is None
+                           else float(heartbeat_timeout)),
+        shutdown_timeout=(DEFAULT_SHUTDOWN_TIMEOUT_SECONDS if shutdown_timeout is None
+                          else float(shutdown_timeout)))
 
 
 def is_initialized() -> bool:
@@ -675,6 +754,16 @@ def shutdown(*, wait: bool = True) -> None:
         if store is None:
             return
         generation = global_state.generation
+        client, service = global_state.client, global_state.service
+        if client is not None:
+            from ._distributed.runtime_job import leave
+
+            try:
+                leave(client, service, wait)
+            finally:
+                global_state.client = global_state.service = None
+                _reset_state()
+            return
         try:
             # Marks this id as gone, so that a later job meeting the store is told it is stale.
             store.set(_job_key(generation, "left", global_state.process_id),
@@ -685,14 +774,18 @@ def shutdown(*, wait: bool = True) -> None:
         finally:
             if global_state.owns_store and hasattr(store, "close"):
                 store.close()  # pyright: ignore[reportAttributeAccessIssue]  (hasattr above)
-            global_state.store = None
-            global_state.owns_store = False
-            global_state.num_processes = 1
-            global_state.process_id = 0
-            global_state.local_device_ids = None
-            global_state.cluster = None
-            global_state.local_process_id = None
-            global_state.member = ""
+            _reset_state()
+
+
+def _reset_state() -> None:
+    global_state.store = None
+    global_state.owns_store = False
+    global_state.num_processes = 1
+    global_state.process_id = 0
+    global_state.local_device_ids = None
+    global_state.cluster = None
+    global_state.local_process_id = None
+    global_state.member = ""
 
 
 def next_client_prefix(platform: str) -> str:

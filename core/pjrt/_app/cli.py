@@ -684,8 +684,9 @@ def build_parser() -> argparse.ArgumentParser:
     launch = commands.add_parser("launch", parents=[common],
                                  help="run a script as N processes of one job on this machine")
     launch.add_argument("-n", "--num-processes", type=int, required=True, metavar="N")
-    launch.add_argument("--coordinator", metavar="URL", help="the job's key-value store "
-                        "(default: a SQLite file in a new temporary directory)")
+    launch.add_argument("--coordinator", metavar="ADDRESS", help="host:port of the job's "
+                        "coordination service (default: 127.0.0.1 and a free port), or a "
+                        "key-value store: sqlite:///path/job.db, redis://host:port/db")
     launch.add_argument("--devices-per-process", type=int, metavar="K", help="give process i "
                         "the local devices i*K .. i*K+K-1 (PJRT_LOCAL_DEVICE_IDS)")
     launch.add_argument("--timeout", type=float, metavar="S",

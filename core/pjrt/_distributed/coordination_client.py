@@ -319,11 +319,14 @@ class DistributedRuntimeClient:
                            check_error=False)
             except DistributedRuntimeError as error:
                 failure = error
-        self._close()
+        self.close()
         if failure is not None:
             raise failure
 
-    def _close(self) -> None:
+    def close(self) -> None:
+        """Disconnect without the shutdown barrier: stop the heartbeats and the error poll and
+        close the channel (the service sees this process as lost once its heartbeats stop)."""
+        self._connected = False
         self._stop.set()
         poll, self._poll = self._poll, None
         if poll is not None:
@@ -342,7 +345,7 @@ class DistributedRuntimeClient:
                     self.shutdown()
                 else:
                     self._connected = False
-                    self._close()
+                    self.close()
         except Exception:  # noqa: BLE001 - nothing may escape a finaliser
             pass
 

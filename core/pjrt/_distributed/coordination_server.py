@@ -8,6 +8,7 @@ second whether its caller is still there.
 """
 from __future__ import annotations
 
+import queue
 import threading
 from concurrent import futures
 
@@ -38,6 +39,55 @@ class _Pending:
         return self.result
 
 
+class _DaemonPool:
+    """The gRPC server's executor, on daemon threads started as needed (up to
+    ``max_workers``): a handler waiting for a barrier or for errors must not hold the
+    interpreter's exit, as ``ThreadPoolExecutor``'s threads, joined at exit, would."""
+
+    def __init__(self, max_workers: int, name: str):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._threads = 0
+        self._max = max_workers
+        self._name = name
+
+    def submit(self, fn, *args, **kwargs) -> futures.Future:
+        future: futures.Future = futures.Future()
+        self._queue.put((future, fn, args, kwargs))
+        with self._lock:
+            if self._idle == 0 and self._threads < self._max:
+                self._threads += 1
+                threading.Thread(target=self._work, daemon=True,
+                                 name=f"{self._name}-{self._threads}").start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            item = self._queue.get()
+            with self._lock:
+                self._idle -= 1
+            if item is None:
+                return
+            future, fn, args, kwargs = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as error:  # noqa: BLE001 - handed to the future
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
+        with self._lock:
+            threads = self._threads
+        for _ in range(threads):
+            self._queue.put(None)
+
+
 def import_grpc():
     try:
         import grpc  # pyright: ignore[reportMissingImports]  (optional: pjrt[distributed])
@@ -61,9 +111,9 @@ class GrpcCoordinationServer:
         self.service = service
         self._codes = {code.value[0]: code for code in grpc.StatusCode}
         workers = 4 * service.num_tasks + 32
+        self._pool = _DaemonPool(workers, "pjrt-coordination")
         self._server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=workers,
-                                       thread_name_prefix="pjrt-coordination"),
+            self._pool,  # pyright: ignore[reportArgumentType]  (submit is all gRPC uses)
             # One service per port: without this, gRPC lets a second server bind a port in use
             # (SO_REUSEPORT), and clients would reach either at random.
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", -1),
@@ -282,6 +332,7 @@ class GrpcCoordinationServer:
         """Stop the service (pending waits end with an error) and the server."""
         self.service.stop()
         self._server.stop(grace).wait()
+        self._pool.shutdown()
 
 
 class DistributedRuntimeService:

@@ -3,8 +3,8 @@
 Each process gets the environment [`pjrt.distributed.initialize`][pjrt.distributed.initialize] reads
 (``PJRT_COORDINATOR``, ``PJRT_NUM_PROCESSES``, ``PJRT_PROCESS_ID`` and, with
 ``devices_per_process``, ``PJRT_LOCAL_DEVICE_IDS``), so the script calls
-``pjrt.distributed.initialize()`` with no arguments. Without a coordinator the job shares a
-SQLite file in a new temporary directory, removed afterwards.
+``pjrt.distributed.initialize()`` with no arguments. Without a coordinator the job runs on
+XLA's coordination service at ``127.0.0.1:<a free port>``, which process 0 starts.
 
 When one process fails the others are stopped (they would otherwise wait at a barrier for it
 until their timeout); the launcher's exit status is the first failing process's.
@@ -12,10 +12,9 @@ until their timeout); the launcher's exit status is the first failing process's.
 from __future__ import annotations
 
 import os
-import shutil
+import socket
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Mapping, Sequence
 
@@ -57,10 +56,8 @@ def launch(script: str, arguments: Sequence[str] = (), *, num_processes: int,
         raise ValueError(f"-n must be at least 1, not {num_processes}")
     if not os.path.isfile(script):
         raise FileNotFoundError(f"no script {script!r}")
-    scratch = None
     if coordinator is None:
-        scratch = tempfile.mkdtemp(prefix="pjrt-launch-")
-        coordinator = "sqlite://" + os.path.join(scratch, "job.db")
+        coordinator = f"127.0.0.1:{free_port()}"
     processes = []
     try:
         for process_id in range(num_processes):
@@ -71,8 +68,13 @@ def launch(script: str, arguments: Sequence[str] = (), *, num_processes: int,
         return _wait(processes)
     finally:
         _stop(processes)
-        if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 no process listens on now (the system's choice)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _wait(processes: list) -> int:
