@@ -880,6 +880,52 @@ except BaseException as error:
 """
 
 
+_LOSING_PROCESS = """
+import os, signal, sys, time
+import pjrt
+from pjrt import distributed
+process_id, library, coordinator = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+distributed.initialize(coordinator, num_processes=2, process_id=process_id, heartbeat_timeout=2)
+plugin = pjrt.load_pjrt_plugin_dynamically("multinode", library)
+plugin.option_types.update({"node_id": int, "num_nodes": int, "local_device_count": int})
+if process_id == 1:
+    print("joined", flush=True)
+    time.sleep(1.0)
+    os.kill(os.getpid(), signal.SIGKILL)  # dies before making its client
+print("creating", flush=True)
+start = time.monotonic()
+try:
+    pjrt.make_c_api_client("multinode", {"local_device_count": 2})
+except BaseException as error:
+    print(f"{time.monotonic() - start:.1f} {type(error).__name__}: {error}", flush=True)
+"""
+
+
+def test_a_lost_process_ends_client_creation_in_the_others(multinode_library):
+    """Process 1 dies while process 0's plugin waits for its topology: the wait ends within
+    the heartbeat timeout with an error naming process 1, and process 0 lives on."""
+    pytest.importorskip("grpc", reason="pjrt[distributed] (grpcio) is not installed")
+    coordinator = _free_address()
+    env = child_env(drop=("PJRT_",))
+    processes = [subprocess.Popen(
+        [sys.executable, "-c", _LOSING_PROCESS, str(i), str(multinode_library), coordinator],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for i in (0, 1)]
+    try:
+        waiting, dying = processes
+        assert waiting.stdout.readline().strip() == "creating", waiting.stderr.read()
+        out, err = waiting.communicate(timeout=60)
+        assert waiting.returncode == 0, err[-2000:]
+        seconds, _, message = out.strip().partition(" ")
+        assert float(seconds) < 15, out
+        assert "process 1" in message and "heartbeat" in message, (out, err[-2000:])
+        assert dying.wait(10) == -signal.SIGKILL
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+            process.communicate()
+
+
 @pytest.mark.parametrize("kind", ["sqlite", "service"])
 def test_ctrl_c_while_a_client_waits_for_the_other_processes(kind, multinode_library, tmp_path):
     """Ctrl-C while the plugin waits in a key-value get during client creation reaches the
