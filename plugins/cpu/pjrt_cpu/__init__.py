@@ -12,6 +12,7 @@ import warnings
 from pjrt import plugin_api
 
 from .lapack import register_lapack_kernels
+from .cpu_sparse import register_sparse_kernels
 
 __version__ = "0.1.0"
 
@@ -74,10 +75,12 @@ def client_options(num_devices: int | None = None) -> dict:
 def _register_kernels() -> None:
     try:
         register_lapack_kernels(PLATFORM)
+        register_sparse_kernels(PLATFORM)
     except (ImportError, OSError, RuntimeError) as exc:
         # The plugin is still useful without them; only linear algebra needs the kernels.
-        warnings.warn(f"pjrt_cpu: the LAPACK custom-call kernels are unavailable ({exc}); "
-                      f"programs using jnp.linalg will fail to compile", RuntimeWarning,
+        warnings.warn(f"pjrt_cpu: the LAPACK and sparse custom-call kernels are unavailable "
+                      f"({exc}); programs using jnp.linalg or jax.experimental.sparse will "
+                      f"fail to compile", RuntimeWarning,
                       stacklevel=3)
 
 

@@ -97,6 +97,26 @@ void* lk_routine(call* c, int r, int t, XLA_FFI_Error** error) {
 /* Call-frame helpers                                                       */
 /* ------------------------------------------------------------------------ */
 
+/* The FFI version the handlers report when XLA asks (see pjrt/ffi.py,
+   HANDLER_FFI_VERSION): they use only the call frame and XLA_FFI_Error_Create,
+   which are unchanged since 0.1, the oldest version current plugins accept. */
+enum { HANDLER_FFI_MAJOR = 0, HANDLER_FFI_MINOR = 1 };
+
+int lk_answer_metadata_query(XLA_FFI_CallFrame* frame) {
+  for (XLA_FFI_Extension_Base* e = frame->extension_start; e != NULL; e = e->next) {
+    if (e->type == XLA_FFI_Extension_Metadata) {
+      XLA_FFI_Metadata* m = ((XLA_FFI_Metadata_Extension*)e)->metadata;
+      m->api_version.major_version = HANDLER_FFI_MAJOR;
+      m->api_version.minor_version = HANDLER_FFI_MINOR;
+      if (m->struct_size >= offsetof(XLA_FFI_Metadata, traits) + sizeof(m->traits)) {
+        m->traits = 0;
+      }
+      return 1;
+    }
+  }
+  return 0;
+}
+
 XLA_FFI_Error* lk_fail(call* c, XLA_FFI_Error_Code code, const char* fmt, const char* detail) {
   char message[512];
   char body[384];

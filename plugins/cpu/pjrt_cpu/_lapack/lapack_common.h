@@ -130,6 +130,10 @@ typedef struct {
   const char* target;
 } call;
 
+/* Answers XLA's metadata query (the call made at registration with an
+   XLA_FFI_Metadata_Extension and no API table). Returns 1 if it was one. */
+int lk_answer_metadata_query(XLA_FFI_CallFrame* frame);
+
 /* An error "<target>: <fmt with detail for %s>". */
 XLA_FFI_Error* lk_fail(call* c, XLA_FFI_Error_Code code, const char* fmt, const char* detail);
 

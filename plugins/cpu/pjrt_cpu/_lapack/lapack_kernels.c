@@ -38,40 +38,21 @@
  *                            the call-frame helpers every kernel uses;
  *   lapack_factorizations.c  potrf, getrf, geqrf, geqp3, orgqr, ormqr, trsm;
  *   lapack_decompositions.c  gesdd/gesvd, syevd, geev, gees, gehrd, sytrd;
- *   lapack_tridiagonal.c     gtsv and tridiagonal_solve_perturbed.
+ *   lapack_tridiagonal.c     gtsv and tridiagonal_solve_perturbed;
+ *   sparse_kernels.c         cpu_csr_sparse_dense_ffi, jaxlib's CPU sparse
+ *                            kernel (not LAPACK: a table of its own, read by
+ *                            pjrt_cpu.cpu_sparse).
  */
 #include <stddef.h>
 
 #include "lapack_common.h"
-
-/* The FFI version these handlers report when XLA asks (see pjrt/ffi.py,
-   HANDLER_FFI_VERSION): they use only the call frame and XLA_FFI_Error_Create,
-   which are unchanged since 0.1, the oldest version current plugins accept. */
-enum { HANDLER_FFI_MAJOR = 0, HANDLER_FFI_MINOR = 1 };
-
-/* Answers XLA's metadata query (the call made at registration with an
-   XLA_FFI_Metadata_Extension and no API table). Returns 1 if it was one. */
-static int answer_metadata_query(XLA_FFI_CallFrame* frame) {
-  for (XLA_FFI_Extension_Base* e = frame->extension_start; e != NULL; e = e->next) {
-    if (e->type == XLA_FFI_Extension_Metadata) {
-      XLA_FFI_Metadata* m = ((XLA_FFI_Metadata_Extension*)e)->metadata;
-      m->api_version.major_version = HANDLER_FFI_MAJOR;
-      m->api_version.minor_version = HANDLER_FFI_MINOR;
-      if (m->struct_size >= offsetof(XLA_FFI_Metadata, traits) + sizeof(m->traits)) {
-        m->traits = 0;
-      }
-      return 1;
-    }
-  }
-  return 0;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Handlers: one C function per target, as XLA identifies handlers by address */
 /* ------------------------------------------------------------------------ */
 
 static XLA_FFI_Error* dispatch(XLA_FFI_CallFrame* frame, const char* target, int r, int t) {
-  if (answer_metadata_query(frame)) return NULL;
+  if (lk_answer_metadata_query(frame)) return NULL;
   /* Only the execute stage carries data; the others have nothing to prepare. */
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
   call c = {frame, target};
