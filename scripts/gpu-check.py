@@ -619,6 +619,40 @@ torch.testing.assert_close(back, tensor * 2)
 # And the other way: a pjrt Array read by torch without leaving the device.
 again = torch.from_dlpack(pjrt.from_dlpack(back))
 torch.testing.assert_close(again, tensor * 2)
+if platform == "cuda":
+    # Streams: torch's work on a non-default stream, handed to pjrt with no host wait (pjrt
+    # asks for it on the device's stream for external ready events), and a long pjrt program
+    # read by torch on that stream (the plugin makes the stream wait for the result).
+    stream = device.get_stream_for_external_ready_events()
+    assert stream, stream
+    side = torch.cuda.Stream()
+    n = 2048
+    with torch.cuda.stream(side):
+        base = torch.rand(n, n, device=where) / n
+        product = base
+        for _ in range(20):
+            product = product @ base + base
+        handed = pjrt.from_dlpack(product)
+    expected = product.cpu().numpy()
+    np.testing.assert_allclose(np.asarray(handed), expected, rtol=1e-4, atol=1e-6)
+    chain = pjrt.compile('''
+func.func public @main(%x: tensor<2048x2048xf32>) -> tensor<2048x2048xf32> {
+  %a = stablehlo.dot_general %x, %x, contracting_dims = [1] x [0]
+      : (tensor<2048x2048xf32>, tensor<2048x2048xf32>) -> tensor<2048x2048xf32>
+  %b = stablehlo.dot_general %a, %x, contracting_dims = [1] x [0]
+      : (tensor<2048x2048xf32>, tensor<2048x2048xf32>) -> tensor<2048x2048xf32>
+  %c = stablehlo.dot_general %b, %x, contracting_dims = [1] x [0]
+      : (tensor<2048x2048xf32>, tensor<2048x2048xf32>) -> tensor<2048x2048xf32>
+  return %c : tensor<2048x2048xf32>
+}''', device)
+    source = pjrt.device_put(np.full((n, n), 1.0 / n, np.float32), device)
+    with torch.cuda.stream(side):
+        out = chain(source)  # still running when torch takes it
+        read = torch.from_dlpack(out)  # __dlpack__(stream=side's handle)
+        total = float(read.sum())
+    assert abs(total - n * n / n) < 1e-2 * n, total
+    print(f"streams: pjrt's external-ready stream {stream:#x}; torch work on a side stream "
+          f"taken by pjrt, and a pjrt program read by torch on that stream, without host waits")
 print(f"torch {torch.__version__} tensor on {where} -> pjrt ({device.device_kind}) -> program "
       f"-> torch on {back.device}: values equal")
 """

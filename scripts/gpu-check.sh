@@ -11,7 +11,9 @@
 #   sharded        a program over a mesh of all local GPUs (with one GPU, a 1-device mesh)
 #   profile        a program run under pjrt.profiler.trace: pjrt's events, and the CUDA
 #                  plugin's own device activity in a non-empty .xplane.pb
-#   dlpack-torch   a torch tensor on the GPU into pjrt, through a program, and back
+#   dlpack-torch   a torch tensor on the GPU into pjrt, through a program, and back; then
+#                  torch work on a non-default stream into pjrt and a long pjrt program read
+#                  by torch on that stream, synchronised through the plugin's stream extension
 #   linalg         jax's linear algebra (solve ... tridiagonal_solve; f32 and f64, batched,
 #                  ill-conditioned) exported by jax and run by pjrt on the CUDA plugin with
 #                  the kernel wheel's cuSOLVER/cuSPARSE handlers, judged against numpy

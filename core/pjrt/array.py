@@ -335,8 +335,14 @@ class Array(ArrayCore):
         (PyTorch ignores the read-only flag) is seen by every reader, as with jax. Pass
         ``copy=True`` to hand out a private copy instead.
 
+        ``stream`` is the consumer's stream on a GPU (a handle, or 1 / 2 for CUDA's default
+        streams): the plugin makes it wait for the array's value (the PJRT stream extension,
+        as in jaxlib) and the host does not wait. None or -1: the host waits for the value.
+
         Raises:
-          BufferError: the array spans several devices, or cannot be shared as asked.
+          BufferError: the array spans several devices, or cannot be shared as asked; a
+            ``stream`` for an array in host memory, or ``stream=0``.
+          UnsupportedFeatureError: a ``stream`` where the plugin lacks the stream extension.
         """
         return _dlpack.export(self, stream=stream, max_version=max_version,
                               dl_device=dl_device, copy=copy)

@@ -211,6 +211,21 @@ class Device:
                 function, api.plugin_name, api.version, HEADER_VERSION,
                 why=f"its table has the entry, but it answers {error}") from None
 
+    @_client_call
+    def get_stream_for_external_ready_events(self) -> int:
+        """The device's stream (a ``cudaStream_t`` / ``hipStream_t`` as an int) on which
+        memory handed to the plugin from outside should be made ready; what
+        [`pjrt.from_dlpack`][pjrt.dlpack.from_dlpack] passes a GPU producer as its
+        ``__dlpack__(stream=...)`` (the PJRT stream extension, as in jaxlib).
+
+        Raises:
+          UnsupportedFeatureError: the plugin has no stream extension (XLA's CPU plugins);
+            the message names the plugin.
+        """
+        from ._capi.stream_extension import stream_for_external_ready_events
+
+        return stream_for_external_ready_events(_live_api(self.client), self.pointer)
+
     def live_buffers(self) -> list:
         """The live arrays with a buffer on this device."""
         return [array for array in self.client.live_arrays() if self in array.devices()]

@@ -39,6 +39,11 @@ def from_dlpack(external, device: Device | None = None, copy: bool | None = None
     """An Array holding the data of a DLPack producer (an object with ``__dlpack__``, or a
     legacy ``"dltensor"`` capsule).
 
+    A producer on a GPU whose plugin has the PJRT stream extension is asked for its data on
+    that device's stream for external ready events
+    ([`Device.get_stream_for_external_ready_events`][pjrt.device.Device.get_stream_for_external_ready_events]), as jaxlib asks: it makes the
+    stream wait for its own work, so neither side waits on the host.
+
     Args:
       external: the producer: a numpy array, a jax or PyTorch tensor, a pjrt Array, ...
       device: the device to place the Array on; None picks the producer's own device (the
@@ -60,7 +65,8 @@ def from_dlpack(external, device: Device | None = None, copy: bool | None = None
     """
     if device is not None and not isinstance(device, Device):
         raise TypeError(f"device must be a pjrt Device or None, not {type(device).__name__}")
-    capsule = _capsule_of(external, copy)
+    stream = _producer_stream(external)
+    capsule = _capsule_of(external, copy, stream)
     tensor = _dlpack.consume(capsule)
     try:
         # A producer may hold a shape with no element whose extents XLA cannot multiply out
@@ -70,20 +76,42 @@ def from_dlpack(external, device: Device | None = None, copy: bool | None = None
         target = device if device is not None else _default_device(tensor.device)
         array = None
         if copy is not True and _can_view(tensor, target):
-            array = _view(tensor, target, must=copy is False)
+            array = _view(tensor, target, must=copy is False, stream=stream)
             if array is not None:
                 return array
         if copy is False:
             raise BufferError(
                 f"copy=False, but the data cannot be shared with {target}: "
                 f"{_why_not_shared(tensor, target)}")
-        return _copy(tensor, target)
+        return _copy(tensor, target, stream)
     finally:
         if not tensor.handed_over:
             tensor.release()
 
 
-def _capsule_of(external, copy):
+def _producer_stream(external) -> int | None:
+    """The stream a GPU producer is asked to make its data ready on: the stream for external
+    ready events of the device holding the data, as jaxlib asks (through the plugin's stream
+    extension). None for host data, or where that device's plugin lacks the extension (the
+    producer then synchronises as DLPack says for no stream)."""
+    dlpack_device = getattr(external, "__dlpack_device__", None)
+    if dlpack_device is None:
+        return None
+    dl_device = tuple(dlpack_device())
+    if dl_device[0] not in (lib.kDLCUDA, lib.kDLROCM):
+        return None
+    try:
+        holder = _default_device(dl_device)
+    except (BufferError, RuntimeError):
+        return None  # no backend for that device: the data is copied through the host
+    from ._capi.stream_extension import has_stream_extension
+
+    if not has_stream_extension(holder.client.plugin.api):
+        return None
+    return holder.get_stream_for_external_ready_events()
+
+
+def _capsule_of(external, copy, stream=None):
     if not hasattr(external, "__dlpack__"):
         if type(external).__name__ == "PyCapsule":
             return external  # the legacy protocol: a capsule handed over directly
@@ -92,11 +120,13 @@ def _capsule_of(external, copy):
     kwargs = {"max_version": _dlpack.VERSION}
     if copy is not None:
         kwargs["copy"] = copy
+    if stream is not None:
+        kwargs["stream"] = stream
     try:
         return external.__dlpack__(**kwargs)
     except TypeError:
         # A producer of the protocol before DLPack 1.0 takes no max_version or copy.
-        return external.__dlpack__()
+        return external.__dlpack__(**({"stream": stream} if stream is not None else {}))
 
 
 def _default_device(dl_device: tuple) -> Device:
@@ -142,9 +172,11 @@ def _why_not_shared(tensor: _dlpack.Consumed, target: Device) -> str | None:
     return None
 
 
-def _view(tensor: _dlpack.Consumed, target: Device, *, must: bool) -> Array | None:
+def _view(tensor: _dlpack.Consumed, target: Device, *, must: bool,
+          stream: int | None = None) -> Array | None:
     """Wrap the tensor's memory in a buffer on ``target``; None when the plugin refuses (e.g.
-    memory it finds misaligned) and a copy may be made instead."""
+    memory it finds misaligned) and a copy may be made instead. ``stream``: the stream the
+    producer made the data ready on, which the view waits for."""
     client = target.client
     api = client.plugin.api
     args = api.new_args("PJRT_Client_CreateViewOfDeviceBuffer_Args")
@@ -156,6 +188,8 @@ def _view(tensor: _dlpack.Consumed, target: Device, *, must: bool) -> Array | No
     args.device = target.pointer
     args.on_delete_callback = tensor.deleter
     args.on_delete_callback_arg = tensor.managed
+    if stream is not None:
+        args.stream = stream
     with client.raw_handle.calling() as handle:
         args.client = handle.pointer
         try:
@@ -171,7 +205,7 @@ def _view(tensor: _dlpack.Consumed, target: Device, *, must: bool) -> Array | No
         return array
 
 
-def _copy(tensor: _dlpack.Consumed, target: Device) -> Array:
+def _copy(tensor: _dlpack.Consumed, target: Device, stream: int | None = None) -> Array:
     client = target.client
     if _host_readable(tensor):
         # IMMUTABLE_ONLY_DURING_CALL: the plugin has its own copy when the call returns.
@@ -182,5 +216,5 @@ def _copy(tensor: _dlpack.Consumed, target: Device) -> Array:
         raise BufferError(f"cannot copy a tensor on DLPack device {tensor.device} with "
                           f"strides {tensor.strides} to {target}")
     source = _default_device(tensor.device)
-    view = _view(tensor, source, must=True)
+    view = _view(tensor, source, must=True, stream=stream)
     return view.copy_to_device(target)

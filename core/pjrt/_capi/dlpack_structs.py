@@ -193,6 +193,7 @@ def export(array, *, stream=None, max_version=None, dl_device=None, copy=None):
     if stream is not None and own[0] == lib.kDLCPU:
         raise BufferError(f"stream={stream!r} was passed for an array in host memory; DLPack "
                           f"wants stream=None there")
+    on_stream = _consumer_stream(stream)
     if dl_device is not None and tuple(dl_device) != own:
         if int(tuple(dl_device)[0]) != lib.kDLCPU:
             raise BufferError(f"cannot export to DLPack device {tuple(dl_device)}; this array "
@@ -205,14 +206,14 @@ def export(array, *, stream=None, max_version=None, dl_device=None, copy=None):
                             read_only=False, copied=True)
     source = array.copy_to_device(array.device) if copy else array
     holder = _Export(source)
-    pointer, strides = shared_memory(source, holder)
+    pointer, strides = shared_memory(source, holder, stream=on_stream)
     if pointer is None:  # a layout DLPack cannot describe: hand out a dense copy
         if copy is False:
             raise BufferError(f"this array's buffer is laid out as {source.layout}, which "
                               f"DLPack cannot describe, and copy=False was asked for")
         source = array.copy_to_device(array.device)  # the plugin's default (dense) layout
         holder = _Export(source)
-        pointer, strides = shared_memory(source, holder)
+        pointer, strides = shared_memory(source, holder, stream=on_stream)
         if pointer is None:
             raise BufferError(f"this array's buffer is laid out as {source.layout}, which "
                               f"DLPack cannot describe")
@@ -223,6 +224,25 @@ def export(array, *, stream=None, max_version=None, dl_device=None, copy=None):
         array.mark_shared()
     return make_capsule(holder, pointer, own, source.dtype, source.shape, strides,
                         versioned=versioned, read_only=True, copied=bool(copy))
+
+
+def _consumer_stream(stream) -> int | None:
+    """The consumer's stream to make wait for the buffer; None: the host waits instead.
+
+    DLPack's values for a GPU: None (no stream named) and -1 (the consumer asks for no
+    synchronisation; the host still waits here, which is always safe), 1 and 2 (CUDA's legacy
+    and per-thread default streams) or a stream handle; 0 is ambiguous and refused.
+    """
+    if stream is None:
+        return None
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise TypeError(f"stream must be an int (a stream handle, or 1, 2 or -1 as DLPack "
+                        f"defines them) or None, not {type(stream).__name__}")
+    if stream == 0:
+        raise BufferError("stream=0 is ambiguous (DLPack disallows it); pass 1 for CUDA's "
+                          "legacy default stream, 2 for the per-thread default stream, or a "
+                          "stream handle")
+    return None if stream == -1 else stream
 
 
 def device_of(array) -> tuple[int, int]:
@@ -241,10 +261,14 @@ def device_of(array) -> tuple[int, int]:
     return (device_type, int(hardware_id if hardware_id is not None else device.id))
 
 
-def shared_memory(array, keeper) -> tuple:
+def shared_memory(array, keeper, *, stream: int | None = None) -> tuple:
     """``(address, element strides)`` of a ready single-device array's buffer, kept alive for
     as long as ``keeper`` lives; ``(None, None)`` (nothing kept) when its layout is tiled or
     packed (no DLPack strides describe it).
+
+    With a ``stream`` (a consumer's stream on the array's device), that stream is made to wait
+    for the buffer through the plugin's stream extension and the host does not wait, as in
+    jaxlib; UnsupportedFeatureError, naming the plugin, where the plugin lacks the extension.
 
     The keeper is registered before the call that read the address ends, so a ``delete()``
     racing in another thread cannot free the memory in between.
@@ -262,7 +286,12 @@ def shared_memory(array, keeper) -> tuple:
                 layout.element_size_in_bits()
                 or (layout.tiling() and any(any(d != 1 for d in t) for t in layout.tiling()))):
             return None, None
-        array.block_until_ready()
+        if stream is None:
+            array.block_until_ready()
+        else:
+            from .stream_extension import wait_until_ready_on_stream
+
+            wait_until_ready_on_stream(api, buffer, stream)
         pointer = int(api.call_new("PJRT_Buffer_UnsafePointer", buffer=buffer).buffer_pointer)
         array.keep_memory_for(keeper)
     shape = array.shape
