@@ -263,3 +263,29 @@ def test_a_plugin_package_registers_kernels_and_their_set_up_through_plugin_api(
     pjrt.compile(program, client=client)
     assert prepared == [1]
     assert pjrt.custom_call_targets("cpu")[target] is not None
+
+
+def test_the_plugin_packages_take_their_priority_from_the_one_table(monkeypatch):
+    """Priorities are written once (pjrt.plugin_api.PLATFORM_PRIORITIES): each of pjrt's
+    plugin packages registers with its platform's entry, and a GPU outranks the TPU, which
+    outranks the CPU, with any other plugin library between the TPU and a GPU."""
+    import importlib
+    import sys
+
+    plugins = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "plugins")
+    table = plugin_api.PLATFORM_PRIORITIES
+    before = set(sys.modules)
+    try:
+        for platform in ("cpu", "cuda", "rocm", "tpu"):
+            if f"pjrt_{platform}" not in sys.modules:  # the packages from this checkout
+                monkeypatch.syspath_prepend(os.path.join(plugins, platform))
+            package = importlib.import_module(f"pjrt_{platform}")
+            assert package.PRIORITY == table[platform], platform
+    finally:  # the packages not installed here are not left importable
+        for name in set(sys.modules) - before:
+            if name.split(".")[0] in ("pjrt_cuda", "pjrt_rocm", "pjrt_tpu"):
+                del sys.modules[name]
+    assert (table["cuda"] == table["rocm"] > plugin_api.DEFAULT_PLUGIN_PRIORITY > table["tpu"]
+            > table["cpu"])
+    assert plugin_api.PluginDeclaration("x", library="x.so").priority == (
+        plugin_api.DEFAULT_PLUGIN_PRIORITY)

@@ -38,6 +38,10 @@ from ._version import __version__ as core_version
 from . import plugin
 from ._loading.library_search import format_missing
 from .errors import PluginLoadError
+# The default-backend priorities, re-exported for plugin packages (their one home is
+# pjrt._loading.platforms, beside the platform names).
+from ._loading.platforms import (DEFAULT_PLUGIN_PRIORITY as DEFAULT_PLUGIN_PRIORITY,
+                                 PLATFORM_PRIORITIES as PLATFORM_PRIORITIES)
 from .plugin import Plugin
 from .plugin_support import check_plugin_version, find_installed_wheel, find_module_library
 
@@ -55,7 +59,8 @@ __all__ = ["PluginDeclaration", "Plugin", "PluginLoadError", "Client", "DeviceTo
            "discovering", "register_plugin", "register_backend_factory", "register_unavailable",
            "check_plugin_version", "find_installed_wheel", "find_module_library", "load_plugin",
            "load_pjrt_plugin_with_c_api", "create_client", "make_topology",
-           "register_custom_call_target", "register_target_preparation", "jax_is_calling"]
+           "register_custom_call_target", "register_target_preparation", "jax_is_calling",
+           "PLATFORM_PRIORITIES", "DEFAULT_PLUGIN_PRIORITY"]
 
 #: Where JAX keeps its backend registry; JAX's own discovery runs from there.
 JAX_BRIDGE_MODULE = "jax._src.xla_bridge"
@@ -191,7 +196,7 @@ class PluginDeclaration:
     def __init__(self, platform: str, *,
                  library: str | os.PathLike | Callable[[], str] | None = None,
                  c_api: Callable[[], Any] | None = None,
-                 priority: int = 400,
+                 priority: int = DEFAULT_PLUGIN_PRIORITY,
                  options: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
                  make_client: Callable[[Plugin, dict], Client] | None = None,
                  make_topology: Callable[[Plugin, str, dict], Any] | None = None,
@@ -206,7 +211,7 @@ class PluginDeclaration:
         object.__setattr__(self, "library", library)
         #: Instead of ``library``: a function returning the plugin's ``PJRT_Api*`` as a PyCapsule.
         object.__setattr__(self, "c_api", c_api)
-        #: Default-backend priority in both hosts: cpu 0, tpu 300, cuda and rocm 500.
+        #: Default-backend priority in both hosts (`PLATFORM_PRIORITIES` for pjrt's platforms).
         object.__setattr__(self, "priority", priority)
         #: Client create options, or a function returning them, called each time a client is
         #: made (so that a bad environment variable is the backend's reason, not a lost plugin).

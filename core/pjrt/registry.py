@@ -34,6 +34,7 @@ from ._registry.registrations import Registrations
 from ._registry.registrations import (BackendFactory as BackendFactory,
                                      BackendRegistration as BackendRegistration,
                                      Options as Options)
+from ._loading.platforms import DEFAULT_PLUGIN_PRIORITY
 from ._loading.platforms import (NON_EXPERIMENTAL_PLATFORMS as NON_EXPERIMENTAL_PLATFORMS,
                                  PLATFORM_ALIASES as PLATFORM_ALIASES,
                                  PLATFORMS_ENV as PLATFORMS_ENV,
@@ -479,8 +480,8 @@ def register_unavailable(name: str, error: Exception, *, priority: int = 0) -> N
     registry.register_unavailable(name, error, priority=priority, source=source, module=module)
 
 
-def register_plugin(plugin_name: str, priority: int = 400, library_path=None, options=None,
-                    c_api=None, *, make_client=None, make_topology=None,
+def register_plugin(plugin_name: str, priority: int = DEFAULT_PLUGIN_PRIORITY, library_path=None,
+                    options=None, c_api=None, *, make_client=None, make_topology=None,
                     new_client=None) -> Plugin | None:
     """Load a PJRT plugin and register it as a backend (see BackendRegistry.register_plugin).
 

@@ -17,6 +17,14 @@ PLATFORM_ALIASES: dict[str, tuple[str, ...]] = {"gpu": ("cuda", "rocm")}
 #: Platforms whose plugins this project ships and tests; others warn once as experimental.
 NON_EXPERIMENTAL_PLATFORMS = frozenset({"cpu", "cuda", "rocm", "tpu"})
 
+#: The default-backend priority of each platform pjrt knows, as JAX ranks them (higher wins):
+#: a GPU outranks the TPU, which outranks the CPU. The one table: plugin packages read theirs
+#: from it (through ``pjrt.plugin_api``), and so do JAX plugin wheels pjrt registers.
+PLATFORM_PRIORITIES: dict[str, int] = {"cuda": 500, "rocm": 500, "tpu": 300, "cpu": 0}
+#: The priority of any other plugin library (a declaration or registration that gives none, a
+#: library named in PJRT_NAMES_AND_LIBRARY_PATHS): above the TPU, below a GPU, as in JAX.
+DEFAULT_PLUGIN_PRIORITY = 400
+
 
 def expand_platform_alias(platform: str) -> list[str]:
     """``"gpu"`` -> ``["cuda", "rocm"]``; any other name -> ``[name]``."""

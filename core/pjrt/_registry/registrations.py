@@ -20,7 +20,8 @@ from . import discovery
 from ..client import Client, create_client
 from ..errors import PluginLoadError
 from .._loading import plugin_logging
-from .._loading.platforms import (JAX_PLATFORMS_ENV, NON_EXPERIMENTAL_PLATFORMS, PLATFORMS_ENV,
+from .._loading.platforms import (DEFAULT_PLUGIN_PRIORITY, JAX_PLATFORMS_ENV,
+                                 NON_EXPERIMENTAL_PLATFORMS, PLATFORM_PRIORITIES, PLATFORMS_ENV,
                                  expand_platform_alias, parse_platforms)
 from ..plugin import Plugin, PluginTable
 
@@ -39,7 +40,8 @@ class BackendRegistration:
 
     #: Makes the client; called at most once per initialisation of the registry.
     factory: BackendFactory
-    #: Higher wins the default: accelerators (cuda 500, tpu 300) outrank cpu (0).
+    #: Higher wins the default (`pjrt.plugin_api.PLATFORM_PRIORITIES`: accelerators outrank
+    #: the CPU).
     priority: int = 0
     #: When the platform was not asked for by name, a failure is recorded and skipped
     #: rather than raised, so one broken plugin cannot stop the others. Plugin libraries
@@ -63,9 +65,6 @@ class BackendRegistration:
     failure: Exception | None = None
 
 
-_DEFAULT_PRIORITIES = {"cuda": 500, "rocm": 500, "tpu": 300, "cpu": 0}
-
-
 def _read_options(options: Options) -> dict:
     return dict((options() if callable(options) else options) or {})
 
@@ -87,8 +86,8 @@ class Registrations:
     """Registered backend factories, discovered plugins and the chosen platforms: what a
     [`BackendRegistry`][pjrt.registry.BackendRegistry] owns before any backend comes up.
 
-    The registry reads ``entries`` (name -> [`BackendRegistration`][pjrt.registry.BackendRegistration]),
-    ``quiet``, ``environ``, ``plugin_output`` and ``discovery_records``, and calls the methods
+    The registry reads ``entries`` (name ->
+    [`BackendRegistration`][pjrt.registry.BackendRegistration]), ``quiet``, ``environ``, ``plugin_output`` and ``discovery_records``, and calls the methods
     below; it shares its lock, and says which backends are up through ``started``.
     """
 
@@ -169,7 +168,7 @@ class Registrations:
             _failing(error), priority, fail_quietly, name not in NON_EXPERIMENTAL_PLATFORMS,
             _failing(error), source, module=module, failure=error))
 
-    def register_plugin(self, plugin_name: str, priority: int = 400,
+    def register_plugin(self, plugin_name: str, priority: int = DEFAULT_PLUGIN_PRIORITY,
                         library_path: str | os.PathLike | None = None,
                         options: Options = None, c_api: Any = None, *,
                         make_client: Callable[[Plugin, dict], Client] | None = None,
@@ -310,9 +309,9 @@ class Registrations:
             return
         record.detail = f"{library} as {platform!r}"
         try:
-            self.register_plugin(platform, priority=_DEFAULT_PRIORITIES.get(platform, 400),
-                                 library_path=library, source=module.source,
-                                 module=module.module)
+            priority = PLATFORM_PRIORITIES.get(platform, DEFAULT_PLUGIN_PRIORITY)
+            self.register_plugin(platform, priority=priority, library_path=library,
+                                 source=module.source, module=module.module)
         except (PluginLoadError, ValueError) as error:
             record.action, record.detail = "failed", str(error)
             logger.warning("JAX plugin %s: its library %s could not be loaded: %s",
@@ -334,8 +333,8 @@ class Registrations:
             record.action, record.detail = "failed", str(error)
             # The operator named this library: as in jax, that it cannot be loaded stops
             # start-up (with the reason and the way out) rather than leaving it out quietly.
-            self.register_unavailable(entry.name, error, priority=400, source=source,
-                                      fail_quietly=False)
+            self.register_unavailable(entry.name, error, priority=DEFAULT_PLUGIN_PRIORITY,
+                                      source=source, fail_quietly=False)
 
     # -- platform selection ----------------------------------------------------------------
 

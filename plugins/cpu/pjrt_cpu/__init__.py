@@ -19,8 +19,9 @@ __version__ = "0.1.0"
 #: The platform name the plugin is registered under.
 PLATFORM = "cpu"
 
-#: Default-backend priority: the lowest, so any accelerator plugin is preferred.
-PRIORITY = 0
+#: Default-backend priority: the platform's entry in pjrt's one table of priorities (a GPU
+#: outranks the TPU, which outranks the CPU, as in JAX).
+PRIORITY = plugin_api.PLATFORM_PRIORITIES[PLATFORM]
 
 #: Environment variable with the number of CPU devices a client exposes.
 DEVICE_COUNT_ENV = "PJRT_CPU_DEVICE_COUNT"

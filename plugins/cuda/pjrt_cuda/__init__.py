@@ -30,8 +30,9 @@ __version__ = "0.1.0"
 #: The platform name the plugin is registered under.
 PLATFORM = "cuda"
 
-#: Default-backend priority: a GPU outranks the TPU (300) and the CPU (0), as in JAX.
-PRIORITY = 500
+#: Default-backend priority: the platform's entry in pjrt's one table of priorities (a GPU
+#: outranks the TPU, which outranks the CPU, as in JAX).
+PRIORITY = plugin_api.PLATFORM_PRIORITIES[PLATFORM]
 
 #: Set to 1 to create the client even when a pip-installed CUDA library looks too old.
 SKIP_VERSION_CHECK_ENV = "PJRT_CUDA_SKIP_VERSION_CHECK"

@@ -24,8 +24,9 @@ __version__ = "0.1.0"
 #: The platform name the plugin is registered under.
 PLATFORM = "rocm"
 
-#: Default-backend priority: a GPU outranks the TPU (300) and the CPU (0), as in JAX.
-PRIORITY = 500
+#: Default-backend priority: the platform's entry in pjrt's one table of priorities (a GPU
+#: outranks the TPU, which outranks the CPU, as in JAX).
+PRIORITY = plugin_api.PLATFORM_PRIORITIES[PLATFORM]
 
 #: Where to read how to install ROCm.
 ROCM_INSTALL_URL = "https://rocm.docs.amd.com/projects/install-on-linux/en/latest/"

@@ -39,8 +39,9 @@ __version__ = "0.1.0"
 #: The platform name the plugin is registered under.
 PLATFORM = "tpu"
 
-#: Default-backend priority: below a GPU (500), above the CPU (0), as in JAX.
-PRIORITY = 300
+#: Default-backend priority: the platform's entry in pjrt's one table of priorities (a GPU
+#: outranks the TPU, which outranks the CPU, as in JAX).
+PRIORITY = plugin_api.PLATFORM_PRIORITIES[PLATFORM]
 
 #: Names a libtpu.so to use instead of the one in the libtpu wheel.
 LIBRARY_PATH_ENV = "TPU_LIBRARY_PATH"
