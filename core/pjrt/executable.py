@@ -54,17 +54,10 @@ _NO_HOST_VALUES = (_NULL, _NULL, _NULL)
 _adopt = Array._adopt
 
 #: True while a trace runs (pjrt.profiler): `execute` then times the native per-call path
-#: from Python. A global of this module, kept by `recorder.switches`, is the cheapest test per
+#: from Python. A global of this module (`recorder.follow` keeps it) is the cheapest test per
 #: call.
 _tracing = recorder.active
-
-
-def _switch_tracing(on: bool) -> None:
-    global _tracing
-    _tracing = on
-
-
-recorder.switches.append(_switch_tracing)
+recorder.follow(globals())
 
 
 def _call_parameters(executable: "LoadedExecutable") -> tuple | None:

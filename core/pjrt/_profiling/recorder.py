@@ -37,6 +37,14 @@ active = False
 #: `active` (a global of its own module, not an attribute of this one).
 switches: list = []
 
+
+def follow(namespace: dict, name: str = "_tracing") -> None:
+    """Keep ``namespace[name]`` (a per-call module's globals) equal to `active`, through one of
+    `switches`: the one way a module on the per-call path gets its own flag."""
+    namespace[name] = active
+    switches.append(lambda on: namespace.__setitem__(name, on))
+
+
 now = time.perf_counter_ns
 
 

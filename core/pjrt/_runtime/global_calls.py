@@ -28,17 +28,10 @@ from .launches import (Call, LaunchState, buffer_metadata, call_hooks, consume_d
 _NULL = ffi.NULL
 
 #: True while a trace runs (pjrt.profiler): `execute_laid_out` then times the native per-call path
-#: from Python. A global of this module, kept by `recorder.switches`, is the cheapest test per
+#: from Python. A global of this module (`recorder.follow` keeps it) is the cheapest test per
 #: call.
 _tracing = recorder.active
-
-
-def _switch_tracing(on: bool) -> None:
-    global _tracing
-    _tracing = on
-
-
-recorder.switches.append(_switch_tracing)
+recorder.follow(globals())
 
 
 class GlobalCalls(ExecutableMetadata):
