@@ -401,3 +401,50 @@ def test_same_address_twice_and_a_client_of_the_earlier_job():
     finally:
         old.close()
         service.shutdown()
+
+
+MEMBER_CHILD = textwrap.dedent("""
+    import sys
+    from pjrt import xla_client
+    address, rank = sys.argv[1], int(sys.argv[2])
+    c = xla_client.get_distributed_runtime_client(address, rank, init_timeout=240,
+                                                  heartbeat_timeout=60)
+    c.connect()
+    c.key_value_set(f"members/{rank}", str(rank))
+    c.wait_at_barrier("all-set", 240_000)
+    assert len(c.key_value_dir_get("members")) == int(sys.argv[3])
+    c.wait_at_barrier("all-read", 240_000)
+    c.shutdown()
+    print("ok", flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_64_processes_join_and_pass_barriers():
+    count = 64
+    address = f"127.0.0.1:{free_port()}"
+    service = xla_client.get_distributed_runtime_service(address, count + 1,
+                                                         heartbeat_timeout=60)
+    children = [subprocess.Popen([sys.executable, "-c", MEMBER_CHILD, address, str(rank),
+                                  str(count + 1)], env=child_env(), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+                for rank in range(1, count + 1)]
+    client = xla_client.get_distributed_runtime_client(address, 0, init_timeout=240,
+                                                       heartbeat_timeout=60)
+    try:
+        client.connect()
+        client.key_value_set("members/0", "0")
+        client.wait_at_barrier("all-set", 240_000)
+        assert sorted(int(v) for _, v in client.key_value_dir_get("members")) == \
+            list(range(count + 1))
+        client.wait_at_barrier("all-read", 240_000)
+        client.shutdown()
+        for child in children:
+            out, err = child.communicate(timeout=120)
+            assert child.returncode == 0 and out.strip() == "ok", err[-2000:]
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        service.shutdown()

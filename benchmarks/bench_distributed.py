@@ -1,0 +1,165 @@
+"""XLA's coordination service and client: pjrt's (``pjrt.xla_client``) next to jaxlib's C++
+ones (``jaxlib._jax``), on this machine, each job all pjrt or all jaxlib.
+
+Rows: the latency of one key-value set, blocking get (of a key already set) and try-get, from
+process 0 of a 2-process job; the time of one barrier across 2, 8, 32 and 64 processes
+(the mean of ``--barriers`` barriers after one warm-up); the time for 64 processes, already
+started and imported, to join (process 0's ``connect()``, which returns once every process
+has registered). Every process is a fresh interpreter on 127.0.0.1; process 0 also runs the
+service. The ratio column is pjrt / jaxlib (the goal: at most 1.5).
+
+    python benchmarks/bench_distributed.py                 # ~1-2 min on 2 cores
+    python benchmarks/bench_distributed.py --sizes 2,8 --ops 300 --barriers 20   # quick
+    python benchmarks/bench_distributed.py --markdown
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+GOAL = 1.5
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+# -- one process of a job --------------------------------------------------------------------
+
+def worker(impl: str, n: int, rank: int, port: int, ops: int, barriers: int) -> None:
+    if impl == "jaxlib":
+        from jaxlib import _jax as runtime  # pyright: ignore[reportMissingImports]
+    else:
+        from pjrt import xla_client as runtime
+    address = f"127.0.0.1:{port}"
+    service = None
+    if rank == 0:
+        service = runtime.get_distributed_runtime_service(address, n, heartbeat_timeout=100)
+    client = runtime.get_distributed_runtime_client(address, rank, init_timeout=300,
+                                                    heartbeat_timeout=100)
+    print("ready", flush=True)
+    sys.stdin.readline()  # the start line: every process imported and waiting
+    start = time.perf_counter()
+    client.connect()
+    joined = time.perf_counter() - start
+    result: dict = {"join_s": joined}
+    client.wait_at_barrier("warm-up", 600_000)
+    start = time.perf_counter()
+    for i in range(barriers):
+        client.wait_at_barrier(f"b{i}", 600_000)
+    result["barrier_s"] = (time.perf_counter() - start) / max(1, barriers)
+    if rank == 0 and ops:
+        value = b"x" * 64
+        client.key_value_set_bytes("bench/key", value, allow_overwrite=True)
+        for name, call in (
+                ("set_s", lambda: client.key_value_set_bytes("bench/key", value, True)),
+                ("get_s", lambda: client.blocking_key_value_get_bytes("bench/key", 10_000)),
+                ("try_get_s", lambda: client.key_value_try_get_bytes("bench/key"))):
+            for _ in range(min(ops, 50)):
+                call()
+            start = time.perf_counter()
+            for _ in range(ops):
+                call()
+            result[name] = (time.perf_counter() - start) / ops
+    client.wait_at_barrier("done", 600_000)
+    client.shutdown()
+    if service is not None:
+        service.shutdown()
+    if rank == 0:
+        print("RESULT " + json.dumps(result), flush=True)
+
+
+def run_job(impl: str, n: int, ops: int, barriers: int) -> dict:
+    port = _free_port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    processes = [subprocess.Popen(
+        [sys.executable, __file__, "--worker", impl, str(n), str(rank), str(port), str(ops),
+         str(barriers)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True, env=env) for rank in range(n)]
+    try:
+        for process in processes:
+            line = process.stdout.readline().strip()
+            if line != "ready":
+                raise RuntimeError(f"{impl} worker did not start ({line!r})")
+        for process in processes:
+            process.stdin.write("go\n")
+            process.stdin.flush()
+        out = processes[0].communicate(timeout=600)[0]
+        for process in processes[1:]:
+            process.wait(timeout=120)
+        for line in out.splitlines():
+            if line.startswith("RESULT "):
+                return json.loads(line[len("RESULT "):])
+        raise RuntimeError(f"{impl} job of {n} gave no result")
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="2,8,32,64")
+    parser.add_argument("--ops", type=int, default=1000)
+    parser.add_argument("--barriers", type=int, default=50)
+    parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--worker", nargs=6, metavar="ARG")
+    args = parser.parse_args()
+    if args.worker:
+        impl, n, rank, port, ops, barriers = args.worker
+        worker(impl, int(n), int(rank), int(port), int(ops), int(barriers))
+        return 0
+    sizes = [int(s) for s in args.sizes.split(",")]
+    impls = ["jaxlib", "pjrt"]
+    try:
+        import jaxlib  # noqa: F401  pyright: ignore[reportMissingImports]
+    except ImportError:
+        print("# SKIPPED jaxlib: not installed")
+        impls = ["pjrt"]
+    rows: list[tuple[str, dict[str, float]]] = []
+    results: dict[tuple[str, int], dict] = {}
+    for n in sizes:
+        for impl in impls:
+            results[impl, n] = run_job(impl, n, args.ops if n == sizes[0] else 0,
+                                       args.barriers)
+    first = sizes[0]
+    for key, label in (("set_s", "key_value_set"), ("get_s", "blocking_key_value_get"),
+                       ("try_get_s", "key_value_try_get")):
+        rows.append((f"{label} (job of {first})",
+                     {impl: results[impl, first][key] for impl in impls}))
+    for n in sizes:
+        rows.append((f"barrier, {n} processes", {impl: results[impl, n]["barrier_s"]
+                                                 for impl in impls}))
+    last = sizes[-1]
+    rows.append((f"join, {last} processes", {impl: results[impl, last]["join_s"]
+                                             for impl in impls}))
+    worst = 0.0
+    if args.markdown:
+        print("| | jaxlib (C++) | pjrt | pjrt / jaxlib |\n| --- | ---: | ---: | ---: |")
+    else:
+        print(f"{'':34} {'jaxlib (C++)':>14} {'pjrt':>12} {'ratio':>8}")
+    for label, cells in rows:
+        j, p = cells.get("jaxlib"), cells["pjrt"]
+        ratio = p / j if j else float("nan")
+        worst = max(worst, ratio) if j else worst
+        def fmt(seconds):
+            return "-" if seconds is None else (f"{seconds * 1e6:.0f} us" if seconds < 0.01
+                                                else f"{seconds * 1e3:.1f} ms")
+        if args.markdown:
+            print(f"| {label} | {fmt(j)} | {fmt(p)} | {ratio:.2f} |")
+        else:
+            print(f"{label:34} {fmt(j):>14} {fmt(p):>12} {ratio:>8.2f}")
+    print(f"# worst ratio {worst:.2f} (goal <= {GOAL})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
