@@ -8,6 +8,7 @@ has really been freed; everything they do goes through public calls.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import textwrap
 import threading
@@ -201,6 +202,81 @@ def test_a_forked_child_cannot_use_the_parents_client(cpu_plugin):
     """)
     assert result.stdout.split("\n")[:4] == ["child 0", "generation 0", "warned True",
                                               "parent [0.0, 1.0, 2.0, 3.0]"]
+
+
+def test_a_forked_child_closes_a_client_another_thread_was_busy_with(cpu_plugin):
+    """fork() while another thread holds a lock of the client's (making a stand-in client for
+    custom-call handlers, which takes the stand-ins' lock for as long as a client takes to
+    start): the child's Client.close() and exit leave the parent's client alone at once
+    instead of waiting for a lock no thread of the child will release. A fork hook records
+    whether the lock was held at the fork; a child that did not inherit it held says so (exit
+    status 3), and the parent forks again."""
+    result = run_python(f"""
+        import json, os, signal, sys, threading, time, warnings
+        import pjrt
+        from pjrt._runtime import handler_launches
+        warnings.simplefilter("ignore")
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        clients = [pjrt.make_c_api_client("cpu", {{"cpu_device_count": 1}}) for _ in range(3)]
+        held_at_fork = []
+        os.register_at_fork(before=lambda: held_at_fork.append(handler_launches._making.locked()))
+
+        def make_stand_ins():
+            for index in range(handler_launches.MAX_STAND_INS):
+                for client in clients:
+                    handler_launches.stand_in_of(client, index)
+
+        maker = threading.Thread(target=make_stand_ins)
+        maker.start()
+
+        def making():
+            frame = sys._current_frames().get(maker.ident)
+            while frame is not None:
+                if frame.f_code.co_name == "stand_in_of":
+                    return True
+                frame = frame.f_back
+            return False
+
+        report = {{"tries": 0}}
+        while maker.is_alive():
+            if not making():
+                time.sleep(0.001)
+                continue
+            report["tries"] += 1
+            pid = os.fork()
+            if pid == 0:
+                started = time.monotonic()
+                for client in clients:
+                    client.close()
+                print(json.dumps({{"child": {{"held": held_at_fork[-1],
+                                             "closing": time.monotonic() - started}}}}),
+                      flush=True)
+                sys.exit(0 if held_at_fork[-1] else 3)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                time.sleep(0.01)
+            else:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                report["child"] = "did not end within 20 s"
+                break
+            report["child_exit"] = os.waitstatus_to_exitcode(status)
+            if report["child_exit"] != 3:
+                break
+        maker.join()
+        for client in clients:
+            client.close()
+        print(json.dumps(report), flush=True)
+    """, timeout=300)
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    report = lines[-1]
+    assert "child" not in report, report  # the child ended
+    assert report.get("child_exit") == 0, (report, result.stderr[-3000:])
+    child = [line["child"] for line in lines if "child" in line][-1]
+    assert child["held"] and child["closing"] < 2.0, child
 
 
 @pytest.mark.parametrize("semantics", [pjrt.HostBufferSemantics.IMMUTABLE_ONLY_DURING_CALL,

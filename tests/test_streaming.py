@@ -672,6 +672,88 @@ def test_a_forked_child_leaves_the_parents_manager_alone(cpu_plugin):
     assert "parent [0.0, 1.0, 2.0, 3.0]" in result.stdout
 
 
+def test_a_forked_child_closes_a_manager_another_thread_was_calling(cpu_plugin):
+    """fork() while another thread is inside a call on a transfer manager: the child's copy
+    of the manager counts a call in flight that no thread of the child will ever end (and
+    may hold a lock that thread held). The child's close(), Client.close() and exit leave the
+    parent's manager and client alone at once rather than waiting for that call.
+
+    The sender thread hands 64 MiB chunks over in a loop (each copied inside the call), and
+    the parent forks while the thread is inside one; a child that did not inherit a call in
+    flight says so (exit status 3), and the parent forks again."""
+    result = run_python("""
+        import json, os, signal, sys, threading, time, warnings
+        import numpy as np, pjrt
+        warnings.simplefilter("ignore")
+        pjrt.load_pjrt_plugin_dynamically("cpu", sys.argv[1])
+        client = pjrt.make_c_api_client("cpu")
+        count = 16 << 20  # float32 elements: 64 MiB
+        manager = client.create_buffers_for_async_host_to_device(
+            [((count,), np.float32)], client.local_devices()[0].default_memory())
+        chunk = np.ones(count, np.float32)
+        stop = threading.Event()
+
+        def send():
+            while not stop.is_set():
+                manager.transfer_data(0, chunk, is_last=False).block_until_ready()
+
+        sender = threading.Thread(target=send)
+        sender.start()
+
+        def inside_a_call():
+            frame = sys._current_frames().get(sender.ident)
+            return frame is not None and frame.f_code.co_name == "transfer"
+
+        report = {"tries": 0}
+        for _ in range(50):
+            while not inside_a_call():
+                time.sleep(0.001)
+            report["tries"] += 1
+            pid = os.fork()
+            if pid == 0:
+                inherited = manager._state._calls
+                started = time.monotonic()
+                manager.close()
+                client.close()
+                print(json.dumps({"child": {"inherited": inherited,
+                                            "closing": time.monotonic() - started}}),
+                      flush=True)
+                sys.exit(0 if inherited else 3)  # the exit's hooks leave them alone too
+            deadline = time.monotonic() + 20
+            status = None
+            while time.monotonic() < deadline:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                time.sleep(0.01)
+            else:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                report["child"] = "did not end within 20 s"
+                break
+            report["child_exit"] = os.waitstatus_to_exitcode(status)
+            report["child_seconds"] = 20 - (deadline - time.monotonic())
+            if report["child_exit"] != 3:
+                break
+        stop.set()
+        sender.join()
+        manager.transfer_data(0, np.arange(count, dtype=np.float32))
+        report["parent"] = float(np.asarray(manager.retrieve_buffer(0))[-1])
+        manager.close()
+        client.close()
+        print(json.dumps(report), flush=True)
+    """, cpu_plugin_path(cpu_plugin.name), timeout=300)
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    report = lines[-1]
+    assert "child" not in report, report  # the child ended
+    assert report["child_exit"] == 0, (report, result.stderr[-3000:])
+    child = [line["child"] for line in lines if "child" in line][-1]
+    assert child["inherited"] >= 1, child
+    assert child["closing"] < 2.0, child
+    assert report["child_seconds"] < 4.0, report  # not the exit's 5 s wait for the call
+    assert report["parent"] == (16 << 20) - 1, report
+
+
 def test_transfer_is_exported_for_annotations():
     assert {"Transfer", "TransferManager"} <= set(pjrt.streaming.__all__)
     assert Transfer.__module__ == "pjrt.streaming"

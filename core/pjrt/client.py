@@ -426,6 +426,11 @@ class Client:
         """
         from ._capi.transfer_manager import close_managers_of
 
+        if self._handle.generation != fork_generation():
+            # The parent's client, in a forked child: closed by the fork, and nothing of it is
+            # freed here. Checked first: a thread of the parent may have held the locks below.
+            _live_clients.discard(self)
+            return
         handler_launches.close_stand_ins(self)  # clients of its own, made for handlers
         with self._lock:
             _live_clients.discard(self)

@@ -570,6 +570,14 @@ def close_all_at_exit() -> None:
         if handle.generation == _fork_generation:  # a parent's client keeps its fork reason
             handle.closed_reason = "the interpreter is exiting; pjrt clients are closed"
     for handle in handles:
+        if handle.generation != _fork_generation:
+            # The parent's, inherited through fork(): nothing of it is freed here, and the
+            # calls its threads were making when the parent forked stay counted in ``active``
+            # with no thread here to end them, so there is nothing to wait for. With such a
+            # call, the plugin's state is mid-call: its teardown must not run on it.
+            if handle.active:
+                skip_native_teardown_at_exit()
+            continue
         while handle.active and exit_time_left() > 0:
             time.sleep(0.005)
         if handle.active or not handle.wait_while_computing(exit_time_left()):

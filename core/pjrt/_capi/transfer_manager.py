@@ -27,6 +27,7 @@ given up between slices (Ctrl-C).
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 import weakref
 from typing import Any, Callable, TypeVar
@@ -375,6 +376,13 @@ class ManagerState:
         """
         import time
 
+        if self.handle.generation != fork_generation():
+            # The parent's manager, inherited through fork(): nothing of it may be called here.
+            # Checked first: a call another thread of the parent was making when it forked
+            # stays counted in `_calls` (and may hold the lock) with no thread here to end it.
+            self.pointer = _NULL
+            self.leak()
+            return
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self._cond.acquire(timeout=-1 if timeout is None else timeout):
             self.leak()
@@ -390,11 +398,6 @@ class ManagerState:
                     return
                 self._cond.wait(left)
             handle = self.handle
-            if handle.generation != fork_generation():
-                self.pointer = _NULL
-                _unregister(self)
-                self.leak()  # the parent's: nothing of it may be called here
-                return
             # The ticket comes before the manager leaves the registry: close_managers_of,
             # which keeps the client while it closes what it finds there, either finds this
             # one or finds the client held by this ticket.
@@ -567,6 +570,18 @@ def _keep_forever(obj: object) -> None:
     import ctypes
 
     ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def _forget_after_fork() -> None:
+    # The parent's managers are left alone in a child (see ManagerState.close), and a thread
+    # of the parent may have held the registry's lock when it forked.
+    global _open_lock
+    _open_lock = threading.Lock()
+    _open.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 @atexit.register

@@ -25,6 +25,7 @@ This module sits below the client, so it cannot make one: `pjrt.client` register
 """
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -170,6 +171,18 @@ def stand_in_of(client: "ClientView", index: int) -> Any:
                                    "registers it when imported)")
             made.append(make_client_like(client))
         return made[index]
+
+
+def _forget_stand_ins_after_fork() -> None:
+    # The parent's stand-ins are its clients, closed by the fork and left alone here; a thread
+    # of the parent may have been making one (holding the lock) when it forked.
+    global _making
+    _making = threading.Lock()
+    _stand_ins.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_stand_ins_after_fork)
 
 
 def close_stand_ins(client: "ClientView") -> None:
