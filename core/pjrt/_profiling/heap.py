@@ -166,8 +166,9 @@ def encode_profile(groups: dict, time_nanos: int) -> bytes:
 
     for (site, device, kind), (count, size) in sorted(
             groups.items(), key=lambda item: (-item[1][1], item[0][1], item[0][2])):
-        frames = site or (("", UNRECORDED, 0, 0),)
-        ids = [location(*frame) for frame in frames]
+        frames: tuple[tuple[str, str, int, int], ...] = site or (("", UNRECORDED, 0, 0),)
+        ids = [location(filename, name, first_line, line)
+               for filename, name, first_line, line in frames]
         out.append(pw.message_field(2, pw.packed_varint_field(1, ids)
                                     + pw.packed_varint_field(2, [count, size])
                                     + label("kind", "buffer") + label("device", device)
