@@ -148,7 +148,8 @@ def registered(library) -> dict:
     return {library.fault_partitioner_name(i).decode():
             ffi.cast("JAX_CustomCallPartitioner_Callbacks *",
                      library.fault_partitioner_callbacks(i))
-            for i in range(library.fault_partitioner_count())}
+            for i in range(library.fault_partitioner_count())
+            if library.fault_partitioner_callbacks(i)}
 
 
 F32_8x4 = Shape.array_shape(np.dtype("float32"), (8, 4))
@@ -310,12 +311,65 @@ def test_a_callbacks_exception_becomes_the_plugins_error(partitioner_plugin):
         _release(args.header)
 
 
+def _plugin_calls(library):
+    """The fault plugin's own C calls of the registered callbacks (fault_plugin.c)."""
+    out = ctypes.create_string_buffer(256)
+    sizes = [ctypes.c_char_p, ctypes.c_size_t]
+    library.fault_partitioner_infer.argtypes = [ctypes.c_int, *sizes, *sizes, *sizes,
+                                                ctypes.c_char_p, ctypes.c_size_t]
+    library.fault_partitioner_infer.restype = ctypes.c_long
+    library.fault_partitioner_propagate.argtypes = [ctypes.c_int, *sizes, *sizes,
+                                                    ctypes.c_char_p, ctypes.c_size_t]
+    library.fault_partitioner_propagate.restype = ctypes.c_long
+    library.fault_partitioner_error.restype = ctypes.c_char_p
+
+    def infer(i, shape, sharding, config):
+        encoded = b"" if sharding is None else sharding.to_proto()
+        size = library.fault_partitioner_infer(i, shape.to_proto(), len(shape.to_proto()),
+                                               encoded, len(encoded), config, len(config),
+                                               out, len(out))
+        return size if size <= 0 else HloSharding.from_proto(out.raw[:size])
+
+    def propagate(i, shape, sharding):
+        size = library.fault_partitioner_propagate(i, shape.to_proto(), len(shape.to_proto()),
+                                                   sharding.to_proto(),
+                                                   len(sharding.to_proto()), out, len(out))
+        return size if size < 0 else HloSharding.from_proto(out.raw[:size])
+
+    return infer, propagate
+
+
+def test_the_plugin_calls_the_callbacks_from_c(partitioner_plugin):
+    """The plugin's C code, compiled apart from pjrt against the same header, calls the
+    callbacks and releases their answers as a compiler does."""
+    plugin, library = partitioner_plugin("record")
+    recorder = Recorder()
+
+    def refuse(user_sharding, shape, config):
+        raise NotImplementedError("no propagation for this call")
+
+    xla_client.register_custom_call_partitioner("from_c", recorder.prop_user_sharding,
+                                                recorder.partition, recorder.infer,
+                                                c_api=plugin)
+    xla_client.register_custom_call_partitioner("refuses", refuse, _never, _never, c_api=plugin)
+    infer, propagate = _plugin_calls(library)
+    assert infer(0, F32_8x4, ROWS, b"cfg") == SPLIT
+    assert recorder.calls[-1] == ("infer", [F32_8x4], [ROWS], F32_8x4, b"cfg")
+    assert infer(0, F32_8x4, None, b"") == 0  # no sharding inferred
+    assert propagate(0, F32_8, SPLIT) == SPLIT
+    assert recorder.calls[-1] == ("prop", SPLIT, F32_8, b"")
+    assert propagate(1, F32_8, SPLIT) == -2 - lib.PJRT_Error_Code_UNIMPLEMENTED
+    assert library.fault_partitioner_error().decode() == (
+        "custom partitioner 'refuses', prop_user_sharding: NotImplementedError: no "
+        "propagation for this call")
+    assert not custom_partitioner._results  # every answer released by the plugin
+
+
 def test_the_plugins_dtor_lets_the_callbacks_go(partitioner_plugin):
     plugin, library = partitioner_plugin("record")
     xla_client.register_custom_call_partitioner("dropped", _never, _never, _never, c_api=plugin)
     assert "dropped" in custom_partitioner.live_partitioners()
-    callbacks = registered(library)["dropped"]
-    callbacks.dtor(callbacks)
+    assert library.fault_partitioner_destroy(0) == 0
     assert "dropped" not in custom_partitioner.live_partitioners()
 
 

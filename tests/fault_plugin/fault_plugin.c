@@ -1348,3 +1348,96 @@ FAULT_EXPORT int fault_batch_partitionable_count(void) { return g_num_batch_name
 FAULT_EXPORT const char* fault_batch_partitionable_name(int i) {
   return i >= 0 && i < g_num_batch_names ? g_batch_names[i] : NULL;
 }
+
+/* ---- calling the registered callbacks, as a compiler would ---------------- */
+
+static char g_partitioner_error[512];
+
+/* The message of the last callback error fault_partitioner_infer or
+ * fault_partitioner_propagate met. */
+FAULT_EXPORT const char* fault_partitioner_error(void) { return g_partitioner_error; }
+
+/* Copies `value` into out (room for out_size bytes) and returns its size, or
+ * -1 when it does not fit. */
+static long copy_out(JAX_CustomCallPartitioner_string value, char* out, size_t out_size) {
+  if (value.size > out_size) return -1;
+  if (value.size > 0) memcpy(out, value.data, value.size);
+  return (long)value.size;
+}
+
+/* Ends a callback's answer: its error as -2 - code (the message kept), and the
+ * host's results released through its cleanup_fn. */
+static long finish_call(JAX_CustomCallPartitioner_version_and_error* header, long result) {
+  if (header->has_error) {
+    snprintf(g_partitioner_error, sizeof(g_partitioner_error), "%.*s",
+             (int)header->error_msg.size, header->error_msg.data);
+    result = -2 - (long)header->code;
+  }
+  if (header->cleanup_fn != NULL) header->cleanup_fn(header->data);
+  return result;
+}
+
+/* Calls the i-th partitioner's infer_sharding for one operand of shape
+ * `shape` (a ShapeProto; its sharding an OpSharding, or none when
+ * sharding_size is 0) whose result has the same shape, with backend config
+ * `config`. Returns the inferred sharding's size (copied into out), 0 when
+ * the callback inferred none, -1 for a bad index or too small an out, or
+ * -2 - code for the callback's error. */
+FAULT_EXPORT long fault_partitioner_infer(int i, const char* shape, size_t shape_size,
+                                          const char* sharding, size_t sharding_size,
+                                          const char* config, size_t config_size, char* out,
+                                          size_t out_size) {
+  if (i < 0 || i >= g_num_partitioners) return -1;
+  JAX_CustomCallPartitioner_Callbacks* callbacks = g_partitioner_callbacks[i];
+  JAX_CustomCallPartitioner_aval operand;
+  memset(&operand, 0, sizeof(operand));
+  operand.shape.data = shape;
+  operand.shape.size = shape_size;
+  operand.has_sharding = sharding_size > 0;
+  operand.sharding.data = sharding;
+  operand.sharding.size = sharding_size;
+  JAX_CustomCallPartitioner_InferShardingFromOperands_Args args;
+  memset(&args, 0, sizeof(args));
+  args.header.api_version = 0;
+  args.num_args = 1;
+  args.op_args = &operand;
+  args.result_shape = operand.shape;
+  args.backend_config.data = config;
+  args.backend_config.size = config_size;
+  callbacks->infer_sharding(callbacks, &args);
+  long result = 0;
+  if (!args.header.has_error && args.has_result_sharding) {
+    result = copy_out(args.result_sharding, out, out_size);
+  }
+  return finish_call(&args.header, result);
+}
+
+/* Calls the i-th partitioner's propagate_user_sharding with a user's
+ * `sharding` of a result of shape `shape`. Returns the size of the sharding
+ * the callback answered (copied into out), -1 for a bad index or too small an
+ * out, or -2 - code for the callback's error. */
+FAULT_EXPORT long fault_partitioner_propagate(int i, const char* shape, size_t shape_size,
+                                              const char* sharding, size_t sharding_size,
+                                              char* out, size_t out_size) {
+  if (i < 0 || i >= g_num_partitioners) return -1;
+  JAX_CustomCallPartitioner_Callbacks* callbacks = g_partitioner_callbacks[i];
+  JAX_CustomCallPartitioner_PropagateUserSharding_Args args;
+  memset(&args, 0, sizeof(args));
+  args.result_shape.data = shape;
+  args.result_shape.size = shape_size;
+  args.result_sharding.data = sharding;
+  args.result_sharding.size = sharding_size;
+  callbacks->propagate_user_sharding(callbacks, &args);
+  long result = args.header.has_error ? 0 : copy_out(args.result_sharding, out, out_size);
+  return finish_call(&args.header, result);
+}
+
+/* Drops the i-th partitioner as a compiler does when it is done with it: its
+ * dtor. Returns 0, or -1 for a bad index. */
+FAULT_EXPORT int fault_partitioner_destroy(int i) {
+  if (i < 0 || i >= g_num_partitioners || g_partitioner_callbacks[i] == NULL) return -1;
+  JAX_CustomCallPartitioner_Callbacks* callbacks = g_partitioner_callbacks[i];
+  g_partitioner_callbacks[i] = NULL;
+  callbacks->dtor(callbacks);
+  return 0;
+}
