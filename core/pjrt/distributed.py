@@ -98,7 +98,7 @@ class DistributedState:
       local_process_id: this process's rank among the processes of its host, when the
         launcher says it.
       member: what this process wrote as its claim on its id (host, pid and a random part).
-      client: this process's [`DistributedRuntimeClient`][pjrt.xla_client.DistributedRuntimeClient]
+      client: this process's [`DistributedRuntimeClient`][pjrt._distributed.coordination_client.DistributedRuntimeClient]
         when the coordinator is an address, else None.
       service: the coordination service process 0 started (None elsewhere).
     """

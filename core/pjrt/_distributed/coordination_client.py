@@ -4,7 +4,7 @@ It speaks the protocol of jaxlib's ``DistributedRuntimeClient`` (the coordinatio
 agent of XLA), so it joins a service that pjrt, jax or torch_xla started, with jaxlib's
 methods. Where jaxlib's client ends the process on a lost peer, this one raises: every wait
 (a barrier, a blocking get, the registration) ends with a
-[`DistributedRuntimeError`][pjrt.distributed.DistributedRuntimeError] naming the lost process as
+[`DistributedRuntimeError`][pjrt._distributed.coordination_errors.DistributedRuntimeError] naming the lost process as
 soon as the service reports it, and ``missed_heartbeat_callback`` is called when given.
 
 Waits are gRPC futures waited on in slices, so Ctrl-C interrupts them (the call is cancelled

@@ -2,7 +2,7 @@
 
 The same gRPC service (``xla.coordination.CoordinationService``) and the same rules as the
 service jaxlib's ``get_distributed_runtime_service`` starts, so that jaxlib's clients and
-pjrt's ([`DistributedRuntimeClient`][pjrt.xla_client.DistributedRuntimeClient]) can join it:
+pjrt's ([`DistributedRuntimeClient`][pjrt._distributed.coordination_client.DistributedRuntimeClient]) can join it:
 
 * Tasks (processes) ``0 .. num_tasks - 1`` register with a random incarnation number; the
   registration waits until every task has registered (a barrier), so a job forms at once.

@@ -1,8 +1,8 @@
 """A job on XLA's coordination service: what ``initialize("host:port", n, i)`` sets up.
 
-Process 0 starts the service ([`DistributedRuntimeService`][pjrt.xla_client.DistributedRuntimeService])
+Process 0 starts the service ([`DistributedRuntimeService`][pjrt._distributed.coordination_server.DistributedRuntimeService])
 on the bind address (``[::]:port`` by default, as jax does), every process connects a
-[`DistributedRuntimeClient`][pjrt.xla_client.DistributedRuntimeClient] to the coordinator's
+[`DistributedRuntimeClient`][pjrt._distributed.coordination_client.DistributedRuntimeClient] to the coordinator's
 address, and the client's key-value store becomes the job's store (`ServiceStore`), through
 which the plugins' key-value callbacks go. The service itself refuses a second process with
 an id, an id outside the job and a client of an earlier job; `join` adds the check that every
