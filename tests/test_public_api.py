@@ -71,6 +71,7 @@ JAXLIB_NAMES = {
     "make_c_api_device_topology", "make_tfrt_tpu_c_api_device_topology",
     "get_topology_for_devices", "register_custom_call_handler",
     "register_custom_call_partitioner", "register_custom_call_as_batch_partitionable",
+    "make_gpu_client", "GpuAllocatorConfig", "GpuLibNotLinkedError",
 }
 
 #: Old pjrt names -> the module to import them from now.
