@@ -282,6 +282,9 @@ def test_closing_mid_transfer_fails_the_incomplete_buffers_cleanly(make_client):
     manager.close()
     manager.close()  # idempotent
     assert manager.closed
+    # What describes the buffers stays readable.
+    assert manager.buffer_count == 3 and manager.buffer_size(2) == 4096
+    assert manager.shapes[2] == ((1024,), np.dtype(np.float32))
     for failed in (half, out):
         with pytest.raises(pjrt.XlaRuntimeError, match="deleted before transfers completed"):
             np.asarray(failed)
