@@ -203,6 +203,35 @@ def test_every_thread_waiting_on_a_failed_run_raises_its_error(client):
         token.block_until_ready()
 
 
+def test_threads_waiting_on_a_sharded_token_of_a_failed_run_raise_the_first_error(client):
+    """A run that fails on devices 2 and 3 after its launch (their custom call waits, then
+    raises): each thread waiting on the ShardedToken raises device 2's error, the first in
+    device order, once every device has finished; device 1's token returns, device 3's raises
+    its own error."""
+    from test_waits import SHARD_INDICES, _program_calling, _refusing_from_shard_2
+
+    target = f"tokens_refuse_shards_{id(client)}"
+    gate = threading.Event()
+    pjrt.register_custom_call_target(target, _refusing_from_shard_2(gate))
+    devices = client.local_devices()[:4]
+    executable = client.compile_and_load(_program_calling(target), devices, replicated=True)
+    arguments = [[client.buffer_from_pyval(SHARD_INDICES[d], device)
+                  for d, device in enumerate(devices)]]
+    try:
+        results = executable.execute_sharded(arguments, with_tokens=True)
+        token = results.consume_token()
+        threading.Timer(0.5, gate.set).start()
+        seen = _in_threads([token.block_until_ready] * WAITERS)
+    finally:
+        gate.set()
+    for error in seen:
+        assert isinstance(error, pjrt.XlaRuntimeError), seen
+        assert "shard 2 refused on purpose" in str(error), seen
+    token.get_token_for_device_id(devices[1].id).block_until_ready()
+    with pytest.raises(pjrt.XlaRuntimeError, match="shard 3 refused on purpose"):
+        token.get_token_for_device_id(devices[3].id).block_until_ready()
+
+
 @pytest.mark.slow
 def test_ctrl_c_ends_one_wait_on_a_token_and_the_others_go_on(cpu_plugin):
     """A KeyboardInterrupt ends the main thread's wait on a token within a wait slice; another

@@ -146,7 +146,13 @@ class ShardedToken:
         self._device_ids = list(device_ids)
 
     def block_until_ready(self) -> None:
-        """Wait until the run has finished on every device; raise the first error."""
+        """Wait until the run has finished on every device; then raise the error of the first
+        device, in the token's device order, where it failed.
+
+        Raises:
+          XlaRuntimeError: the program failed on a device.
+          ClosedClientError: the client was closed before the wait.
+        """
         errors = []
         for index in range(len(self._device_ids)):
             try:
