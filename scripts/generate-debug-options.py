@@ -9,6 +9,13 @@ fields use. ``pjrt.compile_options.DebugOptions`` is built from that table, so u
 a newer XLA is running this script on the newer file. ``--check`` compares instead of writing
 and exits 1 when the file would change.
 
+The proto says nothing of a field's valid values, but XLA ends the process (an assertion, a
+vector sized by the value) on some integer values rather than failing the compile. The
+``RANGES`` table below names the fields pjrt knows such a range for, each found by trying
+values on XLA's CPU plugins; the generated module carries it, and ``DebugOptions`` refuses a
+value outside it. A range naming a field that is not an integer stops the script; one naming
+a field the proto lacks is left out, with a note.
+
 Only the shapes pjrt can carry are accepted (see ``SINGULAR`` and ``REPEATED`` below); a field
 of any other shape stops the script with its name, so that the table never holds a field the
 core cannot serialise. A field typed with an enum or message declared in another file needs
@@ -49,6 +56,21 @@ PROTO_SCALARS = {"double", "float", "int32", "int64", "uint32", "uint64", "sint3
                  "fixed32", "fixed64", "sfixed32", "sfixed64", "bool", "string", "bytes"}
 
 
+#: Integer fields whose values outside a range end XLA's compile instead of failing it:
+#: name -> (lowest, highest, what the field is and what happens outside). Each was tried on
+#: XLA's CPU plugins (0.81 and 0.106) in child processes. Other integer fields have no range
+#: here: the CPU plugins took -1, 0 and 2**31 - 1 for every other CPU or backend-agnostic one
+#: (a count such as xla_dump_max_hlo_modules means "no limit" at -1), and the GPU and TPU
+#: ones cannot be tried without their plugins.
+RANGES: Dict[str, Tuple[int, int, str]] = {
+    "xla_cpu_parallel_codegen_split_count": (
+        1, 1 << 16,
+        "the number of parts XLA:CPU splits a program's LLVM module into, one JIT library "
+        "each, made before compiling: a negative count ends the process, 0 is refused by "
+        "the compiler, and 2**20 took over two minutes and 1.6 GB"),
+}
+
+
 class GenerationError(Exception):
     """The proto cannot be turned into a table; the message says which declaration and why."""
 
@@ -69,6 +91,8 @@ class Table(NamedTuple):
 
     rows: Tuple[Row, ...]
     enums: Dict[str, Tuple[Tuple[str, int], ...]]  # name -> ((proto value name, number), ...)
+    #: name -> (lowest, highest, why) for the integer fields `RANGES` knows a range for.
+    ranges: Dict[str, Tuple[int, int, str]] = {}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,6 +332,40 @@ def build_table(text: str, external_enums: Sequence[str] = (),
     return Table(tuple(rows), {name: enums[name] for name in sorted(enums)})
 
 
+#: The values an integer field of each type can hold.
+_INTEGER_LIMITS = {"int32": (-(1 << 31), (1 << 31) - 1), "int64": (-(1 << 63), (1 << 63) - 1)}
+
+
+def check_ranges(rows: Sequence[Row], ranges: Dict[str, Tuple[int, int, str]]
+                 ) -> Dict[str, Tuple[int, int, str]]:
+    """The ranges of ``ranges`` whose fields the table has, sorted by name, each checked
+    against its field (`missing_ranges` names the others).
+
+    Raises:
+        GenerationError: a range names a field that is not a single integer, or has bounds
+            that are out of order or outside the field's type.
+    """
+    by_name = {row.name: row for row in rows}
+    for name, (lowest, highest, why) in ranges.items():
+        row = by_name.get(name)
+        if row is None:
+            continue
+        if row.type not in _INTEGER_LIMITS or row.repeated:
+            raise GenerationError(f"RANGES names {name}, a {'repeated ' if row.repeated else ''}"
+                                  f"{row.type} field: ranges are for single integers")
+        floor, ceiling = _INTEGER_LIMITS[row.type]
+        if not floor <= lowest <= highest <= ceiling or not why:
+            raise GenerationError(f"RANGES[{name!r}] = {lowest}..{highest} does not fit an "
+                                  f"{row.type} (or says no why)")
+    return {name: ranges[name] for name in sorted(ranges) if name in by_name}
+
+
+def missing_ranges(rows: Sequence[Row], ranges: Dict[str, Tuple[int, int, str]]) -> List[str]:
+    """The fields ``ranges`` names that the table does not have (a field XLA removed)."""
+    names = {row.name for row in rows}
+    return sorted(name for name in ranges if name not in names)
+
+
 def _resolve(type_: str, debug: _Message, top: _Message, external_enums: Sequence[str],
              external_messages: Sequence[str], where: str):
     """(type, enum name, enum values) for a field's declared type."""
@@ -385,7 +443,7 @@ def _q(text: str) -> str:
 
 def render(table: Table, commit: str) -> str:
     """The text of the generated module for ``table``, read from ``commit``'s file."""
-    names = ["SOURCE", "FIELDS", "ENUMS", "ENUM_VALUES", *table.enums]
+    names = ["SOURCE", "FIELDS", "ENUMS", "ENUM_VALUES", "RANGES", *table.enums]
     out: List[str] = [f'''"""XLA's ``DebugOptions`` message as data: its fields and their enums.
 
 GENERATED by scripts/generate-debug-options.py; do not edit. It was made from
@@ -400,7 +458,7 @@ and the same command with ``--check`` says whether this file is what it writes.
 from __future__ import annotations
 
 import enum
-from typing import Optional, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 __all__ = [
 {"".join(f"    {_q(name)},{chr(10)}" for name in names)}]
@@ -443,7 +501,37 @@ SOURCE = ({_q(UPSTREAM_REPOSITORY)}, {_q(UPSTREAM_PATH)}, {_q(commit)})''']
         out.append(f"    ({_q(row.name)}, {row.number}, {_q(row.type)}, {row.wire_type}, "
                    f"{row.repeated}, {enum_ref}),")
     out.append(")")
+    out.append("")
+    out.append("#: The integer fields whose values outside a range end XLA's compile instead of "
+               "failing")
+    out.append("#: it: name -> (lowest, highest, what the field is and what happens outside). "
+               "Kept in")
+    out.append("#: scripts/generate-debug-options.py (RANGES), where it says how each was found.")
+    out.append("RANGES: Dict[str, Tuple[int, int, str]] = {")
+    for name, (lowest, highest, why) in table.ranges.items():
+        out.append(f"    {_q(name)}: (")
+        out.append(f"        {lowest}, {highest},")
+        for line in _wrapped(why, 88 - 9):
+            out.append(f"        {_q(line)}")
+        out[-1] += "),"
+    out.append("}")
     return "\n".join(out) + "\n"
+
+
+def _wrapped(text: str, width: int) -> List[str]:
+    """``text`` cut at spaces into pieces whose literals fit ``width`` columns (the pieces
+    keep their spaces, so that the literals concatenate back to ``text``)."""
+    pieces: List[str] = []
+    line = ""
+    for word in text.split(" "):
+        candidate = f"{line} {word}" if line else word
+        if line and len(_q(candidate + " ")) > width:
+            pieces.append(line + " ")
+            line = word
+        else:
+            line = candidate
+    pieces.append(line)
+    return pieces
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -463,9 +551,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f"--commit {args.commit!r} is not a git commit (hex digits)")
     try:
         table = build_table(args.proto.read_text(), args.enum, args.message)
+        table = table._replace(ranges=check_ranges(table.rows, RANGES))
     except (GenerationError, OSError) as error:
         print(f"generate-debug-options: {error}", file=sys.stderr)
         return 2
+    for name in missing_ranges(table.rows, RANGES):
+        print(f"generate-debug-options: note: RANGES names {name}, which this {MESSAGE} does "
+              f"not have; its range is left out", file=sys.stderr)
     text = render(table, args.commit)
     if args.check:
         current = args.output.read_text() if args.output.exists() else ""

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import TINY
+from conftest import TINY, child_env, cpu_plugin_path, run_python
 from fixtures import programs
 from pjrt._wire import debug_options_fields
 from pjrt._wire import protowire as pw
@@ -1024,8 +1024,29 @@ def test_debug_options_table_file_is_what_the_generator_writes(generator):
     rows = tuple(generator.Row(name, number, type_, wire, repeated,
                                enum_type.__name__ if enum_type else None)
                  for name, number, type_, wire, repeated, enum_type in debug_options_fields.FIELDS)
-    table = generator.Table(rows, dict(debug_options_fields.ENUM_VALUES))
+    table = generator.Table(rows, dict(debug_options_fields.ENUM_VALUES),
+                            dict(debug_options_fields.RANGES))
     assert generator.render(table, commit) == text
+    # The ranges are the generator's own, checked against the fields they name.
+    assert generator.check_ranges(rows, generator.RANGES) == debug_options_fields.RANGES
+
+
+def test_the_generator_refuses_a_range_it_cannot_hold(generator):
+    rows = (generator.Row("xla_count", 1, "int32", pw.VARINT, False, None),
+            generator.Row("xla_names", 2, "string", pw.LEN, True, None))
+    assert generator.check_ranges(rows, {"xla_count": (1, 8, "why")}) == {
+        "xla_count": (1, 8, "why")}
+    # A field the proto no longer has loses its range (the script says so).
+    assert generator.check_ranges(rows, {"xla_gone": (1, 8, "why")}) == {}
+    assert generator.missing_ranges(rows, {"xla_gone": (1, 8, "why")}) == ["xla_gone"]
+    for ranges, said in [
+        ({"xla_names": (1, 8, "why")}, "a repeated string field"),
+        ({"xla_count": (8, 1, "why")}, "does not fit an int32"),
+        ({"xla_count": (0, 2**31, "why")}, "does not fit an int32"),
+        ({"xla_count": (1, 8, "")}, "says no why"),
+    ]:
+        with pytest.raises(generator.GenerationError, match=re.escape(said)):
+            generator.check_ranges(rows, ranges)
 
 
 SMALL_PROTO = '''
@@ -1277,6 +1298,96 @@ def test_unknown_debug_option_names_are_refused_with_a_suggestion():
         d.xla_some_newer_option  # noqa: B018
     with pytest.raises(TypeError, match="xla_dump_too"):
         DebugOptions(xla_dump_too="/tmp")
+
+
+SPLIT_COUNT = "xla_cpu_parallel_codegen_split_count"
+
+
+@pytest.mark.parametrize("value", [-1, 0, 2**31 - 1, 65537])
+def test_a_debug_option_value_xla_aborts_on_is_refused_naming_the_field(value):
+    said = (rf"{SPLIT_COUNT} must be from 1 to 65536, not {value}: the number of parts "
+            rf"XLA:CPU splits .*isolate=True \(or PJRT_ISOLATED_COMPILE=1\)")
+    d = DebugOptions()
+    with pytest.raises(ValueError, match=said):
+        setattr(d, SPLIT_COUNT, value)
+    assert getattr(d, SPLIT_COUNT) is None
+    with pytest.raises(ValueError, match=said):
+        DebugOptions(**{SPLIT_COUNT: value})
+    # As an option override too, as a number or as the text XLA would parse.
+    for override in (value, str(value)):
+        with pytest.raises(ValueError, match=rf"env_option_overrides\['{SPLIT_COUNT}'\] must "
+                                             rf"be from 1 to 65536, not {value}"):
+            CompileOptions(env_option_overrides=[(SPLIT_COUNT, override)])
+
+
+def test_the_edges_of_a_valid_range_are_taken():
+    for value in (1, 32, 65536):
+        d = DebugOptions(**{SPLIT_COUNT: value})
+        assert getattr(d, SPLIT_COUNT) == value
+        assert CompileOptions(env_option_overrides=[(SPLIT_COUNT, value)]).env_option_overrides \
+            == [(SPLIT_COUNT, value)]
+
+
+def test_every_range_names_an_integer_field_of_the_table():
+    types = {row[0]: (row[2], row[4]) for row in debug_options_fields.FIELDS}
+    assert SPLIT_COUNT in debug_options_fields.RANGES
+    for name, (lowest, highest, why) in debug_options_fields.RANGES.items():
+        assert types[name] in (("int32", False), ("int64", False)), name
+        assert lowest <= highest and why
+
+
+@pytest.mark.parametrize("value", [1, 32])
+def test_valid_split_counts_still_compile_and_run(client, value):
+    executable = _compile_tiny(client, DebugOptions(**{SPLIT_COUNT: value}))
+    ones = client.buffer_from_pyval(np.ones(8, np.float32), client.devices()[0])
+    result = np.asarray(executable.execute([ones, ones])[0])
+    np.testing.assert_allclose(result, np.tanh(np.full(8, 2.0, np.float32)), rtol=1e-6)
+
+
+def test_a_refused_split_count_never_reaches_the_plugin(cpu_plugin):
+    """Both values end the process in the plugin's compiler (-1: a vector of -1 parts; 2**31
+    - 1: two billion JIT libraries); in a child process, so that a regression fails this test
+    and not the run."""
+    result = run_python(f"""
+        import pjrt
+        from pjrt.compile_options import CompileOptions
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        client = pjrt.make_c_api_client("cpu")
+        for value in (-1, 2**31 - 1):
+            options = CompileOptions()
+            try:
+                options.executable_build_options.debug_options.{SPLIT_COUNT} = value
+                client.compile_and_load({TINY.read_text()!r}, client.devices()[:1], options)
+                print("compiled", value)
+            except ValueError as error:
+                print("ValueError", error)
+    """, timeout=300)
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2, result.stdout
+    assert lines[0].startswith(f"ValueError DebugOptions.{SPLIT_COUNT} must be from 1 to 65536, "
+                               f"not -1")
+    assert lines[1].startswith(f"ValueError DebugOptions.{SPLIT_COUNT} must be from 1 to 65536, "
+                               f"not 2147483647")
+
+
+def test_an_isolated_compile_turns_a_debug_option_crash_into_an_error(cpu_plugin):
+    """A value XLA ends the compile on, reaching the plugin by XLA_FLAGS (which pjrt does not
+    read): an isolated compile raises IsolatedCompileCrash, and the process goes on."""
+    result = run_python(f"""
+        import pjrt
+        from pjrt.program import IsolatedCompileCrash
+        pjrt.load_pjrt_plugin_dynamically("cpu", {cpu_plugin_path(cpu_plugin.name)!r})
+        client = pjrt.make_c_api_client("cpu")
+        try:
+            client.compile_and_load({TINY.read_text()!r}, client.devices()[:1], isolate=True)
+            print("compiled")
+        except IsolatedCompileCrash as error:
+            print("IsolatedCompileCrash", error)
+        print("still here")
+    """, env=child_env(XLA_FLAGS=f"--{SPLIT_COUNT}=-1"), timeout=300)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("IsolatedCompileCrash"), result.stdout
+    assert lines[-1] == "still here"
 
 
 def test_debug_options_copy_and_pickle():

@@ -72,7 +72,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ._wire import protowire as pw
 from ._wire.debug_options_fields import AutotuneCacheMode
-from ._wire.debug_options import DebugOptions, OptionOverrideValue
+from ._wire.debug_options import DebugOptions, OptionOverrideValue, check_override
 from ._wire.device_assignment import DeviceAssignment
 from ._wire.proto_message import (BOOL, BYTES, FLOAT, INT32, INT32_MAX, INT64, PACKED_BOOL,
                                   PACKED_INT64, STRING, Field, Kind, Message, check_int,
@@ -310,7 +310,9 @@ def _check_overrides(name: str, value: Any) -> List[Tuple[str, OptionOverrideVal
         if key in seen:
             raise ValueError(f"{name} has the key {key!r} more than once")
         seen.add(key)
-        out.append((key, _normalise_override_value(f"{name}[{key!r}]", val)))
+        val = _normalise_override_value(f"{name}[{key!r}]", val)
+        check_override(key, val)  # a DebugOptions value XLA ends the compile on
+        out.append((key, val))
     return out
 
 

@@ -1,6 +1,7 @@
 """XLA's ``DebugOptions`` message (``xla/xla.proto``) with every field, built from the table
 ``debug_options_fields`` generated from that file; public as
-`pjrt.compile_options.DebugOptions`. Fields are typed attributes, checked when set, and travel
+`pjrt.compile_options.DebugOptions`. Fields are typed attributes, checked when set (their
+type, and the valid range the table's ``RANGES`` knows for some integer fields), and travel
 to the plugin as option overrides (see `pjrt.compile_options`)."""
 from __future__ import annotations
 
@@ -146,7 +147,8 @@ class _DebugOption(Field):
     the table's two hundred-odd rows."""
 
     def __init__(self, number: int, type_: str, repeated: bool,
-                 enum_type: Optional[Type[enum.IntEnum]]):
+                 enum_type: Optional[Type[enum.IntEnum]],
+                 valid_range: Optional[Tuple[int, int, str]] = None):
         check: Callable[[str, Any], Any]
         if type_ == "map<string, string>":
             check = _check_string_map
@@ -155,6 +157,8 @@ class _DebugOption(Field):
             if repeated:
                 each = _check_list_item if type_ == "string" else item
                 check = lambda n, v: check_list(n, v, each)  # noqa: E731
+            elif valid_range is not None:
+                check = _in_range(item, valid_range)
             else:
                 check = item
         label = f"{'list of ' if repeated else ''}{enum_type.__name__ if enum_type else type_}"
@@ -232,6 +236,45 @@ class _DebugOption(Field):
 
 _NOT_MINE = object()
 
+#: What a refused value's error adds about the fields without a known range.
+ISOLATION_HINT = ("other DebugOptions values XLA cannot take may end the process in the "
+                  "plugin's compiler: compile with isolate=True (or PJRT_ISOLATED_COMPILE=1) "
+                  "to have such a crash raised as IsolatedCompileCrash")
+
+
+def _in_range(check: Callable[[str, Any], Any], valid_range: Tuple[int, int, str]
+              ) -> Callable[[str, Any], Any]:
+    """``check``, then refuse an integer outside ``valid_range`` (a row of the table's
+    ``RANGES``: a value XLA ends the compile on rather than failing it)."""
+    lowest, highest, why = valid_range
+
+    def checked(name: str, value: Any) -> Any:
+        value = check(name, value)
+        if not lowest <= value <= highest:
+            raise ValueError(f"{name} must be from {lowest} to {highest}, not {value}: {why} "
+                             f"(pjrt refuses it before the plugin; {ISOLATION_HINT})")
+        return value
+    return checked
+
+
+def check_override(key: str, value: OptionOverrideValue) -> None:
+    """Refuse an ``env_option_overrides`` entry that sets a field with a known range (see
+    ``RANGES``) to an integer, or integer text, outside it.
+
+    Raises:
+        ValueError: naming the field, its range and why.
+    """
+    valid_range = debug_options_fields.RANGES.get(key)
+    if valid_range is None or isinstance(value, bool):
+        return
+    if isinstance(value, str):
+        try:
+            value = int(value.strip(), 10)  # XLA parses an option given as text
+        except ValueError:
+            return  # not a number: the plugin refuses it with an error of its own
+    if isinstance(value, int):
+        _in_range(lambda n, v: v, valid_range)(f"env_option_overrides[{key!r}]", value)
+
 
 def _item_text(value: Any) -> str:
     if isinstance(value, bool):
@@ -274,9 +317,17 @@ class DebugOptions(Message):
     ``ValueError``. An option newer than the table goes in
     ``CompileOptions.env_option_overrides``.
 
+    Some integer fields have a valid range pjrt knows (``RANGES`` in
+    `pjrt._wire.debug_options_fields`: ``xla_cpu_parallel_codegen_split_count`` is 1 to
+    65536), outside which XLA ends the process instead of failing the compile: such a value
+    is refused here, and in ``env_option_overrides``. A value XLA cannot take in another field
+    may still end the process in the plugin's compiler; an isolated compile
+    (``isolate=True``, ``PJRT_ISOLATED_COMPILE=1``) raises ``IsolatedCompileCrash`` instead.
+
     Raises (on assignment):
         TypeError: a value of the wrong type, naming the field.
-        ValueError: a value out of range, or a list item that is empty or holds a comma.
+        ValueError: a value out of range (its type's, or the field's valid range, naming it),
+            or a list item that is empty or holds a comma.
         AttributeError: a name that is no field of the table.
     """
 
@@ -288,8 +339,9 @@ class DebugOptions(Message):
         descriptor: reading one costs one dict look-up, and ``dir()`` and tab completion see
         every field."""
         by_name: Dict[str, _DebugOption] = {}
+        ranges = debug_options_fields.RANGES
         for name, number, type_, _, repeated, enum_type in debug_options_fields.FIELDS:
-            field = _DebugOption(number, type_, repeated, enum_type)
+            field = _DebugOption(number, type_, repeated, enum_type, ranges.get(name))
             setattr(cls, name, field)
             field.__set_name__(cls, name)
             by_name[name] = field

@@ -12,13 +12,14 @@ and the same command with ``--check`` says whether this file is what it writes.
 from __future__ import annotations
 
 import enum
-from typing import Optional, Tuple, Type
+from typing import Dict, Optional, Tuple, Type
 
 __all__ = [
     "SOURCE",
     "FIELDS",
     "ENUMS",
     "ENUM_VALUES",
+    "RANGES",
     "AutotuneCacheMode",
     "CollectiveOpType",
     "CommandBufferCmdType",
@@ -380,3 +381,14 @@ FIELDS: Tuple[Tuple[str, int, str, int, bool, Optional[Type[enum.IntEnum]]], ...
     ("xla_gpu_experimental_parallel_collective_overlap_limit", 336, "int32", 0, False, None),
     ("xla_backend_extra_options", 500, "map<string, string>", 2, False, None),
 )
+
+#: The integer fields whose values outside a range end XLA's compile instead of failing
+#: it: name -> (lowest, highest, what the field is and what happens outside). Kept in
+#: scripts/generate-debug-options.py (RANGES), where it says how each was found.
+RANGES: Dict[str, Tuple[int, int, str]] = {
+    "xla_cpu_parallel_codegen_split_count": (
+        1, 65536,
+        "the number of parts XLA:CPU splits a program's LLVM module into, one JIT "
+        "library each, made before compiling: a negative count ends the process, 0 is "
+        "refused by the compiler, and 2**20 took over two minutes and 1.6 GB"),
+}
