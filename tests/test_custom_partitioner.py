@@ -378,6 +378,7 @@ def test_a_plugin_refusal_is_raised(partitioner_plugin):
     with pytest.raises(XlaRuntimeError, match="custom partitioners are refused"):
         xla_client.register_custom_call_partitioner("refused", _never, _never, _never,
                                                     c_api=plugin)
+    assert "refused" not in custom_partitioner.live_partitioners()  # not kept for nothing
     with pytest.raises(XlaRuntimeError, match="batch partitionable targets are refused"):
         xla_client.register_custom_call_as_batch_partitionable("refused", c_api=plugin)
 

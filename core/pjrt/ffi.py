@@ -555,8 +555,6 @@ def _tell_handler(canonical: str, registration: _Registration) -> None:
 _partitioners: dict[str, tuple] = {}
 #: target names registered as batch partitionable with c_api=None.
 _batch_partitionable: list[str] = []
-#: plugin -> the partitioner and batch-partitionable names registered with it.
-_partitioners_applied: dict[plugin_module.Plugin, set] = {}
 
 
 def _sharding_bytes(sharding, what: str) -> bytes:
@@ -611,7 +609,6 @@ def _apply_partitioner(plugin: plugin_module.Plugin, name: str, entry: tuple) ->
     extension = custom_partitioner.find_extension(plugin.api, plugin.name)
     callbacks = custom_partitioner.make_callbacks(entry[0], entry[1])
     custom_partitioner.register(plugin.api, extension, name, callbacks)
-    _partitioners_applied.setdefault(plugin, set()).add(("partitioner", name))
 
 
 def _apply_batch_partitionable(plugin: plugin_module.Plugin, name: str) -> None:
@@ -619,7 +616,6 @@ def _apply_batch_partitionable(plugin: plugin_module.Plugin, name: str) -> None:
 
     extension = custom_partitioner.find_extension(plugin.api, plugin.name)
     custom_partitioner.register_batch_partitionable(plugin.api, extension, name)
-    _partitioners_applied.setdefault(plugin, set()).add(("batch", name))
 
 
 def _loaded_plugins_with_partitioner_extension() -> list:

@@ -220,7 +220,8 @@ def make_callbacks(partitioner: Partitioner, can_side_effecting_have_replicated_
 
 
 def register(api: _c.Api, extension, name: str, callbacks) -> None:
-    """``register_custom_partitioner(name, callbacks)``; the plugin's error is raised."""
+    """``register_custom_partitioner(name, callbacks)``; the plugin's error is raised, and the
+    callbacks it refused are dropped."""
     encoded = name.encode("utf-8")
     text = ffi.new("char[]", encoded)
     args = ffi.new("PJRT_Register_Custom_Partitioner_Args *")
@@ -228,7 +229,12 @@ def register(api: _c.Api, extension, name: str, callbacks) -> None:
     args.name = text
     args.name_size = len(encoded)
     args.callbacks = callbacks
-    check(api, extension.register_custom_partitioner(args))
+    try:
+        check(api, extension.register_custom_partitioner(args))
+    except BaseException:
+        with _lock:
+            _partitioners.pop(int(ffi.cast("uintptr_t", callbacks.private_data)), None)
+        raise
 
 
 def register_batch_partitionable(api: _c.Api, extension, name: str) -> None:
