@@ -757,6 +757,73 @@ def test_a_forked_child_closes_a_manager_another_thread_was_calling(cpu_plugin):
     assert report["parent"] == (16 << 20) - 1, report
 
 
+def test_a_forked_child_asks_a_transfer_another_thread_was_polling(cpu_plugin):
+    """fork() while another thread polls a Transfer (holding its chunk's lock): in the child,
+    the transfer answers what was known at the fork at once (this one was read), instead of
+    waiting for a lock no thread of the child will release. A fork hook records whether the
+    lock was held at the fork; a child that did not inherit it held says so (exit status 3),
+    and the parent forks again."""
+    result = run_python("""
+        import json, os, signal, sys, threading, time, warnings
+        import numpy as np, pjrt
+        warnings.simplefilter("ignore")
+        pjrt.load_pjrt_plugin_dynamically("cpu", sys.argv[1])
+        client = pjrt.make_c_api_client("cpu")
+        manager = client.create_buffers_for_async_host_to_device(
+            [((4,), np.float32)], client.local_devices()[0].default_memory())
+        transfer = manager.transfer_data(0, np.ones(4, np.float32), is_last=False)
+        transfer.block_until_ready()
+        stop = threading.Event()
+
+        def poll():
+            while not stop.is_set():
+                transfer.is_ready()
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        held_at_fork = []
+        os.register_at_fork(before=lambda: held_at_fork.append(transfer._chunk.lock.locked()))
+        report = {"tries": 0}
+        for _ in range(500):
+            report["tries"] += 1
+            pid = os.fork()
+            if pid == 0:
+                if not held_at_fork[-1]:
+                    os._exit(3)
+                started = time.monotonic()
+                done = transfer.block_until_ready() is transfer and transfer.is_ready()
+                print(json.dumps({"child": {"done": done, "repr": repr(transfer),
+                                            "seconds": time.monotonic() - started}}),
+                      flush=True)
+                os._exit(0)
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline:
+                ended, status = os.waitpid(pid, os.WNOHANG)
+                if ended:
+                    break
+                time.sleep(0.005)
+            else:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                report["child"] = "did not end within 20 s"
+                break
+            report["child_exit"] = os.waitstatus_to_exitcode(status)
+            if report["child_exit"] != 3:
+                break
+        stop.set()
+        poller.join()
+        manager.close()
+        client.close()
+        print(json.dumps(report), flush=True)
+    """, cpu_plugin_path(cpu_plugin.name), timeout=300)
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    report = lines[-1]
+    assert "child" not in report, report  # the child ended
+    assert report["child_exit"] == 0, (report, result.stderr[-3000:])
+    child = [line["child"] for line in lines if "child" in line][-1]
+    assert child["done"] and "done" in child["repr"] and child["seconds"] < 2.0, child
+
+
 def test_transfer_is_exported_for_annotations():
     assert {"Transfer", "TransferManager"} <= set(pjrt.streaming.__all__)
     assert Transfer.__module__ == "pjrt.streaming"

@@ -33,7 +33,7 @@ from ._capi.staging import PACKED_DTYPE_NAMES
 from ._wire.shape_extents import check_extents
 from .array import Array
 from .device import ClientView, Device, Memory
-from .errors import ErrorCode
+from .errors import ClosedClientError, ErrorCode
 from .shapes import Shape
 
 __all__ = ["Transfer", "TransferManager"]
@@ -59,7 +59,12 @@ class Transfer:
         self._chunk = chunk
 
     def is_ready(self) -> bool:
-        """Whether the plugin has finished reading the chunk's host memory (without waiting)."""
+        """Whether the plugin has finished reading the chunk's host memory (without waiting).
+
+        Raises:
+          ClosedClientError: in a child after ``fork()``, for a chunk of the parent's that
+            the plugin had not been seen to finish reading.
+        """
         return self._chunk.poll(0)
 
     def block_until_ready(self) -> "Transfer":
@@ -69,6 +74,8 @@ class Transfer:
 
         Raises:
           XlaRuntimeError: the plugin reported that the transfer failed.
+          ClosedClientError: in a child after ``fork()``, for a chunk of the parent's that
+            the plugin had not been seen to finish reading (it never will be there).
         """
         self._chunk.wait()
         if self._chunk.error is not None:
@@ -76,7 +83,10 @@ class Transfer:
         return self
 
     def __repr__(self) -> str:
-        state = "done" if self.is_ready() else "in flight"
+        try:
+            state = "done" if self.is_ready() else "in flight"
+        except ClosedClientError:
+            state = "sent before a fork"
         last = ", last" if self.is_last else ""
         return (f"Transfer(buffer {self.index}, bytes {self.offset}..{self.offset + self.nbytes}"
                 f"{last}, {state})")

@@ -87,12 +87,19 @@ class Chunk:
     finished exactly once, under ``lock``, by whoever sees it fire; ``host`` is dropped then.
     Without a waiter (the plugin gave no event, or refused to report on it) the memory is kept
     until the manager is closed: its Destroy waits for every transfer in flight.
+
+    In a child after ``fork()``, a chunk handed over in the parent is left alone: what was
+    known at the fork is answered, and a wait on a chunk the plugin had not yet read raises
+    `ClosedClientError` (its event never fires here, and the lock may be held by a thread
+    of the parent).
     """
 
-    __slots__ = ("api", "host", "waiter", "error", "lock")
+    __slots__ = ("api", "handle", "generation", "host", "waiter", "error", "lock")
 
-    def __init__(self, api: Api, host: object, waiter):
-        self.api = api
+    def __init__(self, handle: ClientHandle, host: object, waiter):
+        self.api = handle.api
+        self.handle = handle
+        self.generation = fork_generation()
         self.host = host
         self.waiter = waiter
         #: The transfer's error, once it has fired with one (an exception object).
@@ -100,7 +107,16 @@ class Chunk:
         self.lock = threading.Lock()
 
     def poll(self, wait_ms: int) -> bool:
-        """Wait up to ``wait_ms`` for the plugin to finish reading; whether it has."""
+        """Wait up to ``wait_ms`` for the plugin to finish reading; whether it has.
+
+        Raises:
+          ClosedClientError: in a forked child, for a chunk of the parent's that the plugin
+            had not been seen to finish reading.
+        """
+        if self.generation != fork_generation():
+            if self.waiter is None and self.host is None:
+                return True  # read before the fork
+            raise ClosedClientError(self.handle.closed_reason)
         with self.lock:
             return self._poll_locked(wait_ms)
 
@@ -297,10 +313,11 @@ class ManagerState:
                         self._refused = f"{error.code_name}: {error.plugin_message}"
                     raise
                 accepted = True
-                chunk = Chunk(api, (host, data), _waiter(api, args.done_with_h2d_transfer))
+                chunk = Chunk(self.handle, (host, data),
+                              _waiter(api, args.done_with_h2d_transfer))
             except BaseException:
                 # Interrupted after the plugin took the chunk: its memory stays until close.
-                self._end(index, Chunk(self.api, (host, data), None) if accepted else None)
+                self._end(index, Chunk(self.handle, (host, data), None) if accepted else None)
                 raise
             self._end(index, chunk)
             return chunk, last
