@@ -31,7 +31,7 @@ import pytest
 
 import pjrt
 from pjrt import compilation_cache, profiler
-from pjrt._app import cli
+from pjrt._app import cli, trace_command
 from pjrt._profiling import xspace
 from pjrt._wire import protowire
 
@@ -639,6 +639,27 @@ def test_pjrt_trace_runs_a_module_and_shows_its_error(tmp_path):
     assert "LookupError: the program failed" in result.stderr
     assert "pjrt trace: the trace is in" in result.stderr
     assert len(glob.glob(str(tmp_path / "out" / "plugins" / "profile" / "*"))) == 1
+
+
+def test_pjrt_trace_keeps_the_status_of_a_program_that_stops_the_trace(tmp_path, capsys):
+    program = tmp_path / "stopper.py"
+    program.write_text(textwrap.dedent("""
+        import sys
+        from pjrt import profiler
+        with profiler.TraceAnnotation("before the stop"):
+            pass
+        print("written", profiler.stop_trace().trace)
+        sys.exit(3)
+        """))
+    status = trace_command.run(["--", "python", str(program)], str(tmp_path / "out"))
+    said = capsys.readouterr()
+    assert status == 3  # the program's, not the failure of a second stop_trace
+    assert not profiler.is_tracing()
+    assert "pjrt trace: the program stopped the trace itself" in said.err
+    written = said.out.split("written ", 1)[1].strip()
+    assert written == _only_trace(tmp_path / "out")
+    event, = complete_events(read_trace(written))
+    assert event["name"] == "before the stop"
 
 
 @pytest.mark.parametrize("command, said", [

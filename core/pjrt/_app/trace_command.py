@@ -6,7 +6,9 @@ with ``sys.argv`` and ``sys.path[0]`` as ``python PROGRAM.py ARGS`` gives them (
 MODULE``). The trace starts before its first line and stops when it ends, by returning, by
 ``sys.exit`` or by an exception (shown as Python shows it); the command exits with the
 program's status. Work done after that (``atexit`` handlers, threads still running) is not in
-the trace, and a program that ends itself with ``os._exit`` leaves none.
+the trace, and a program that ends itself with ``os._exit`` leaves none. A program that stops
+the trace itself (``pjrt.profiler.stop_trace()``) ends it there; the command says so, and
+still exits with the program's status.
 """
 from __future__ import annotations
 
@@ -89,8 +91,11 @@ def run(command: Sequence[str], log_dir: str, *, perfetto: bool = False) -> int:
         status = 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
-        files = profiler.stop_trace()
-        _report(files)
+        if profiler.is_tracing():
+            _report(profiler.stop_trace())
+        else:  # the program ended the trace itself: its call wrote the files
+            print("pjrt trace: the program stopped the trace itself (pjrt.profiler.stop_trace"
+                  "()), which wrote its files and returned where", file=sys.stderr, flush=True)
     return status
 
 
