@@ -7,8 +7,9 @@ methods. Where jaxlib's client ends the process on a lost peer, this one raises:
 [`DistributedRuntimeError`][pjrt._distributed.coordination_errors.DistributedRuntimeError] naming the lost process as
 soon as the service reports it, and ``missed_heartbeat_callback`` is called when given.
 
-Waits are gRPC futures waited on in slices, so Ctrl-C interrupts them (the call is cancelled
-and ``KeyboardInterrupt`` raised).
+A long wait is a series of calls of at most a second each (a get, a barrier and a
+registration may be asked again without harm), so that between two an error of the job ends
+it; gRPC checks for signals while it waits, so Ctrl-C interrupts one (``KeyboardInterrupt``).
 """
 from __future__ import annotations
 
@@ -26,8 +27,8 @@ from .coordination_server import import_grpc
 
 logger = logging.getLogger(__name__)
 
-#: How often a wait looks for an error of the job while its call is pending.
-_SLICE_S = 0.1
+#: The longest call of a long wait: how soon it sees an error of the job (a lost process).
+_SLICE_S = 1.0
 
 
 def _seconds(value, default: float) -> float:
@@ -76,6 +77,7 @@ class DistributedRuntimeClient:
         self._heartbeats: threading.Thread | None = None
         self._poll = None
         self._barrier_counters: dict[str, int] = {}
+        self._open()
 
     # -- transport -------------------------------------------------------------------------------
 
@@ -130,10 +132,45 @@ class DistributedRuntimeClient:
 
     def _wait(self, method: str, request: bytes, timeout: float | None,
               what: str, check_error: bool = True) -> bytes:
-        """A call that may wait long: a future, waited on in slices, so that an error of the
-        job (the service's poll answer) or Ctrl-C ends it."""
+        """A call that may wait long, as calls of at most `_SLICE_S` each, asked again while
+        time is left and the job has no error; the service's own DEADLINE_EXCEEDED (a
+        barrier's) ends it at once."""
         if check_error:
             self._check_usable()
+        grpc = self._grpc
+        call = self._calls[method]
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        while True:
+            left = _SLICE_S if deadline is None else deadline - time.monotonic()
+            piece = min(_SLICE_S, max(0.0, left))
+            try:
+                return call(request, timeout=piece)
+            except grpc.RpcError as error:
+                if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED or \
+                        self._is_answer(error) or left <= piece:
+                    if check_error and self._error is not None and \
+                            error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                        raise self._job_error(what) from None
+                    raise self._error_of(error) from None
+            if check_error and self._error is not None:
+                raise self._job_error(what)
+
+    @staticmethod
+    def _is_answer(error) -> bool:
+        """Whether an error is the service's answer (it carries the coordination payload),
+        not the transport's."""
+        try:
+            trailing = error.trailing_metadata() or ()
+        except Exception:  # noqa: BLE001
+            return False
+        return any(key == msg.STATUS_DETAILS_KEY and
+                   msg.COORDINATION_ERROR_KEY in msg.decode_payloads(value)
+                   for key, value in trailing)
+
+    def _wait_future(self, method: str, request: bytes, timeout: float | None,
+                     what: str) -> bytes:  # noqa: ARG002 - named as _wait's
+        """One call waited on as a future (the registration, which must not be asked twice
+        by one incarnation while it waits), in slices that Ctrl-C interrupts."""
         grpc = self._grpc
         future = self._calls[method].future(request, timeout=timeout)
         try:
@@ -141,13 +178,8 @@ class DistributedRuntimeClient:
                 try:
                     return future.result(timeout=_SLICE_S)
                 except grpc.FutureTimeoutError:
-                    if check_error and self._error is not None:
-                        future.cancel()
-                        raise self._job_error(what) from None
+                    continue
                 except grpc.RpcError as error:
-                    if check_error and self._error is not None and \
-                            error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
-                        raise self._job_error(what) from None
                     raise self._error_of(error) from None
         except BaseException:
             future.cancel()
@@ -196,8 +228,7 @@ class DistributedRuntimeClient:
                 break
             attempt += 1
             try:
-                reply = self._wait("RegisterTask", request, left, "registration",
-                                   check_error=False)
+                reply = self._wait_future("RegisterTask", request, left, "registration")
             except DistributedRuntimeError as error:
                 last = error
                 retry = error.code in (ErrorCode.UNAVAILABLE, ErrorCode.ABORTED) or (

@@ -31,11 +31,14 @@ class _Pending:
             self.result = result
             self.event.set()
 
-    def wait(self, context, poll: float = 1.0):
+    def wait(self, context):
         """The result, or None when the caller went away (cancelled, deadline passed)."""
-        while not self.event.wait(poll):
-            if not context.is_active():
-                return None
+        if not self.event.is_set():
+            # The RPC's end (its caller cancelled, its deadline passed) wakes it without a
+            # result; add_callback refuses when the RPC has already ended.
+            if not context.add_callback(self.event.set):
+                return self.result if self.event.is_set() else None
+            self.event.wait()
         return self.result
 
 
