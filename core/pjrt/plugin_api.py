@@ -147,6 +147,8 @@ def create_client(loaded: Plugin, options: Mapping[str, Any] | None = None, *,
     [`pjrt.client.create_client`][pjrt.client.create_client])."""
     from . import client
 
+    if distributed_client is None:
+        return client.create_client(loaded, options)
     return client.create_client(loaded, options, distributed_client=distributed_client)
 
 
