@@ -135,11 +135,13 @@ class DeviceTopology:
 
         Raises:
           UnsupportedFeatureError: the plugin cannot compile without a client.
+          ValueError: a static tensor type of a text program has extents that overflow
+            int64 when multiplied in order (which XLA aborts on).
           XlaRuntimeError: compilation failed (the plugin's message is kept).
         """
         from ._runtime import serialization  # hashing and JSON: only when compiling
         from .compile_options import CompileOptions
-        from ._compile.pipeline import program_argument
+        from ._compile.pipeline import check_static_extents, program_argument
         from ._compile.program_facts import read_program
 
         pointer = self._live()
@@ -147,7 +149,11 @@ class DeviceTopology:
         compile_options = compile_options or CompileOptions()
         if devices is not None:
             compile_options = self._options_for_devices(compile_options, devices)
-        program_struct, keepalive = program_argument(read_program(program))
+        facts = read_program(program)
+        # A tensor type whose extents XLA cannot multiply out ends its compile (see
+        # pjrt._wire.shape_extents), as for a client's compile.
+        check_static_extents(facts.code)
+        program_struct, keepalive = program_argument(facts)
         options = compile_options.SerializeAsString()
         options_buffer = ffi.new("char[]", options)
         args = api.new_args("PJRT_Compile_Args")
