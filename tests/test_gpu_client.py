@@ -27,6 +27,14 @@ def test_allocator_config_defaults_and_options():
     assert config.options() == {"allocator": "cuda_async", "memory_fraction": 0.5,
                                 "preallocate": False, "collective_memory_size": 1 << 20}
     assert "CUDA_ASYNC" in repr(config)
+    # jaxlib's way: made empty, then set attribute by attribute (each checked).
+    config = xla_client.GpuAllocatorConfig()
+    config.kind = Kind.PLATFORM
+    config.preallocate = False
+    assert config.options()["allocator"] == "platform" and not config.options()["preallocate"]
+    with pytest.raises(ValueError, match="at most 1"):
+        config.memory_fraction = 2.0
+    assert config.memory_fraction == 0.75
 
 
 @pytest.mark.parametrize("kwargs, error, words", [

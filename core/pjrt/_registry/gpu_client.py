@@ -26,6 +26,8 @@ class GpuLibNotLinkedError(Exception):
 class GpuAllocatorConfig:
     """How the GPU plugin allocates device memory (jaxlib's ``GpuAllocatorConfig``).
 
+    Made with no arguments and set attribute by attribute (jaxlib's way), or with them.
+
     Args:
       kind: which allocator (`Kind`); DEFAULT is the plugin's choice (BFC).
       memory_fraction: the fraction of device memory the BFC allocator may take, in (0, 1].
@@ -45,21 +47,54 @@ class GpuAllocatorConfig:
     def __init__(self, kind: "GpuAllocatorConfig.Kind" = Kind.DEFAULT,
                  memory_fraction: float = 0.75, preallocate: bool = True,
                  collective_memory_size: int = 0) -> None:
-        self.kind = GpuAllocatorConfig.Kind(kind)
-        if isinstance(memory_fraction, bool) or not isinstance(memory_fraction, (int, float)):
-            raise TypeError(f"memory_fraction must be a number, not {memory_fraction!r}")
-        if not 0.0 < float(memory_fraction) <= 1.0:
-            raise ValueError(f"memory_fraction={memory_fraction!r}: the fraction of GPU memory "
-                             f"must be greater than 0 and at most 1")
-        if not isinstance(preallocate, bool):
-            raise TypeError(f"preallocate must be a bool, not {preallocate!r}")
-        if isinstance(collective_memory_size, bool) or not isinstance(collective_memory_size, int) \
-                or collective_memory_size < 0:
-            raise ValueError(f"collective_memory_size={collective_memory_size!r} must be a "
-                             f"number of bytes, 0 or more")
-        self.memory_fraction = float(memory_fraction)
+        self.kind = kind
+        self.memory_fraction = memory_fraction
         self.preallocate = preallocate
         self.collective_memory_size = collective_memory_size
+
+    # Read-write attributes, as jaxlib's; each assignment is checked.
+
+    @property
+    def kind(self) -> "GpuAllocatorConfig.Kind":
+        return self._kind
+
+    @kind.setter
+    def kind(self, value) -> None:
+        self._kind = GpuAllocatorConfig.Kind(value)
+
+    @property
+    def memory_fraction(self) -> float:
+        return self._memory_fraction
+
+    @memory_fraction.setter
+    def memory_fraction(self, value) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"memory_fraction must be a number, not {value!r}")
+        if not 0.0 < float(value) <= 1.0:
+            raise ValueError(f"memory_fraction={value!r}: the fraction of GPU memory must be "
+                             f"greater than 0 and at most 1")
+        self._memory_fraction = float(value)
+
+    @property
+    def preallocate(self) -> bool:
+        return self._preallocate
+
+    @preallocate.setter
+    def preallocate(self, value) -> None:
+        if not isinstance(value, bool):
+            raise TypeError(f"preallocate must be a bool, not {value!r}")
+        self._preallocate = value
+
+    @property
+    def collective_memory_size(self) -> int:
+        return self._collective_memory_size
+
+    @collective_memory_size.setter
+    def collective_memory_size(self, value) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"collective_memory_size={value!r} must be a number of bytes, "
+                             f"0 or more")
+        self._collective_memory_size = value
 
     def options(self) -> dict[str, Any]:
         """The GPU plugin's create options for this configuration: ``allocator`` (the kind's
