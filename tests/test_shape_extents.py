@@ -179,15 +179,3 @@ def test_every_path_refuses_before_the_plugin(cpu_plugin, dims, dtype, type_name
             assert outcome.startswith("ok"), (path, outcome)
             if outcome != "ok":
                 assert outcome == f"ok {dims}", (path, outcome)
-
-
-@pytest.mark.vendor
-def test_a_topology_compile_refuses_the_type_too(libtpu_v5e):
-    """Compiling for a topology (libtpu's v5e, no TPU attached; XLA's CPU plugins cannot
-    compile without a client) checks the program's types as a client's compile does."""
-    _, _, topology = libtpu_v5e
-    tensor = "tensor<3x2305843009213693952x0xf32>"
-    program = f"func.func public @main(%x: {tensor}) -> {tensor} {{ return %x : {tensor} }}"
-    with pytest.raises(ValueError, match=r"the program's tensor<3x2305843009213693952x0xf32> "
-                                         r"\(line 1\) cannot be given to a plugin"):
-        topology.compile_to_bytes(program)

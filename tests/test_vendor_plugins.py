@@ -115,6 +115,18 @@ def test_tpu_topology_compiles_ahead_of_time_without_a_tpu(libtpu_v5e):
         topology.device_descriptions()
 
 
+def test_a_topology_compile_refuses_extents_xla_cannot_multiply_out(libtpu_v5e):
+    """A tensor type whose extents overflow int64 when multiplied in order, though it holds
+    no element, is refused before libtpu's compiler, as a client's compile refuses it
+    (XLA's CPU plugins cannot compile without a client)."""
+    _, _, topology = libtpu_v5e
+    tensor = "tensor<3x2305843009213693952x0xf32>"
+    program = f"func.func public @main(%x: {tensor}) -> {tensor} {{ return %x : {tensor} }}"
+    with pytest.raises(ValueError, match=r"the program's tensor<3x2305843009213693952x0xf32> "
+                                         r"\(line 1\) cannot be given to a plugin"):
+        topology.compile_to_bytes(program)
+
+
 def test_tpu_compile_only_devices_and_jaxlibs_topology_names(libtpu_v5e):
     """jaxlib's ahead-of-time path: a TPU topology by its xla_client names, its compile-only
     devices, and a compile for one and for all four of them."""
