@@ -214,3 +214,28 @@ def test_recording_from_the_environment():
         print(heap.recording(), b"allocate" in raw, heap.UNRECORDED.encode() in raw)
     """, env=dict(__import__("conftest").child_env(), PJRT_ARRAY_SITES="1"))
     assert result.stdout.split() == ["True", "True", "False"]
+
+
+def test_device_memory_profile():
+    """jax's ``ProfilerTest.testDeviceMemoryProfile`` (tests/profiler_test.py, jax 0.10.2;
+    ``jnp.ones((20,)) + 7.`` made with pjrt), on pjrt's default backend."""
+    x = pjrt.device_put(np.ones((20,), np.float32) + 7.0)
+    assert isinstance(profiler.device_memory_profile(), bytes)
+    del x
+
+
+def test_device_memory_profile_of_a_backend_and_saved(tmp_path, sites_off):
+    backend = pjrt.get_backend("cpu")
+    x = pjrt.device_put(np.ones((20,), np.float32), backend.devices()[0])
+    path = tmp_path / "memory.pb.gz"
+    gc.collect()
+    gc.disable()  # no earlier test's garbage freed between the two profiles
+    try:
+        _, samples = read_profile(profiler.device_memory_profile("cpu"))
+        profiler.save_device_memory_profile(path, backend=backend)
+    finally:
+        gc.enable()
+    assert sum(s["bytes"] for s in samples if s["labels"]["device"] == str(x.device)) >= 80
+    _, saved = read_profile(path.read_bytes())
+    assert sum(s["bytes"] for s in saved) == sum(s["bytes"] for s in samples)
+    del x

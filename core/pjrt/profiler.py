@@ -40,7 +40,7 @@ from ._wire import protowire
 
 __all__ = ["ProfileOptions", "TraceFiles", "start_trace", "stop_trace", "trace",
            "TraceAnnotation", "StepTraceAnnotation", "annotate_function", "is_tracing",
-           "record_array_sites"]
+           "record_array_sites", "device_memory_profile", "save_device_memory_profile"]
 
 _Function = TypeVar("_Function", bound=Callable[..., Any])
 
@@ -332,6 +332,24 @@ def record_array_sites(enabled: bool = True) -> bool:
     from ._profiling import heap
 
     return heap.record_array_sites(enabled)
+
+
+def device_memory_profile(backend=None) -> bytes:
+    """The device memory the live arrays of ``backend`` hold, as a gzipped pprof profile
+    (jax's name): [`Client.heap_profile`][pjrt.client.Client.heap_profile] of the backend
+    ``pjrt.get_backend(backend)`` returns (a platform name, a `Client`, or None for the
+    default backend)."""
+    from .registry import get_backend
+
+    return get_backend(backend).heap_profile()
+
+
+def save_device_memory_profile(filename: os.PathLike | str, backend=None) -> None:
+    """Write [`device_memory_profile`][pjrt.profiler.device_memory_profile] to ``filename``
+    (jax's name), for ``pprof``."""
+    profile = device_memory_profile(backend)
+    with open(filename, "wb") as stream:
+        stream.write(profile)
 
 
 def _plugins_with_clients() -> list:
