@@ -412,3 +412,28 @@ def test_the_extensions_layout_is_openxlas():
     for struct, (size, fields) in expected.items():
         assert ffi.sizeof(struct) == size, struct
         assert {f: ffi.offsetof(struct, f) for f in fields} == fields, struct
+
+
+def test_shardings_from_jaxlib_are_taken(partitioner_plugin):
+    """jax's callbacks answer with jaxlib's HloSharding (whose to_proto() is an OpSharding
+    message): the plugin gets the same bytes as from pjrt's."""
+    xla_client_of_jaxlib = pytest.importorskip("jaxlib.xla_client")
+    plugin, library = partitioner_plugin("record")
+    theirs = xla_client_of_jaxlib.HloSharding.iota_tile((2,))
+    xla_client.register_custom_call_partitioner(
+        "jaxlib_sharding", lambda sharding, shape, config: theirs, _never, _never, c_api=plugin)
+    _, propagate = _plugin_calls(library)
+    assert propagate(0, F32_8, ROWS) == SPLIT
+
+
+def test_a_callback_answering_something_else_is_told_so(partitioner_plugin):
+    plugin, library = partitioner_plugin("record")
+    xla_client.register_custom_call_partitioner(
+        "wrong_answer", lambda sharding, shape, config: "{replicated}", _never, _never,
+        c_api=plugin)
+    _, propagate = _plugin_calls(library)
+    assert propagate(0, F32_8, ROWS) == -2 - lib.PJRT_Error_Code_INVALID_ARGUMENT
+    assert library.fault_partitioner_error().decode() == (
+        "custom partitioner 'wrong_answer', prop_user_sharding: TypeError: the sharding "
+        "prop_user_sharding returned must be an HloSharding (or a serialised OpSharding), "
+        "not str")

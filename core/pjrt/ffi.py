@@ -566,6 +566,8 @@ def _sharding_bytes(sharding, what: str) -> bytes:
         return bytes(sharding)
     if hasattr(sharding, "SerializeToString"):  # a protobuf OpSharding
         return sharding.SerializeToString()
+    if hasattr(sharding, "to_proto"):  # jaxlib's HloSharding: its OpSharding
+        return _sharding_bytes(sharding.to_proto(), what)
     raise TypeError(f"{what} must be an HloSharding (or a serialised OpSharding), not "
                     f"{type(sharding).__name__}")
 
