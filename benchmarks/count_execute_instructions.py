@@ -56,7 +56,7 @@ def target(mode: str) -> None:
         elif mode == "np":
             call = lambda: execute([a_host, b_host], copy_host_values=True)  # noqa: E731
         else:
-            table, pointer = exe._handle.api.table, exe._pointer
+            table, pointer = exe._handle.api.table, exe._launcher.pointer
             arguments = ffi.new("PJRT_Buffer*[]", [a.live_buffers()[0], b.live_buffers()[0]])
             outputs, error = ffi.new("PJRT_Buffer*[]", 1), ffi.new("PJRT_Error **")
             launch, destroy, null = lib.pjrt_shim_execute, lib.pjrt_shim_buffers_destroy, ffi.NULL

@@ -126,11 +126,11 @@ def main(argv=None) -> int:
     from pjrt.executable import _call_parameters
 
     fixed = _call_parameters(exe)[1]
-    floor_call = _Call(handle, exe._pointer, device.pointer, 1, 2, fixed)
+    floor_call = _Call(handle, exe._launcher.pointer, device.pointer, 1, 2, fixed)
     floor_call.arguments[0], floor_call.arguments[1] = a._buffers[0], b._buffers[0]
     struct, outputs = floor_call.call, floor_call.outputs
     # Its own struct: a call that copies host values leaves their argument slots empty.
-    host_call = _Call(handle, exe._pointer, device.pointer, 1, 2, fixed)
+    host_call = _Call(handle, exe._launcher.pointer, device.pointer, 1, 2, fixed)
     host_struct, host_outputs, host_data = host_call.call, host_call.outputs, host_call.host_data
     run_call, destroy = lib.pjrt_shim_call_run, lib.pjrt_shim_buffer_destroy
     a_view, b_view = ffi.from_buffer(a_host), ffi.from_buffer(b_host)
@@ -189,7 +189,7 @@ def main(argv=None) -> int:
             steps[name] = None
             print(f"# {name}: n/a ({type(error).__name__}: {error})", file=sys.stderr)
 
-    plan = exe._plan
+    plan = exe._launcher.plan
     run_plan = plan.run
 
     def launch():

@@ -116,7 +116,7 @@ def test_a_launch_that_runs_long_sends_the_next_ones_to_a_worker(client, monkeyp
     _warm(executable, a, b)
     # Every launch now counts as long; the call structs made from here on carry the limit.
     monkeypatch.setattr(long_runs, "INLINE_LIMIT_SECONDS", 0.0)
-    executable._plan.drop_idle_calls()
+    executable._launcher.plan.drop_idle_calls()
     (out,) = executable.execute([a, b])
     np.testing.assert_allclose(np.asarray(out), _expected(*TINY.inputs()), rtol=1e-6)
     assert not executable.launches_inline

@@ -462,9 +462,7 @@ class Array(ArrayCore):
                         memory)
 
     # -- reads to the host: pjrt._runtime.host_reads, free functions over an Array ----------
-
-    # numpy's protocol, called only where the buffer protocol gives no buffer (a value in
-    # device memory, several shards); the function itself, so that no frame is added.
+    # numpy's protocol (where the buffer protocol has no buffer) is one, bound: no frame added.
     __array__ = host_reads.to_numpy
 
     def to_py(self) -> np.ndarray:
@@ -472,8 +470,7 @@ class Array(ArrayCore):
         return np.asarray(self)
 
     def copy_to_host_async(self) -> None:
-        """Start reading the value to the host, so that a later ``np.asarray`` does not wait
-        for it (jaxlib's method); nothing to do for host-resident buffers (CPU plugins)."""
+        """Start reading the value to the host, for a later ``np.asarray`` (jaxlib's method)."""
         host_reads.copy_to_host_async(self)
 
     def tolist(self):

@@ -2,42 +2,45 @@
 
 Programs are compiled by `pjrt._compile.pipeline`, which makes the executables this module runs.
 
-[`LoadedExecutable`][pjrt.executable.LoadedExecutable] owns the loaded executable and the ``PJRT_Executable`` view of it,
-and reads once, at load time, everything a call needs: the devices, the outputs' shapes and
-dtypes, the parameters' shapes and dtypes and which parameters are donated. A call then checks
-its arguments in Python (a wrong count, shape, dtype or device is a clear error before the
-plugin sees it) and makes a single C call.
+[`LoadedExecutable`][pjrt.executable.LoadedExecutable] owns the loaded executable and the
+``PJRT_Executable`` view of it. It is made of two parts it holds: its description
+([`ExecutableMetadata`][pjrt.executable.ExecutableMetadata], ``executable.metadata``), which
+reads once, at load time, everything a call needs (the devices, the outputs' shapes and
+dtypes, the parameters' shapes and dtypes and which parameters are donated), and whose
+questions the executable answers; and its launcher (`pjrt._runtime.launcher.Launcher`), which
+holds what it launches and the native per-call plans. A call checks its arguments in Python
+(a wrong count, shape, dtype or device is a clear error before the plugin sees it) and makes a
+single C call.
 """
 from __future__ import annotations
 
 import functools
 import math
-import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from . import dtypes, layouts
+from . import dtypes
 from ._capi import handles
 from ._capi import long_runs
-from ._capi import memory_headroom
 from ._capi.native import CallPlan
 from ._profiling import recorder
-from ._pjrt_cffi import ffi, lib
+from ._pjrt_cffi import ffi
 from .array import Array, array_from_host
 # CompiledMemoryStats and ExecutableMetadata are re-exported: their home was this module;
 # HloModule is public here.
 from ._runtime.executable_metadata import (CompiledMemoryStats, ExecutableMetadata,  # noqa: F401
                                            HloModule)
-from .errors import ArgumentMismatchError, UnsupportedFeatureError, XlaRuntimeError, consume
+from .errors import ArgumentMismatchError
 from ._runtime.host_values import HostCopies
-from ._runtime.global_calls import GlobalCalls
+from ._runtime import global_calls
+from ._runtime.launcher import Launcher
 from ._runtime import handler_launches
 from ._capi.waits import handlers_of_asynchronous_programs as _handlers_running
-from ._runtime.launches import (Call, LaunchState, array_from_buffer, call_hooks,
-                                consume_donated, launch_on_device, new_call, not_row_major,
-                                prepare_donations, refuse_no_device, unpadded)
+from ._runtime.launches import (array_from_buffer, call_hooks, consume_donated,
+                                launch_on_device, new_call, not_row_major, prepare_donations,
+                                refuse_no_device, unpadded)
 from ._capi.staging import CALL_STAGING_THRESHOLD_BYTES
 from . import tokens
 from .tokens import ShardedToken, Token
@@ -46,11 +49,6 @@ if TYPE_CHECKING:
     from .device import ClientView, Device
 
 _NULL = ffi.NULL
-_call_run = lib.pjrt_shim_call_run
-_CALL_ERROR = lib.PJRT_SHIM_CALL_ERROR
-_CALL_SLOW = lib.PJRT_SHIM_CALL_SLOW
-#: A call struct's host-value tables on the Python path, which copies host values itself.
-_NO_HOST_VALUES = (_NULL, _NULL, _NULL)
 _adopt = Array._adopt
 
 #: True while a trace runs (pjrt.profiler): `execute` then times the native per-call path
@@ -60,17 +58,16 @@ _tracing = recorder.active
 recorder.follow(globals())
 
 
-def _call_parameters(executable: "LoadedExecutable") -> tuple | None:
+def _call_parameters(metadata: ExecutableMetadata, api) -> tuple | None:
     """Per parameter ``(shape, dtype, strides)`` for the checks of `execute`'s per-call path
     (strides None where host values of it are not copied by the call), and the fixed part of its
     C call; None where every call takes the full checks (several devices, parameters or outputs
     of unknown shape or dtype, layouts other than row-major)."""
-    specs = executable._parameter_specs
-    if (len(executable._devices) != 1 or executable._layout_checks
-            or executable._output_specs is None or specs is None
+    specs = metadata.parameter_specs
+    if (len(metadata.devices) != 1 or metadata.layout_checks
+            or metadata.output_specs is None or specs is None
             or any(spec is None or spec[1] is None for spec in specs)):
         return None
-    api = executable._handle.api
     copies = api.has("PJRT_Client_BufferFromHostBuffer")
     parameters, types, num_dims, dims = [], [], [], []
     for shape, dtype in specs:  # pyright: ignore[reportGeneralTypeIssues]  (checked above)
@@ -131,67 +128,90 @@ class ExecuteResults:
         return [list(per_device) for per_device in self._outputs]
 
 
-class LoadedExecutable(GlobalCalls):
-    """A compiled program loaded on its devices (``PJRT_LoadedExecutable``)."""
+class _Described:
+    """A question to the executable's description, answered by it (``executable.name()`` is
+    ``executable.metadata.name()``): see [`ExecutableMetadata`][pjrt.executable.ExecutableMetadata]."""
+
+    __slots__ = ("name",)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, executable: Any, owner: type | None = None) -> Any:
+        if executable is None:
+            return getattr(ExecutableMetadata, self.name)
+        answer = getattr(executable.metadata, self.name)
+        if not callable(answer):
+            return answer
+
+        @functools.wraps(answer)
+        def asked(*args, **kwargs):
+            return answer(*args, **kwargs)
+
+        # The executable, and so its loaded program, lives while the question runs (as a
+        # bound method keeps its object): ``load(...).serialize()`` asks of no freed program.
+        asked.executable = executable  # pyright: ignore[reportFunctionMemberAccess]
+        return asked
+
+
+class LoadedExecutable:
+    """A compiled program loaded on its devices (``PJRT_LoadedExecutable``).
+
+    What the program says about itself is its ``metadata``
+    ([`ExecutableMetadata`][pjrt.executable.ExecutableMetadata]), read once at load; the
+    executable answers the same questions (``name()``, ``input_shardings``,
+    ``cost_analysis()``, ``serialize()``, ...) through it.
+    """
+
+    # What the program says about itself: the description's members, answered by it.
+    client, local_devices = _Described(), _Described()
+    addressable_devices, global_devices = _Described(), _Described()
+    num_outputs, output_shapes, output_dtypes = _Described(), _Described(), _Described()
+    input_shapes, donated_parameters = _Described(), _Described()
+    input_shardings, output_shardings = _Described(), _Described()
+    name, num_replicas, num_partitions = _Described(), _Described(), _Described()
+    fingerprint, size_of_generated_code_in_bytes = _Described(), _Described()
+    get_compiled_memory_stats, cost_analysis = _Described(), _Described()
+    output_memory_kinds, get_output_memory_kinds = _Described(), _Described()
+    get_parameter_layouts, get_output_layouts = _Described(), _Described()
+    input_layouts, output_layouts = _Described(), _Described()
+    optimized_module_proto, hlo_text, as_text = _Described(), _Described(), _Described()
+    hlo_modules, serialize = _Described(), _Described()
 
     def __init__(self, client: "ClientView", pointer, *,
                  declared_output_shapes: tuple | None = None,
                  global_devices: Sequence["Device"] | None = None):
         self._client = client
-        self._declared_output_shapes = declared_output_shapes
         self._handle = client.raw_handle
-        self._pointer = pointer
-        self._executable = _NULL
+        self.metadata: Any = None
+        self._launcher: Any = None
         api = self._handle.api
         self._handle.executables[id(self)] = (pointer, _NULL)
         try:
             api.require("PJRT_LoadedExecutable_Execute")
-            self._executable = api.call_new("PJRT_LoadedExecutable_GetExecutable",
-                                            loaded_executable=pointer).executable
-            self._handle.executables[id(self)] = (pointer, self._executable)
-            devices = api.call_new("PJRT_LoadedExecutable_AddressableDevices", executable=pointer)
-            self._devices = tuple(client.device_from_pointer(devices.addressable_devices[i])
-                                  for i in range(devices.num_addressable_devices))
-            # A program spanning processes: its shardings name every process's devices (in
-            # device-assignment order), while it runs here on the addressable ones.
-            self._global_devices = (tuple(global_devices) if global_devices is not None and any(
-                not d.is_addressable for d in global_devices) else None)
-            self._num_outputs = int(api.call_new("PJRT_Executable_NumOutputs",
-                                                 executable=self._executable).num_outputs)
-            self._output_shapes, self._output_dtypes = self._read_output_types()
-            self._signature = self._read_signature()
-            self._parameter_specs = (
-                tuple((p.shape, p.dtype) if p is not None else None
-                      for p in self._signature.parameters)
-                if self._signature is not None else None)
-            self._donated = tuple(sorted(self.donated_parameters))
-            self._thread_calls = threading.local()
-            self._replicas = int(api.call_new("PJRT_Executable_NumReplicas",
-                                              executable=self._executable).num_replicas)
-            self._input_shardings = self._output_shardings = None
-            self._output_global_shapes = None
-            self._layout_checks = self._read_layout_checks()
-            self._output_specs: Any = (
-                tuple(zip(self._output_shapes, self._output_dtypes or ()))
-                if self._output_shapes is not None else None)
-            self._output_orders = _output_orders(self)
+            executable = api.call_new("PJRT_LoadedExecutable_GetExecutable",
+                                      loaded_executable=pointer).executable
+            self._handle.executables[id(self)] = (pointer, executable)
+            #: What the program says about itself, read once here (`ExecutableMetadata`).
+            self.metadata = metadata = ExecutableMetadata(
+                client, pointer, executable, global_devices=global_devices,
+                declared_output_shapes=declared_output_shapes)
+            self._launcher = launcher = Launcher(self._handle, pointer, metadata)
+            # The facts the full paths read on every call, bound once from the description.
+            self._devices, self._num_outputs = metadata.devices, metadata.num_outputs
+            self._signature, self._donated = metadata.signature, metadata.donated
+            self._parameter_specs = metadata.parameter_specs
+            self._layout_checks = metadata.layout_checks
+            self._output_shapes, self._output_dtypes = metadata.output_shapes, metadata.output_dtypes
+            self._output_orders = metadata.output_orders
             #: Outputs whose size each call decides (see `unpadded`): they take the full path.
-            self._dynamic_outputs = (self._signature.dynamic_outputs
-                                     if self._signature is not None else frozenset())
-            parameters = (_call_parameters(self)
+            self._dynamic_outputs = metadata.dynamic_outputs
+            parameters = (_call_parameters(metadata, api)
                           if not any(self._output_orders) and not self._dynamic_outputs
                           else None)
-            #: The per-call path of `execute` (None: every call takes the full one).
-            self._plan: CallPlan | None = (
-                _make_plan(self, *parameters) if parameters is not None else None)
-            #: Where launches run (``inline``) and whether the executable is loaded (``live``):
-            #: the plan in use, which keeps both for its own calls, or a `LaunchState`.
-            self._launch_state: CallPlan | LaunchState = (
-                self._plan if self._plan is not None else LaunchState())
-            #: `execute_global`'s, made after its first call (see `_make_global_plan`).
-            self._global_plan: CallPlan | None = None
-            self._global_plan_wanted = len(self._devices) > 1 and not self._dynamic_outputs
-            self._launch_need: int | None = None  # per device, from the first launch on
+            if parameters is not None:  # the per-call path of `execute`
+                launcher.plan = launcher.state = _make_plan(client, launcher, *parameters)
+            launcher.global_plan_wanted = len(self._devices) > 1 and not self._dynamic_outputs
         except BaseException:
             self._release()
             raise
@@ -199,33 +219,33 @@ class LoadedExecutable(GlobalCalls):
         weakref.finalize(self, self._handle.release_executable, id(self)).atexit = False
         _loaded.add(self)
 
-    def _read_layout_checks(self) -> dict:
-        """index -> layout of parameters compiled (``argument_layouts``) to take a non-row-major
-        one (see [`pjrt.layouts.layouts_arguments_must_have`][pjrt.layouts.layouts_arguments_must_have])."""
-        try:
-            found = self._layouts("parameters")
-        except (UnsupportedFeatureError, XlaRuntimeError, ValueError):
-            return {}
-        return layouts.layouts_arguments_must_have(found)
-
     # -- ownership -------------------------------------------------------------------------
 
     def _release(self) -> None:
         # Cleared before the handle is released: a call that starts after this sees it.
-        self._pointer = self._executable = _NULL
-        state = getattr(self, "_launch_state", None)
-        if state is not None:
-            state.live = 0
+        if self._launcher is not None:
+            self._launcher.release()
+        if self.metadata is not None:
+            self.metadata.forget()
         self._handle.release_executable(id(self))
+
+    def _live_pointer(self):
+        """The ``PJRT_LoadedExecutable*``, for a call on it (RuntimeError once unloaded,
+        ClosedClientError once its client is closed)."""
+        pointer = self._launcher.pointer
+        if pointer == _NULL:
+            raise RuntimeError("this executable has been deleted")
+        self.metadata._live_pointer()  # its client closed
+        return pointer
 
     @property
     def launches_inline(self) -> bool:
         """Whether the next launch runs on the calling thread (see `pjrt._capi.long_runs`)."""
-        return bool(self._launch_state.inline)
+        return self._launcher.inline
 
     @launches_inline.setter
     def launches_inline(self, value: bool) -> None:
-        self._launch_state.inline = 1 if value else 0
+        self._launcher.inline = value
 
     def delete(self) -> None:
         """Unload the executable; later calls raise RuntimeError. Calls running in other
@@ -233,7 +253,7 @@ class LoadedExecutable(GlobalCalls):
         self._release()
 
     def is_deleted(self) -> bool:
-        return self._pointer == _NULL or self._handle.closed
+        return self._launcher.pointer == _NULL or self._handle.closed
 
     # -- execution -------------------------------------------------------------------------
 
@@ -303,7 +323,7 @@ class LoadedExecutable(GlobalCalls):
         # done nothing, and the full path below checks everything and reports every error.
         if _handlers_running and self._launch_waits_for_its_handler(device):
             return self._execute_on_stand_in([arguments], device, copy_host_values)[0]
-        plan = self._plan
+        plan = self._launcher.plan
         if plan is not None and device is None:
             outputs = (recorder.run_plan(self, plan, arguments, copy_host_values) if _tracing
                        else plan.run(arguments, copy_host_values))  # (see _tracing)
@@ -342,8 +362,8 @@ class LoadedExecutable(GlobalCalls):
             for i, argument in enumerate(arguments):
                 buffers[i] = self._check_argument(i, argument, device)
             keep = prepare_donations(self._donated, [arguments]) if self._donated else ()
-            _check_headroom(self, 1)
-            outputs = launch_on_device(handle, self._pointer, buffers, count,
+            self._launcher.check_headroom(1)
+            outputs = launch_on_device(handle, self._launcher.pointer, buffers, count,
                                         self._num_outputs, keep, device)
             consume_donated(self._donated, [arguments], keep)
             return self._wrap_outputs(outputs, 0, (device,))
@@ -383,12 +403,12 @@ class LoadedExecutable(GlobalCalls):
         try:
             specs = self._parameter_specs
             count = len(arguments)
-            if self._pointer == _NULL or handle.closed or (specs is not None
+            if self._launcher.pointer == _NULL or handle.closed or (specs is not None
                                                            and count != len(specs)):
                 self._live_pointer()
                 self._check_count(count)
             device = devices[0]
-            call = self._thread_call(count)
+            call = self._launcher.thread_call(count)
             argument_array = call.arguments
             for i, argument in enumerate(arguments):
                 if copy_host_values and not isinstance(argument, Array):
@@ -402,10 +422,10 @@ class LoadedExecutable(GlobalCalls):
                 copies.start(argument_array)
             if self._donated:
                 keep = prepare_donations(self._donated, [arguments])
-                self._launch(call, keep, events)
+                self._launcher.launch(call, keep, events)
                 consume_donated(self._donated, [arguments], keep)
             else:
-                self._launch(call, (), events)
+                self._launcher.launch(call, (), events)
             return self._wrap_outputs(call.outputs, 0, devices)
         finally:
             if copies is not None:
@@ -454,12 +474,12 @@ class LoadedExecutable(GlobalCalls):
                 for d, device in enumerate(self._devices) for i, shards in enumerate(arguments)]
         per_device_arguments = list(zip(*arguments)) if arguments else []
         keep = prepare_donations(self._donated, per_device_arguments) if self._donated else ()
-        call = self._thread_call(len(arguments), num_devices)
+        call = self._launcher.thread_call(len(arguments), num_devices)
         slots = ffi.new("PJRT_Event*[]", num_devices) if with_tokens else _NULL
         try:
             for position, buffer in enumerate(flat):
                 call.arguments[position] = buffer
-            self._launch(call, keep, slots)
+            self._launcher.launch(call, keep, slots)
             outputs = call.outputs
         finally:
             call.busy = False
@@ -506,50 +526,6 @@ class LoadedExecutable(GlobalCalls):
                  for value in shard]
                 for shard, place in zip(outputs, devices)]
 
-    def _thread_call(self, count: int, num_devices: int = 1) -> Call:
-        """This thread's call struct for a call on the Python path (a fresh one if its own is
-        in use, or sized otherwise)."""
-        call = getattr(self._thread_calls, "call", None)
-        if call is None or call.busy or call.size != (count, num_devices):
-            call = Call(self._handle, self._pointer, _NULL, self._num_outputs, count,
-                         _NO_HOST_VALUES, num_devices)
-            if getattr(self._thread_calls, "call", None) is None or num_devices == 1:
-                self._thread_calls.call = call
-        call.busy = True
-        return call
-
-    def _launch(self, call: Call, keep: tuple, events=_NULL) -> None:
-        """Run ``call`` (its arguments placed) through the one launcher, here or on a worker
-        thread (see `pjrt._capi.long_runs`); its outputs land in ``call.outputs``, and each
-        device's completion event in ``events`` unless that is NULL."""
-        started = recorder.now() if recorder.active else 0  # a trace records the launch
-        struct = call.call
-        struct.complete_events = events
-        if self._launch_need is None or self._launch_need >= memory_headroom.CHECKED_FROM_BYTES:
-            _check_headroom(self, int(struct.num_devices))
-        if keep:
-            call.keep = ffi.new("int64_t[]", keep)
-            struct.non_donatable, struct.num_non_donatable = call.keep, len(keep)
-        try:
-            if not self.launches_inline:
-                self.launches_inline = long_runs.launch(self._handle, call)
-                return
-            status = _call_run(struct)
-            if status & _CALL_SLOW:
-                self.launches_inline = False  # ran long on this thread: launch the next off it
-            if status & _CALL_ERROR:
-                error, struct.error = struct.error, _NULL
-                if error == _NULL:
-                    raise MemoryError("out of host memory while preparing the execution")
-                raise consume(self._handle.api, error)
-        finally:
-            struct.complete_events = _NULL
-            if keep:
-                struct.non_donatable, struct.num_non_donatable = _NULL, 0
-                call.keep = None
-            if started:
-                recorder.launched(self, started, "python")
-
     def _wrap_outputs(self, outputs, device_index: int, devices: tuple) -> list[Array]:
         client = self._client
         count = self._num_outputs
@@ -567,6 +543,41 @@ class LoadedExecutable(GlobalCalls):
             arrays[i] = unpadded(client, arrays[i])
         return arrays
 
+    def execute_global(self, arguments: Sequence[Array], *,
+                       copy_host_values: bool = False) -> list[Array]:
+        """Run on every device with global Arrays laid out as `input_shardings` say;
+        returns global Arrays laid out as `output_shardings` say.
+
+        ``pjrt.compile`` places or reshards arguments to those shardings before calling this.
+        With ``copy_host_values``, arguments may also be numpy arrays, cut into shards and
+        copied to the devices for this call only (see `execute`).
+
+        Raises:
+          DeviceAssignmentMismatchError: an argument sits on other devices.
+          ValueError: an argument's sharding or shape does not match the parameter's.
+          TypeError: wrong number of arguments, or not an Array.
+        """
+        outputs = self.execute_laid_out(arguments)
+        if outputs is None:  # the full path (pjrt._runtime.global_calls)
+            launcher = self._launcher
+            outputs = global_calls.execute_checked(launcher, self._client, arguments,
+                                                   copy_host_values, self._check_count)
+            if launcher.global_plan_wanted:
+                global_calls.make_plan(launcher, self._client)
+        return outputs
+
+    def execute_laid_out(self, arguments: Sequence[Array]) -> list[Array] | None:
+        """`execute_global` for the call made in loops: every argument a global Array whose
+        shards sit on the executable's devices, in their order, with a sharding that lays it
+        out as the parameter needs (the parameter's own, or one seen equivalent to it before).
+        Returns the outputs, or None, having done nothing, when the call needs anything
+        else (placing, resharding, host values, or the checks that word an error): then call
+        `execute_global`. Available once `execute_global` has run once."""
+        plan = self._launcher.global_plan
+        if plan is not None and _tracing:  # a trace records the launch (see _tracing)
+            return recorder.run_plan(self, plan, arguments, False)
+        return plan.run(arguments, False) if plan is not None else None
+
     def __call__(self, *arguments: Array) -> list[Array]:
         return self.execute(arguments)
 
@@ -575,48 +586,16 @@ class LoadedExecutable(GlobalCalls):
         return f"LoadedExecutable(outputs={self._num_outputs}, devices=[{devices}])"
 
 
-def _make_plan(executable: "LoadedExecutable", parameters: tuple, fixed: tuple) -> CallPlan:
+def _make_plan(client: "ClientView", launcher: Launcher, parameters: tuple,
+               fixed: tuple) -> CallPlan:
     """The `CallPlan` of a single-device executable whose parameters and outputs are all
     known (see `_call_parameters`). It holds no reference to the executable, whose unloading
     it learns through ``live``."""
-    handle = executable._handle
-    device = executable._devices[0]
-    donated = executable._donated
-    make_call = functools.partial(new_call, handle, executable._pointer, device.pointer,
-                                  executable._num_outputs, len(parameters), fixed)
-    return CallPlan(handle, executable._client, executable._devices, Array, np.ndarray,
-                    parameters, tuple(executable._output_specs), donated,
+    handle, metadata = launcher.handle, launcher.metadata
+    device = metadata.devices[0]
+    donated = metadata.donated
+    make_call = functools.partial(new_call, handle, launcher.pointer, device.pointer,
+                                  metadata.num_outputs, len(parameters), fixed)
+    return CallPlan(handle, client, metadata.devices, Array, np.ndarray,
+                    parameters, tuple(metadata.output_specs), donated,
                     call_hooks(handle, donated, make_call))
-
-
-def _output_orders(executable: "LoadedExecutable") -> tuple:
-    """Per output, its dimensions from major to minor when the program lays it out other than
-    row-major (an output layout compiled in, e.g. ``mhlo.layout_mode = "{0,1}"``), else None.
-    Reads honour it (see `pjrt._runtime.host_reads`); such programs leave the per-call path, whose
-    outputs are row-major."""
-    count = executable._num_outputs
-    try:
-        found = executable.get_output_layouts()
-    except Exception:  # noqa: BLE001 - a plugin that does not say: its default, row-major
-        return (None,) * count
-    orders = tuple(layouts.stored_order(layout) for layout in found)
-    return orders if len(orders) == count else (None,) * count
-
-
-def _check_headroom(executable: "LoadedExecutable", num_devices: int) -> None:
-    """The address-space check of a launch (`pjrt._capi.memory_headroom`). An executable
-    works out its need at its first launch; one needing `CHECKED_FROM_BYTES` or more per
-    device leaves the per-call path, so every launch of it comes here and is checked."""
-    need = executable._launch_need
-    if need is None:
-        need = executable._launch_need = memory_headroom.launch_need(executable)
-        if need >= memory_headroom.CHECKED_FROM_BYTES:
-            executable._plan = executable._global_plan = None
-            executable._global_plan_wanted = False
-    if need >= memory_headroom.CHECKED_FROM_BYTES:
-        memory_headroom.check_launch(executable, need, num_devices)
-
-
-
-
-

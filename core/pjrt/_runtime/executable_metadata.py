@@ -2,9 +2,9 @@
 layouts of its parameters and outputs, the plugin's memory and cost estimates, its optimised
 HLO and its serialized form.
 
-`ExecutableMetadata` is the half of a [`LoadedExecutable`][pjrt.executable.LoadedExecutable]
-that describes the program; `pjrt.executable` adds running it. Everything a call needs is read
-once, when the executable is loaded; the rest is asked of the plugin when wanted.
+`ExecutableMetadata` is the description a [`LoadedExecutable`][pjrt.executable.LoadedExecutable]
+holds (its ``metadata``): everything a call needs is read once, when the executable is loaded;
+the rest is asked of the plugin when wanted. Launching is `pjrt._runtime.launcher`'s.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from .._capi.options import named_values_to_dict
 from .._pjrt_cffi import ffi
 from ..errors import ClosedClientError, ErrorCode, UnsupportedFeatureError, XlaRuntimeError
 from ..hlo_sharding import HloSharding
-from ..sharding import GSPMDSharding, PmapSharding, SingleDeviceSharding
+from ..sharding import (GSPMDSharding, PmapSharding, SingleDeviceSharding,
+                        global_shape_of_shards)
 
 if TYPE_CHECKING:
     from ..device import ClientView, Device
@@ -115,28 +116,92 @@ class HloModule:
 
 
 class ExecutableMetadata:
-    """The description of a loaded executable; see `pjrt.executable.LoadedExecutable`, which
-    sets the fields below when it loads the program."""
+    """What a loaded program says about itself: read once, when it is loaded, and asked of the
+    plugin when wanted. A [`LoadedExecutable`][pjrt.executable.LoadedExecutable] holds one (its
+    ``metadata``) and answers the questions below through it; its launches read the facts a
+    call needs from the public attributes here."""
 
-    _client: "ClientView"
-    _handle: handles.ClientHandle
-    _pointer: object
-    _executable: object
-    _devices: tuple
-    _global_devices: tuple | None
-    _num_outputs: int
-    _output_shapes: tuple | None
-    _output_dtypes: tuple | None
-    _signature: _hlo.ModuleSignature | None
-    _replicas: int
-    _input_shardings: tuple | None
-    _output_shardings: tuple | None
+    def __init__(self, client: "ClientView", loaded, executable, *,
+                 global_devices: Sequence["Device"] | None = None,
+                 declared_output_shapes: tuple | None = None):
+        """Read what a call needs of the program ``executable`` (the ``PJRT_Executable`` of
+        the ``PJRT_LoadedExecutable`` ``loaded``) of ``client``."""
+        self._client = client
+        self._handle = client.raw_handle
+        #: The ``PJRT_Executable``; NULL once the executable is unloaded (`forget`).
+        self._executable = executable
+        api = self._handle.api
+        found = api.call_new("PJRT_LoadedExecutable_AddressableDevices", executable=loaded)
+        #: The devices it runs on here, in execution order.
+        self.devices: tuple = tuple(client.device_from_pointer(found.addressable_devices[i])
+                                    for i in range(found.num_addressable_devices))
+        # A program spanning processes: its shardings name every process's devices (in
+        # device-assignment order), while it runs here on the addressable ones.
+        self._global_devices = (tuple(global_devices) if global_devices is not None and any(
+            not d.is_addressable for d in global_devices) else None)
+        #: The program's output count; its outputs' per-device shapes and dtypes (None when
+        #: the plugin does not say).
+        self.num_outputs = int(api.call_new("PJRT_Executable_NumOutputs",
+                                            executable=executable).num_outputs)
+        self.output_shapes, self.output_dtypes = self._read_output_types()
+        #: What the optimised module says of its parameters and outputs (None: it says nothing).
+        self.signature = self._read_signature()
+        #: Per parameter ``(shape, dtype)`` (None where unknown), or None.
+        self.parameter_specs = (tuple((p.shape, p.dtype) if p is not None else None
+                                      for p in self.signature.parameters)
+                                if self.signature is not None else None)
+        #: The donated parameters' indices, in order.
+        self.donated = tuple(sorted(self.donated_parameters))
+        self.replicas = int(api.call_new("PJRT_Executable_NumReplicas",
+                                         executable=executable).num_replicas)
+        self._input_shardings = self._output_shardings = None
+        self._output_global_shapes = None
+        #: The outputs' global shapes the compiler was asked for (checked against its own).
+        self.declared_output_shapes = declared_output_shapes
+        #: index -> layout of parameters compiled (``argument_layouts``) to take a non-row-major
+        #: one (see [`pjrt.layouts.layouts_arguments_must_have`][pjrt.layouts.layouts_arguments_must_have]).
+        self.layout_checks = self._read_layout_checks()
+        #: Per output ``(shape, dtype)``, or None where the plugin does not say.
+        self.output_specs = (tuple(zip(self.output_shapes, self.output_dtypes or ()))
+                             if self.output_shapes is not None else None)
+        #: Per output, its dimensions from major to minor when the program lays it out other
+        #: than row-major (an output layout compiled in), else None. Reads honour it (see
+        #: `pjrt._runtime.host_reads`); such programs leave the per-call path.
+        self.output_orders = self._read_output_orders()
+        #: Outputs whose size each call decides (see `pjrt._runtime.launches.unpadded`).
+        self.dynamic_outputs = (self.signature.dynamic_outputs
+                                if self.signature is not None else frozenset())
+
+    def forget(self) -> None:
+        """The executable was unloaded: later questions to the plugin raise."""
+        self._executable = _NULL
+
+    @property
+    def spans_processes(self) -> bool:
+        """Whether the program runs on devices of other processes too."""
+        return self._global_devices is not None
 
     # -- metadata read once ----------------------------------------------------------------
 
+    def _read_layout_checks(self) -> dict:
+        try:
+            found = self._layouts("parameters")
+        except (UnsupportedFeatureError, XlaRuntimeError, ValueError):
+            return {}
+        return layouts.layouts_arguments_must_have(found)
+
+    def _read_output_orders(self) -> tuple:
+        count = self.num_outputs
+        try:
+            found = self.get_output_layouts()
+        except Exception:  # noqa: BLE001 - a plugin that does not say: its default, row-major
+            return (None,) * count
+        orders = tuple(layouts.stored_order(layout) for layout in found)
+        return orders if len(orders) == count else (None,) * count
+
     def _read_output_types(self):
         api = self._handle.api
-        count = self._num_outputs
+        count = self.num_outputs
         try:
             types = api.call_new("PJRT_Executable_OutputElementTypes", executable=self._executable)
             dims = api.call_new("PJRT_Executable_OutputDimensions", executable=self._executable)
@@ -190,13 +255,42 @@ class ExecutableMetadata:
         return serialized
 
     def _live_pointer(self):
-        pointer = self._pointer
+        pointer = self._executable
         if pointer == _NULL:
             raise RuntimeError("this executable has been deleted")
         if self._handle.closed:
             raise ClosedClientError(f"this executable's client is closed: "
                                     f"{self._handle.closed_reason}")
         return pointer
+
+    # -- global shapes (execute_global) ----------------------------------------------------
+
+    def output_global_shape(self, index: int) -> tuple:
+        """Output ``index``'s global shape, from its shards (`check_output_layouts`)."""
+        shapes = self._output_global_shapes
+        if shapes is None:
+            shapes = self._output_global_shapes = self.check_output_layouts()
+        return shapes[index]
+
+    def check_output_layouts(self) -> tuple:
+        """Each output's global shape, from its shards; ValueError when the program declares
+        another one (XLA pads uneven shards, which an Array cannot represent, as in jax)."""
+        if self._output_global_shapes is not None:
+            return self._output_global_shapes
+        shard_shapes = [shape for shape, _ in self.output_specs or ()]
+        shapes = tuple(global_shape_of_shards(sharding, shard_shape)
+                       for sharding, shard_shape in zip(self.output_shardings, shard_shapes))
+        # A replicated program declares per-replica shapes; only partitioned ones are compared.
+        declared = (self.declared_output_shapes or ()) if self.replicas == 1 else ()
+        for i, (shape, wanted) in enumerate(zip(shapes, declared)):
+            if wanted is not None and tuple(wanted) != shape:
+                sharding = self.output_shardings[i].to_hlo_sharding(len(wanted))
+                raise ValueError(
+                    f"output {i} has shape {tuple(wanted)}, which {sharding} splits unevenly "
+                    f"(XLA pads its shards to {shard_shapes[i]}); pjrt, like jax, holds only "
+                    f"evenly sharded arrays: shard that output along dimensions it divides")
+        self._output_global_shapes = shapes
+        return shapes
 
     # -- queries ---------------------------------------------------------------------------
 
@@ -206,40 +300,27 @@ class ExecutableMetadata:
 
     def local_devices(self) -> list["Device"]:
         """The devices the executable runs on, in execution order."""
-        return list(self._devices)
+        return list(self.devices)
 
     addressable_devices = local_devices
 
     def global_devices(self) -> list["Device"]:
         """Every device the program runs on, other processes' included (the local devices
         for a program of this process alone)."""
-        return list(self._global_devices or self._devices)
-
-    @property
-    def num_outputs(self) -> int:
-        return self._num_outputs
-
-    @property
-    def output_shapes(self) -> tuple | None:
-        """Per-device shapes of the outputs (None when the plugin does not report them)."""
-        return self._output_shapes
-
-    @property
-    def output_dtypes(self) -> tuple | None:
-        return self._output_dtypes
+        return list(self._global_devices or self.devices)
 
     @property
     def input_shapes(self) -> tuple | None:
         """Per-device ``(shape, dtype)`` of each parameter, from the optimised module."""
-        if self._signature is None:
+        if self.signature is None:
             return None
         return tuple((p.shape, p.dtype) if p is not None else None
-                     for p in self._signature.parameters)
+                     for p in self.signature.parameters)
 
     @property
     def donated_parameters(self) -> frozenset:
         """Indices of parameters whose buffers the program takes over (donation)."""
-        return self._signature.donated_parameters if self._signature else frozenset()
+        return self.signature.donated_parameters if self.signature else frozenset()
 
     @property
     def input_shardings(self) -> tuple:
@@ -247,35 +328,35 @@ class ExecutableMetadata:
         the partitioner's choice for an SPMD program, one slice per device for a replicated
         one, the single device otherwise."""
         if self._input_shardings is None:
-            count = len(self._signature.parameters) if self._signature is not None else 0
+            count = len(self.signature.parameters) if self.signature is not None else 0
             self._input_shardings = self._shardings(
-                self._signature.parameter_shardings if self._signature else None, count)
+                self.signature.parameter_shardings if self.signature else None, count)
         return self._input_shardings
 
     @property
     def output_shardings(self) -> tuple:
         """How each output is laid out over the executable's devices (a Sharding each)."""
         if self._output_shardings is None:
-            raw = self._signature.output_sharding if self._signature is not None else None
+            raw = self.signature.output_sharding if self.signature is not None else None
             per_output = None
             if raw is not None:
                 parsed = HloSharding.from_proto(raw)
                 per_output = ([e for e in parsed.tuple_elements()] if parsed.is_tuple()
                               else [parsed])
-                if len(per_output) != self._num_outputs:
+                if len(per_output) != self.num_outputs:
                     per_output = None
-            self._output_shardings = self._shardings(per_output, self._num_outputs)
+            self._output_shardings = self._shardings(per_output, self.num_outputs)
         return self._output_shardings
 
     def _shardings(self, raw: Sequence | None, count: int) -> tuple:
-        devices = self._global_devices or self._devices
+        devices = self._global_devices or self.devices
         if not devices:
             raise ValueError("this executable is portable (compiled with CompileOptions."
                              "compile_portable_executable): it has no devices, so no "
                              "shardings; run it with execute(arguments, device=...)")
         if len(devices) == 1:
             return tuple(SingleDeviceSharding(devices[0]) for _ in range(count))
-        if self._replicas > 1:
+        if self.replicas > 1:
             return tuple(PmapSharding(devices) for _ in range(count))
         result = []
         for i in range(count):
@@ -363,7 +444,7 @@ class ExecutableMetadata:
         except XlaRuntimeError as error:
             if error.code != ErrorCode.UNIMPLEMENTED:
                 raise
-            return [[self._devices[0].default_memory().kind] * self._num_outputs]
+            return [[self.devices[0].default_memory().kind] * self.num_outputs]
 
     @handles.native_method
     def get_parameter_layouts(self) -> list[layouts.PjRtLayout]:

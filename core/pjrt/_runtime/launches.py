@@ -26,7 +26,7 @@ _NULL = ffi.NULL
 class Call:
     """One caller's ``pjrt_shim_call``, in memory cffi owns: the one call struct of every
     launch, on one device or several, run by the one launcher (``pjrt_shim_call_run``) from
-    C (`CallPlan`) or from Python (`LoadedExecutable._launch`, `pjrt._capi.long_runs`).
+    C (`CallPlan`) or from Python (`Launcher.launch`, `pjrt._capi.long_runs`).
 
     A `CallPlan` keeps the idle ones and the Python path one per thread, and each is handed to
     one call at a time, so two threads, or a call made from inside another (a Python custom
@@ -46,7 +46,7 @@ class Call:
         self.size = (count, num_devices)
         #: The non-donatable indices of the launch running now (call.non_donatable's memory).
         self.keep = None
-        #: Set during a call on the Python path (see `LoadedExecutable._thread_call`).
+        #: Set during a call on the Python path (see `Launcher.thread_call`).
         self.busy = False
         self.abandoned = None  # see pjrt._capi.long_runs.free_after
         self.call = call = ffi.new("pjrt_shim_call *")
