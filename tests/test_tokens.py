@@ -90,8 +90,9 @@ def test_dropped_tokens_leave_the_client_working_and_a_closed_clients_token_rais
 
 # -- several threads waiting on one run --------------------------------------------------------
 
-#: Iterations of `matmul_loop` for a run of about a second on an idle machine (more when loaded).
-SLOW_ITERATIONS = 6000
+#: Iterations of `matmul_loop` for a run of about half a second on an idle machine (more when
+#: loaded): far longer than the waiting threads take to start.
+SLOW_ITERATIONS = 3000
 
 WAITERS = 4
 
@@ -241,7 +242,7 @@ def test_ctrl_c_ends_one_wait_on_a_token_and_the_others_go_on(cpu_plugin):
     reports = run_cpu_child(cpu_plugin_path(cpu_plugin.name), f"""
         import threading
         client = pjrt.make_c_api_client("cpu")
-        executable = client.compile_and_load({matmul_loop(2 * SLOW_ITERATIONS)!r})
+        executable = client.compile_and_load({matmul_loop(4 * SLOW_ITERATIONS)!r})
         x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
         (y,), token = executable.execute_with_token([x])
         other = []
