@@ -1,4 +1,4 @@
-"""Client.heap_profile: the live arrays' device memory as a gzipped pprof profile, read back
+"""Client.heap_profile: the live arrays' and executables' memory as a pprof profile, read back
 with protobuf's own parser against profile.proto's schema (a decoder independent of the
 writer), on both CPU plugin builds."""
 from __future__ import annotations
@@ -65,24 +65,28 @@ def _profile_class():
 _Profile = None
 
 
-def read_profile(data: bytes):
+def read_profile(data: bytes, all_kinds: bool = False, ours: bool = True):
     """``(profile, samples)``: samples as dicts with ``count``, ``bytes``, ``labels`` and
-    ``stack`` (function names, innermost first)."""
+    ``stack`` (function names, innermost first); only the buffers' unless ``all_kinds``."""
     global _Profile
     if _Profile is None:
         _Profile = _profile_class()
-    assert data[:2] == b"\x1f\x8b"  # gzip
-    profile = _Profile.FromString(gzip.decompress(data))
+    if data[:2] == b"\x1f\x8b":  # gzip: what device_memory_profile and pprof's files hold
+        data = gzip.decompress(data)
+    profile = _Profile.FromString(data)
     strings = list(profile.string_table)
     assert strings[0] == ""
     assert [(strings[t.type], strings[t.unit]) for t in profile.sample_type] == [
         ("allocations", "count"), ("space", "bytes")]
-    assert strings[profile.default_sample_type] == "space" and profile.time_nanos > 0
+    if ours:  # jaxlib's sets neither
+        assert strings[profile.default_sample_type] == "space" and profile.time_nanos > 0
     functions = {f.id: (strings[f.name], strings[f.filename]) for f in profile.function}
     locations = {loc.id: [functions[line.function_id] for line in loc.line]
                  for loc in profile.location}
     samples = []
     for sample in profile.sample:
+        if not all_kinds and strings[sample.label[0].str] != "buffer":
+            continue
         stack = [frame for location_id in sample.location_id for frame in locations[location_id]]
         samples.append({"count": sample.value[0], "bytes": sample.value[1],
                         "labels": {strings[l.key]: strings[l.str] for l in sample.label},
@@ -199,7 +203,7 @@ def test_heap_profile_of_a_closed_client(make_client):
 
 def test_recording_from_the_environment():
     result = run_python("""
-        import gzip, sys
+        import sys
         import numpy as np
         sys.path.insert(0, "tests")
         import pjrt
@@ -210,7 +214,7 @@ def test_recording_from_the_environment():
         def allocate():
             return client.buffer_from_pyval(np.zeros(4096, np.uint8))
         kept = allocate()
-        raw = gzip.decompress(client.heap_profile())
+        raw = client.heap_profile()
         print(heap.recording(), b"allocate" in raw, heap.UNRECORDED.encode() in raw)
     """, env=dict(__import__("conftest").child_env(), PJRT_ARRAY_SITES="1"))
     assert result.stdout.split() == ["True", "True", "False"]
@@ -239,3 +243,35 @@ def test_device_memory_profile_of_a_backend_and_saved(tmp_path, sites_off):
     _, saved = read_profile(path.read_bytes())
     assert sum(s["bytes"] for s in saved) == sum(s["bytes"] for s in samples)
     del x
+
+
+def test_the_profile_is_jaxlibs_bare_message_and_jax_gzips_it(make_client, jax_cpu):
+    """jaxlib's Client.heap_profile() is the serialised Profile, which jax's
+    device_memory_profile gzips: ours are the same forms."""
+    import jax
+
+    theirs = jax.devices("cpu")[0].client.heap_profile()
+    ours = make_client(devices=1).heap_profile()
+    for data, mine in ((theirs, False), (ours, True)):
+        assert data[:2] != b"\x1f\x8b"
+        read_profile(data, all_kinds=True, ours=mine)  # a Profile: allocations and space
+    assert jax.profiler.device_memory_profile()[:2] == b"\x1f\x8b"
+    assert profiler.device_memory_profile()[:2] == b"\x1f\x8b"
+
+
+def test_executables_are_counted_as_jaxlib_counts_them(make_client, sites_off):
+    from conftest import TINY
+
+    client = make_client(devices=1)
+    first = client.compile_and_load(TINY.read_text(), client.devices())
+    second = client.compile_and_load(TINY.read_text(), client.devices())
+    _, samples = read_profile(client.heap_profile(), all_kinds=True)
+    executables = [s for s in samples if s["labels"]["kind"] == "executable"]
+    assert all(set(s["labels"]) == {"kind"} for s in executables)  # no device, as jaxlib's
+    assert sum(s["count"] for s in executables) == 2
+    assert sum(s["bytes"] for s in executables) == (
+        first.size_of_generated_code_in_bytes() + second.size_of_generated_code_in_bytes())
+    assert {s["stack"][0] for s in executables} == {f"executable {first.name()}"}
+    first.delete()
+    _, samples = read_profile(client.heap_profile(), all_kinds=True)
+    assert sum(s["count"] for s in samples if s["labels"]["kind"] == "executable") == 1

@@ -229,10 +229,13 @@ class Client:
         return self.live_arrays()
 
     def heap_profile(self) -> bytes:
-        """The device memory this client's live arrays hold, as a gzipped pprof profile
-        (jaxlib's method): one sample per device, memory kind and site where the arrays were
-        made, with the values ``allocations`` (count) and ``space`` (bytes) and the labels
-        ``kind``, ``device`` and ``memory_kind``. Sites are recorded while
+        """The memory this client's live arrays and executables hold, as a pprof profile
+        (jaxlib's method; the serialised ``Profile`` message, not compressed, as jaxlib's;
+        [`pjrt.profiler.device_memory_profile`][pjrt.profiler.device_memory_profile] gzips
+        it). Arrays' buffers are grouped by device, memory kind and the site where the arrays
+        were made, executables by name; each sample has the values ``allocations`` (count)
+        and ``space`` (bytes) and the label ``kind`` (``buffer`` or ``executable``), a
+        buffer's also ``device`` and ``memory_kind``. Sites are recorded while
         [`record_array_sites`][pjrt.profiler.record_array_sites] is on (or with
         ``PJRT_ARRAY_SITES=1`` in the environment); read the file with ``pprof`` (see the
         profiling guide).

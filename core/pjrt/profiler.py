@@ -335,18 +335,19 @@ def record_array_sites(enabled: bool = True) -> bool:
 
 
 def device_memory_profile(backend=None) -> bytes:
-    """The device memory the live arrays of ``backend`` hold, as a gzipped pprof profile
-    (jax's name): [`Client.heap_profile`][pjrt.client.Client.heap_profile] of the backend
-    ``pjrt.get_backend(backend)`` returns (a platform name, a `Client`, or None for the
-    default backend)."""
+    """The memory the live arrays and executables of ``backend`` hold, as a gzipped pprof
+    profile (jax's name): [`Client.heap_profile`][pjrt.client.Client.heap_profile], gzipped,
+    of the backend ``pjrt.get_backend(backend)`` returns (a platform name, a `Client`, or
+    None for the default backend)."""
+    from ._profiling import heap
     from .registry import get_backend
 
-    return get_backend(backend).heap_profile()
+    return heap.gzipped(get_backend(backend).heap_profile())
 
 
 def save_device_memory_profile(filename: os.PathLike | str, backend=None) -> None:
-    """Write [`device_memory_profile`][pjrt.profiler.device_memory_profile] to ``filename``
-    (jax's name), for ``pprof``."""
+    """Write [`device_memory_profile`][pjrt.profiler.device_memory_profile] (gzipped) to
+    ``filename`` (jax's name), for ``pprof``."""
     profile = device_memory_profile(backend)
     with open(filename, "wb") as stream:
         stream.write(profile)

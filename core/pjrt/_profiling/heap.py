@@ -1,11 +1,14 @@
-"""``Client.heap_profile()``: the device memory a client's live arrays hold, as a gzipped pprof
-profile (``profile.proto``, written with `pjrt._wire.protowire`).
+"""``Client.heap_profile()``: the memory a client's live arrays and executables hold, as a pprof
+profile (a serialised ``perftools.profiles.Profile``, ``profile.proto``, written with
+`pjrt._wire.protowire`; ``pjrt.profiler.device_memory_profile`` gzips it, as jax does).
 
 Every buffer the client's handle owns (its registry of owners, which every array that owns
-memory joins when it is made) is one allocation: the profile has two values per sample,
-``allocations`` (count) and ``space`` (bytes, ``PJRT_Buffer_OnDeviceSizeInBytes``), and the
-labels ``kind`` (``"buffer"``), ``device`` and ``memory_kind``. Samples of the same device,
-memory kind and site are summed.
+memory joins when it is made) is one allocation, and so is every live executable (its
+generated code, ``PJRT_Executable_SizeOfGeneratedCodeInBytes``), as in jaxlib. Each sample has
+two values, ``allocations`` (count) and ``space`` (bytes; a buffer's
+``PJRT_Buffer_OnDeviceSizeInBytes``), and the label ``kind`` (``"buffer"`` or
+``"executable"``); a buffer's also ``device`` and ``memory_kind``. Samples of the same kind,
+device, memory kind and site are summed. An executable's one frame names it.
 
 **Sites.** While recording is on (`record_array_sites`, or ``PJRT_ARRAY_SITES=1`` in the
 environment when pjrt is imported), each new array remembers the Python stack that made it,
@@ -25,7 +28,7 @@ import weakref
 
 from .._capi.native import set_array_site_recorder
 from .._wire import protowire as pw
-from ..errors import XlaRuntimeError
+from ..errors import UnsupportedFeatureError, XlaRuntimeError
 
 #: The environment variable that turns recording on when pjrt is imported ("1").
 ENV = "PJRT_ARRAY_SITES"
@@ -106,8 +109,10 @@ def _buffer_facts(client, api, buffer):
 
 
 def live_allocations(client) -> dict:
-    """``(site, device, memory kind) -> [count, bytes]`` over the buffers the client's live
-    arrays own (site: the recorded frames, or None)."""
+    """``(kind, site, device, memory kind) -> [count, bytes]`` over the buffers the client's
+    live arrays own (kind ``"buffer"``; site: the recorded frames, or None) and its live
+    executables (kind ``"executable"``, the site a frame naming it, no device or memory
+    kind)."""
     groups: dict = {}
     with client.raw_handle.calling() as handle:
         api = handle.api
@@ -119,9 +124,18 @@ def live_allocations(client) -> dict:
                 facts = _buffer_facts(client, api, buffer)
                 if facts is None:
                     continue
-                totals = groups.setdefault((site, facts[0], facts[1]), [0, 0])
+                totals = groups.setdefault(("buffer", site, facts[0], facts[1]), [0, 0])
                 totals[0] += 1
                 totals[1] += facts[2]
+    for executable in client.live_executables():
+        try:
+            size = int(executable.size_of_generated_code_in_bytes())
+            site = (("", f"executable {executable.name()}", 0, 0),)
+        except (XlaRuntimeError, UnsupportedFeatureError):
+            continue  # deleted meanwhile, or a plugin that cannot tell
+        totals = groups.setdefault(("executable", site, None, None), [0, 0])
+        totals[0] += 1
+        totals[1] += size
     return groups
 
 
@@ -164,15 +178,17 @@ def encode_profile(groups: dict, time_nanos: int) -> bytes:
     def label(key: str, value: str) -> bytes:
         return pw.message_field(3, pw.int_field(1, strings(key)) + pw.int_field(2, strings(value)))
 
-    for (site, device, kind), (count, size) in sorted(
-            groups.items(), key=lambda item: (-item[1][1], item[0][1], item[0][2])):
+    for (kind, site, device, memory_kind), (count, size) in sorted(
+            groups.items(), key=lambda item: (-item[1][1], item[0][0], str(item[0][2]),
+                                              str(item[0][3]))):
         frames: tuple[tuple[str, str, int, int], ...] = site or (("", UNRECORDED, 0, 0),)
         ids = [location(filename, name, first_line, line)
                for filename, name, first_line, line in frames]
+        labels = label("kind", kind)
+        if device is not None:
+            labels += label("device", device) + label("memory_kind", memory_kind)
         out.append(pw.message_field(2, pw.packed_varint_field(1, ids)
-                                    + pw.packed_varint_field(2, [count, size])
-                                    + label("kind", "buffer") + label("device", device)
-                                    + label("memory_kind", kind)))
+                                    + pw.packed_varint_field(2, [count, size]) + labels))
     for (function_id, line), location_id in locations.items():
         line_message = pw.int_field(1, function_id) + pw.int_field(2, line)
         out.append(pw.message_field(4, pw.int_field(1, location_id)
@@ -193,8 +209,14 @@ def encode_profile(groups: dict, time_nanos: int) -> bytes:
 
 
 def heap_profile(client) -> bytes:
-    """The gzipped pprof profile of ``client``'s live arrays (see the module docstring)."""
-    return gzip.compress(encode_profile(live_allocations(client), time.time_ns()), mtime=0)
+    """The pprof profile of ``client``'s live arrays and executables (see the module
+    docstring), not compressed, as jaxlib's ``Client.heap_profile`` returns it."""
+    return encode_profile(live_allocations(client), time.time_ns())
+
+
+def gzipped(profile: bytes) -> bytes:
+    """``profile`` as pprof's files hold it (what jax's ``device_memory_profile`` returns)."""
+    return gzip.compress(profile, mtime=0)
 
 
 if os.environ.get(ENV, "") not in ("", "0"):
