@@ -459,8 +459,8 @@ def pjrt_plugin_initialized(plugin_name: str) -> bool:
 def plugin_of_c_api(c_api) -> Plugin:
     """The `Plugin` that ``c_api`` is (jaxlib's functions take a plugin as its ``PJRT_Api*``):
     ``c_api`` itself when it is a `Plugin`; for a ``PJRT_Api*`` (a PyCapsule, an int address
-    or cffi cdata), the loaded plugin with that table, or a bare `Plugin` around it when none
-    is loaded.
+    or cffi cdata), the first loaded plugin with that table (a library loaded under two names
+    has one table), or a bare `Plugin` around it when none is loaded.
 
     Raises:
       TypeError: ``c_api`` is of another type.
