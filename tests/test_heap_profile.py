@@ -120,14 +120,15 @@ def test_samples_add_up_to_the_live_arrays_bytes(make_client, sites_off):
         split.on_device_size_in_bytes()
     assert sum(s["bytes"] for s in samples) == live == 4000 + 65536 + 256
     assert sum(s["count"] for s in samples) == 4  # one buffer per shard
-    assert by_device(samples) == {str(first): 4000 + 128, str(second): 65536 + 128}
+    assert by_device(samples) == {first.debug_string(): 4000 + 128,
+                                  second.debug_string(): 65536 + 128}
     assert {(s["labels"]["kind"], s["labels"]["memory_kind"]) for s in samples} == {
         ("buffer", "device")}
     assert {tuple(s["stack"]) for s in samples} == {(heap.UNRECORDED,)}
     del big
     gc.collect()
     _, samples = read_profile(client.heap_profile())
-    assert by_device(samples) == {str(first): 4000 + 128, str(second): 128}
+    assert by_device(samples) == {first.debug_string(): 4000 + 128, second.debug_string(): 128}
     small.delete()
     _, samples = read_profile(client.heap_profile())
     assert sum(s["bytes"] for s in samples) == 256
@@ -239,7 +240,8 @@ def test_device_memory_profile_of_a_backend_and_saved(tmp_path, sites_off):
         profiler.save_device_memory_profile(path, backend=backend)
     finally:
         gc.enable()
-    assert sum(s["bytes"] for s in samples if s["labels"]["device"] == str(x.device)) >= 80
+    assert sum(s["bytes"] for s in samples
+               if s["labels"]["device"] == x.device.debug_string()) >= 80
     _, saved = read_profile(path.read_bytes())
     assert sum(s["bytes"] for s in saved) == sum(s["bytes"] for s in samples)
     del x
@@ -255,6 +257,13 @@ def test_the_profile_is_jaxlibs_bare_message_and_jax_gzips_it(make_client, jax_c
     for data, mine in ((theirs, False), (ours, True)):
         assert data[:2] != b"\x1f\x8b"
         read_profile(data, all_kinds=True, ours=mine)  # a Profile: allocations and space
+    # Devices are labelled as jaxlib labels them: the device's DebugString (through the C
+    # API, PJRT_DeviceDescription_DebugString).
+    x = pjrt.device_put(np.ones(4, np.float32), pjrt.get_backend("cpu").devices()[0])
+    labels = {s["labels"]["device"] for s in read_profile(
+        pjrt.get_backend("cpu").heap_profile())[1]}
+    assert x.device.debug_string() in labels
+    del x
     assert jax.profiler.device_memory_profile()[:2] == b"\x1f\x8b"
     assert profiler.device_memory_profile()[:2] == b"\x1f\x8b"
 

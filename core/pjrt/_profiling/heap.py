@@ -90,9 +90,18 @@ def site_of(owner_id: int):
 
 # -- the profile ---------------------------------------------------------------------------
 
-def _buffer_facts(client, api, buffer):
+def _device_label(device) -> str:
+    """What jaxlib labels a device with: the plugin's debug string (``cpu:0``; ``TFRT_CPU_0``
+    from older CPU builds), else pjrt's name for it."""
+    try:
+        return device.debug_string() or str(device)
+    except (XlaRuntimeError, UnsupportedFeatureError):
+        return str(device)
+
+
+def _buffer_facts(client, api, buffer, labels: dict):
     """``(device label, memory kind, bytes)`` of a live buffer; None for a deleted one (a
-    donated input's buffer, say, which holds no memory)."""
+    donated input's buffer, say, which holds no memory). ``labels`` caches the devices'."""
     if api.call_new("PJRT_Buffer_IsDeleted", buffer=buffer).is_deleted:
         return None
     try:
@@ -105,7 +114,10 @@ def _buffer_facts(client, api, buffer):
     if api.has("PJRT_Buffer_Memory"):
         memory = api.call_new("PJRT_Buffer_Memory", buffer=buffer).memory
         kind = client.memory_from_pointer(memory).kind
-    return str(device), kind, size
+    label = labels.get(device)
+    if label is None:
+        label = labels[device] = _device_label(device)
+    return label, kind, size
 
 
 def live_allocations(client) -> dict:
@@ -114,6 +126,7 @@ def live_allocations(client) -> dict:
     executables (kind ``"executable"``, the site a frame naming it, no device or memory
     kind)."""
     groups: dict = {}
+    labels: dict = {}
     with client.raw_handle.calling() as handle:
         api = handle.api
         for owner_id, buffers in list(handle.buffers.items()):
@@ -121,7 +134,7 @@ def live_allocations(client) -> dict:
             for buffer in list(buffers or ()):
                 if not buffer:  # None, or a NULL pointer
                     continue
-                facts = _buffer_facts(client, api, buffer)
+                facts = _buffer_facts(client, api, buffer, labels)
                 if facts is None:
                     continue
                 totals = groups.setdefault(("buffer", site, facts[0], facts[1]), [0, 0])
