@@ -108,6 +108,76 @@ def test_tickets_are_the_handles_for_python_and_c(client, device):
     assert not any(entry[1] == "buffers" and entry[0] > ticket for entry in handle.parked)
 
 
+def _count_settles(monkeypatch, handle) -> list:
+    """Counts the handle's settle() calls (the Python side of freeing what was parked)."""
+    calls = []
+    settle = type(handle).settle
+
+    def counting(self):
+        calls.append(1)
+        return settle(self)
+
+    monkeypatch.setattr(type(handle), "settle", counting)
+    return calls
+
+
+def test_parked_buffers_are_freed_when_the_oldest_call_ends_without_python(
+        client, device, monkeypatch):
+    """A release while other calls run is parked; the end of a newer call frees nothing, and
+    the end of the oldest frees it in C: no call's end runs settle() for plain buffers (with
+    several threads calling, nearly every release is parked)."""
+    handle = client.raw_handle
+    assert not handle.active and not handle.parked
+    settles = _count_settles(monkeypatch, handle)
+    older = handle.take_ticket()
+    newer = handle.take_ticket()
+    try:
+        array = client.buffer_from_pyval(np.ones(8, np.float32), device)
+        owner = id(array)
+        del array
+        gc.collect()
+        assert owner not in handle.buffers
+        assert [entry[1] for entry in handle.parked] == ["buffers"]
+        handle.end(newer)
+        newer = None
+        assert [entry[1] for entry in handle.parked] == ["buffers"]  # `older` may use it
+    finally:
+        if newer is not None:
+            handle.end(newer)
+        handle.end(older)
+    assert not handle.parked and not handle.active
+    assert settles == []
+
+
+def test_threads_calling_one_client_leave_nothing_parked(client, device, monkeypatch):
+    """Two threads calling at once: each release while the other's call runs is parked, and
+    freed in C as calls end (before, each call's end ran settle() in Python)."""
+    import threading
+
+    handle = client.raw_handle
+    executable = client.compile_and_load(TINY.read_text())
+    a = client.buffer_from_pyval(np.arange(8, dtype=np.float32), device)
+    executable.execute([a, a])  # the first launch decides where launches run
+    settles = _count_settles(monkeypatch, handle)
+    owned = len(handle.buffers)
+
+    def work():
+        for _ in range(2000):
+            executable.execute([a, a])
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not handle.parked and not handle.active
+    assert len(handle.buffers) == owned
+    assert settles == []
+    (out,) = executable.execute([a, a])
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_allclose(np.asarray(out), np.tanh(x * x + 1), rtol=1e-6)
+
+
 def test_release_frees_at_once_when_no_call_runs(client, device):
     handle = client.raw_handle
     array = client.buffer_from_pyval(np.ones(8, np.float32), device)

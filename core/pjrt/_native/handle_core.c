@@ -134,6 +134,142 @@ static void settle(PyObject* handle) {
   PyErr_Restore(type, value, traceback);
 }
 
+/* The ticket of the oldest running call (borrowed: `active` keeps insertion
+ * order, and a ticket is inserted when its call begins), or NULL when none
+ * runs. */
+static PyObject* oldest_active(HandleCore* handle) {
+  Py_ssize_t position = 0;
+  PyObject *key, *value;
+  return PyDict_Next(handle->active, &position, &key, &value) ? key : NULL;
+}
+
+/* Whether the parked `entry` was parked before every running call began (so
+ * none of them can be using what it holds): its ticket is older than
+ * `oldest`, or no call runs. */
+static int parked_before(PyObject* entry, PyObject* oldest) {
+  if (!PyTuple_CheckExact(entry) || PyTuple_Size(entry) != 3) {
+    return oldest == NULL;
+  }
+  if (oldest == NULL) {
+    return 1;
+  }
+  int older = PyObject_RichCompareBool(PyTuple_GetItem(entry, 0), oldest, Py_LT);
+  if (older < 0) {
+    PyErr_Clear();
+    return 1; /* settle() decides */
+  }
+  return older;
+}
+
+/* Whether settle() has anything to free among the parked entries. */
+static int parked_freeable(HandleCore* handle) {
+  PyObject* oldest = oldest_active(handle);
+  Py_ssize_t count = PyList_Size(handle->parked);
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    if (parked_before(PyList_GetItem(handle->parked, i), oldest)) {
+      return 1;
+    }
+  }
+  return 0;
+}
+
+/* The buffers a parked entry releases, when it is a plain release of buffers
+ * (kind "buffers", its list of cdata, no host memory held) that no running
+ * call can be using: their addresses in out[0..*count), and 1. 0 otherwise
+ * (settle() takes care of it). */
+static int parked_plain_buffers(PyObject* entry, PyObject* oldest, PJRT_Buffer** out,
+                                Py_ssize_t* count) {
+  if (!PyTuple_CheckExact(entry) || PyTuple_Size(entry) != 3 ||
+      !parked_before(entry, oldest)) {
+    return 0;
+  }
+  PyObject* kind = PyTuple_GetItem(entry, 1);
+  PyObject* payload = PyTuple_GetItem(entry, 2);
+  if (kind != hp_names.buffers &&
+      (!PyUnicode_Check(kind) || PyUnicode_CompareWithASCIIString(kind, "buffers") != 0)) {
+    return 0;
+  }
+  if (!PyTuple_CheckExact(payload) || PyTuple_Size(payload) != 2) {
+    return 0;
+  }
+  PyObject* buffers = PyTuple_GetItem(payload, 0);
+  PyObject* holds = PyTuple_GetItem(payload, 1);
+  if (holds != Py_None && !(PyList_CheckExact(holds) && PyList_Size(holds) == 0)) {
+    return 0;
+  }
+  Py_ssize_t size = PyList_CheckExact(buffers) ? PyList_Size(buffers) : 0;
+  if (size < 1 || size > MAX_DEVICES) {
+    return 0;
+  }
+  for (Py_ssize_t d = 0; d < size; ++d) {
+    if (PyObject_SetItem(hp_wiring.address_slot, hp_names.index_zero,
+                         PyList_GetItem(buffers, d)) < 0) {
+      PyErr_Clear();
+      return 0;
+    }
+    out[d] = hp_wiring.address_slot_memory[0];
+  }
+  *count = size;
+  return 1;
+}
+
+/* Frees the parked buffers that no running call can be using, with the GIL
+ * held throughout (so no call begins, and the client is not closed, meanwhile),
+ * as free_or_park frees buffers at once. Only plain releases of buffers of an
+ * open client, and only under the handle's lock (settle() may be freeing on
+ * another thread, having let the GIL go); everything else stays for settle().
+ * Without this, with two or more threads calling, nearly every release is
+ * parked (another call runs) and every call's end ran settle() in Python. */
+static void free_parked_buffers(HandleCore* handle) {
+  if (handle->closed != Py_False || handle->table_address == 0 || handle->lock == NULL ||
+      handle->pending_holds == NULL || !PyList_CheckExact(handle->pending_holds) ||
+      PyList_Size(handle->pending_holds) != 0 || !parked_freeable(handle)) {
+    return;
+  }
+  PyObject* acquired = PyObject_CallMethod(handle->lock, "acquire", "O", Py_False);
+  if (acquired == NULL) {
+    PyErr_Clear();
+    return;
+  }
+  int locked = acquired == Py_True;
+  Py_DECREF(acquired);
+  if (!locked) {
+    return; /* settle() runs on another thread, and looks again before it stops */
+  }
+  const PJRT_Api* api = (const PJRT_Api*)(uintptr_t)handle->table_address;
+  PyObject* oldest = oldest_active(handle);
+  Py_XINCREF(oldest);
+  PyObject* parked = handle->parked;
+  Py_INCREF(parked);
+  for (Py_ssize_t i = 0; i < PyList_Size(parked);) {
+    PJRT_Buffer* addresses[MAX_DEVICES];
+    Py_ssize_t count = 0;
+    PyObject* entry = PyList_GetItem(parked, i);
+    if (!parked_plain_buffers(entry, oldest, addresses, &count)) {
+      ++i;
+      continue;
+    }
+    /* Out of the list first: whoever finds it there frees it. */
+    Py_INCREF(entry);
+    if (PyList_SetSlice(parked, i, i + 1, NULL) < 0) {
+      PyErr_Clear();
+      Py_DECREF(entry);
+      break;
+    }
+    for (Py_ssize_t d = 0; d < count; ++d) {
+      hp_wiring.buffer_destroy(api, addresses[d]);
+    }
+    Py_DECREF(entry);
+  }
+  Py_DECREF(parked);
+  Py_XDECREF(oldest);
+  PyObject* released = PyObject_CallMethod(handle->lock, "release", NULL);
+  if (released == NULL) {
+    PyErr_WriteUnraisable((PyObject*)handle);
+  }
+  Py_XDECREF(released);
+}
+
 void hp_end_call(HandleCore* handle, PyObject* ticket) {
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);
@@ -141,9 +277,25 @@ void hp_end_call(HandleCore* handle, PyObject* ticket) {
     PyErr_Clear();
   }
   Py_DECREF(ticket);
+  if (handle->closed != Py_False) {
+    PyErr_Restore(type, value, traceback);
+    settle((PyObject*)handle);
+    return;
+  }
+  /* settle() runs only when something parked can be freed now: the end of a
+   * call that is not the oldest running frees nothing. */
+  int settling = 0;
+  if (handle->parked != NULL && PyList_CheckExact(handle->parked) &&
+      PyList_Size(handle->parked) != 0 && handle->active != NULL &&
+      PyDict_CheckExact(handle->active)) {
+    free_parked_buffers(handle);
+    settling = PyList_Size(handle->parked) != 0 && parked_freeable(handle);
+  } else if (handle->parked != NULL && PyList_Size(handle->parked) != 0) {
+    settling = 1;
+  }
+  PyErr_Clear();
   PyErr_Restore(type, value, traceback);
-  if ((handle->parked != NULL && PyList_Size(handle->parked) != 0) ||
-      handle->closed != Py_False) {
+  if (settling) {
     settle((PyObject*)handle);
   }
 }
