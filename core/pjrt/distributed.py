@@ -70,9 +70,6 @@ LOCAL_DEVICE_IDS_ENV = "PJRT_LOCAL_DEVICE_IDS"
 TIMEOUT_ENV = "PJRT_DISTRIBUTED_TIMEOUT"
 CLUSTER_DETECTION_ENV = "PJRT_CLUSTER_DETECTION"
 DEFAULT_TIMEOUT_SECONDS = 300.0
-#: jax's defaults for a job on the coordination service.
-DEFAULT_HEARTBEAT_TIMEOUT_SECONDS = 100.0
-DEFAULT_SHUTDOWN_TIMEOUT_SECONDS = 300.0
 
 
 class DistributedState:
@@ -636,17 +633,8 @@ def initialize(coordinator_address=None, num_processes: int | None = None,
       OSError: process 0 cannot listen on the coordinator's port (it is in use).
       ImportError: the coordinator is an address and grpcio is missing.
     """
-    coordinator = coordinator_address
-    if coordinator is None:
-        coordinator = os.environ.get(COORDINATOR_ENV, "").strip() or None
-    if num_processes is None:
-        num_processes = _env_int(NUM_PROCESSES_ENV)
-    if process_id is None:
-        process_id = _env_int(PROCESS_ID_ENV)
-    if local_device_ids is None:
-        local_device_ids = _env_device_ids()
-    if timeout is None:
-        timeout = float(os.environ.get(TIMEOUT_ENV, "").strip() or DEFAULT_TIMEOUT_SECONDS)
+    coordinator, num_processes, process_id, local_device_ids, timeout = _from_environment(
+        coordinator_address, num_processes, process_id, local_device_ids, timeout)
     cluster = None
     _detection_method(cluster_detection_method, os.environ)  # a misspelt value is an error
     if num_processes is None or process_id is None:
@@ -658,35 +646,26 @@ def initialize(coordinator_address=None, num_processes: int | None = None,
                 process_id = cluster.process_id
             if local_device_ids is None:
                 local_device_ids = cluster.local_device_ids(os.environ)
-    missing = [f"{what} (or {variable})" for what, value, variable in (
-        ("coordinator", coordinator, COORDINATOR_ENV),
-        ("num_processes", num_processes, NUM_PROCESSES_ENV),
-        ("process_id", process_id, PROCESS_ID_ENV)) if value is None]
-    if missing:
-        raise ValueError(_missing_message(missing, cluster))
-    assert num_processes is not None and process_id is not None  # `missing` was empty
-    if num_processes < 1:
-        raise ValueError(f"num_processes must be at least 1, not {num_processes}")
+    _check_layout(coordinator, num_processes, process_id, cluster)
+    assert num_processes is not None and process_id is not None  # checked above
     with _lock:
         if global_state.store is not None:
             raise RuntimeError("pjrt.distributed.initialize was already called in this "
                                "process; call pjrt.distributed.shutdown() first")
         generation = global_state.generation + 1
         member = _member_name()
-        client = service = None
         if isinstance(coordinator, str) and _is_address(coordinator.strip()):
-            store, client, service = _join_service(
-                coordinator.strip(), num_processes, process_id, coordinator_bind_address,
-                timeout, heartbeat_timeout, shutdown_timeout)
+            from ._distributed.runtime_job import join
+
+            store, client, service = join(
+                coordinator.strip(), num_processes, process_id,
+                bind_address=coordinator_bind_address, timeout=timeout,
+                heartbeat_timeout=heartbeat_timeout, shutdown_timeout=shutdown_timeout)
             owned = False
         else:
-            store, owned = open_store(coordinator)
-            try:
-                _join(store, generation, num_processes, process_id, member, timeout)
-            except BaseException:
-                if owned and hasattr(store, "close"):
-                    store.close()  # pyright: ignore[reportAttributeAccessIssue]  (hasattr above)
-                raise
+            store, owned = _join_store(coordinator, generation, num_processes, process_id,
+                                       member, timeout)
+            client = service = None
         global_state.client = client
         global_state.service = service
         global_state.store = store
@@ -705,30 +684,50 @@ def initialize(coordinator_address=None, num_processes: int | None = None,
         global_state.member = member
 
 
+def _from_environment(coordinator, num_processes, process_id, local_device_ids, timeout):
+    """The arguments of `initialize`, each from its ``PJRT_*`` variable when None."""
+    if coordinator is None:
+        coordinator = os.environ.get(COORDINATOR_ENV, "").strip() or None
+    if num_processes is None:
+        num_processes = _env_int(NUM_PROCESSES_ENV)
+    if process_id is None:
+        process_id = _env_int(PROCESS_ID_ENV)
+    if local_device_ids is None:
+        local_device_ids = _env_device_ids()
+    if timeout is None:
+        timeout = float(os.environ.get(TIMEOUT_ENV, "").strip() or DEFAULT_TIMEOUT_SECONDS)
+    return coordinator, num_processes, process_id, local_device_ids, timeout
+
+
+def _check_layout(coordinator, num_processes: int | None, process_id: int | None,
+                  cluster: ClusterEnvironment | None) -> None:
+    missing = [f"{what} (or {variable})" for what, value, variable in (
+        ("coordinator", coordinator, COORDINATOR_ENV),
+        ("num_processes", num_processes, NUM_PROCESSES_ENV),
+        ("process_id", process_id, PROCESS_ID_ENV)) if value is None]
+    if missing:
+        raise ValueError(_missing_message(missing, cluster))
+    if num_processes is not None and num_processes < 1:
+        raise ValueError(f"num_processes must be at least 1, not {num_processes}")
+
+
+def _join_store(coordinator, generation: int, num_processes: int, process_id: int,
+                member: str, timeout: float):
+    """The job on the key-value store ``coordinator`` names: open it, claim the id."""
+    store, owned = open_store(coordinator)
+    try:
+        _join(store, generation, num_processes, process_id, member, timeout)
+    except BaseException:
+        if owned and hasattr(store, "close"):
+            store.close()  # pyright: ignore[reportAttributeAccessIssue]  (hasattr above)
+        raise
+    return store, owned
+
+
 def _is_address(text: str) -> bool:
     from ._distributed.runtime_job import is_address
 
     return is_address(text)
-
-
-def _join_service(address: str, num_processes: int, process_id: int, bind_address: str | None,
-                  timeout: float, heartbeat_timeout: float | None,
-                  shutdown_timeout: float | None):
-    """The job on XLA's coordination service at ``address`` (see `initialize`)."""
-    from ._distributed import runtime_job
-
-    if not 0 <= process_id < num_processes:
-        raise ValueError(f"process_id {process_id} is outside 0..{num_processes - 1} for a job "
-                         f"of {num_processes} processes; give each process its own id from 0 "
-                         f"to {num_processes - 1}")
-    if bind_address is None:
-        bind_address = os.environ.get("JAX_COORDINATOR_BIND_ADDRESS", "").strip() or None
-    return runtime_job.join(
-        address, num_processes, process_id, bind_address=bind_address, timeout=timeout,
-        heartbeat_timeout=(DEFAULT_HEARTBEAT_TIMEOUT_SECONDS if heartbeat_timeout is None
-                           else float(heartbeat_timeout)),
-        shutdown_timeout=(DEFAULT_SHUTDOWN_TIMEOUT_SECONDS if shutdown_timeout is None
-                          else float(shutdown_timeout)))
 
 
 def is_initialized() -> bool:

@@ -38,6 +38,16 @@ UNSPECIFIED, UNINITIALIZED, DISCONNECTED, CONNECTED, ERROR = range(5)
 
 _FIXED64 = struct.Struct("<Q")
 
+#: An error status as the service answers it: ``(code, message, source task or None)``;
+#: None is OK.
+Status = tuple
+
+
+def make_status(code: int, message: str, source_task: int | None = None) -> Status:
+    """The error status ``code`` (an `ErrorCode`) with ``message``, naming the task it came
+    from when there is one."""
+    return (int(code), message, source_task)
+
 
 def method_path(method: str) -> str:
     """The gRPC path of ``method``: ``/xla.coordination.CoordinationService/<method>``."""

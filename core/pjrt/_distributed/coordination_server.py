@@ -2,93 +2,21 @@
 
 `GrpcCoordinationServer` serves `CoordinationService`'s rules as the gRPC service
 ``xla.coordination.CoordinationService``, with generic handlers that take and return the bytes
-`pjrt._distributed.coordination_messages` reads and writes. Every handler runs on a thread of
-the server's pool; one that waits blocks on an event its ``done`` callback sets, looking every
-second whether its caller is still there.
+`pjrt._distributed.coordination_messages` reads and writes. The server is gRPC's asyncio
+server, on an event loop of its own (a daemon thread, which never holds the interpreter's
+exit): a handler that waits (a registration, a barrier, a blocking get, error polling) awaits
+a future its ``done`` callback settles, so a job of many processes holds no thread per wait,
+and a caller that goes away cancels its handler.
 """
 from __future__ import annotations
 
-import queue
+import asyncio
 import threading
-from concurrent import futures
 
 from ..errors import ErrorCode
 from . import coordination_messages as msg
-from .coordination_service import CoordinationService, make_status
-
-
-class _Pending:
-    """One waiting RPC: a handler blocks in `wait` until a callback calls `finish`."""
-
-    __slots__ = ("event", "result")
-
-    def __init__(self):
-        self.event = threading.Event()
-        self.result = None
-
-    def finish(self, *result) -> None:
-        if not self.event.is_set():
-            self.result = result
-            self.event.set()
-
-    def wait(self, context):
-        """The result, or None when the caller went away (cancelled, deadline passed)."""
-        if not self.event.is_set():
-            # The RPC's end (its caller cancelled, its deadline passed) wakes it without a
-            # result; add_callback refuses when the RPC has already ended.
-            if not context.add_callback(self.event.set):
-                return self.result if self.event.is_set() else None
-            self.event.wait()
-        return self.result
-
-
-class _DaemonPool:
-    """The gRPC server's executor, on daemon threads started as needed (up to
-    ``max_workers``): a handler waiting for a barrier or for errors must not hold the
-    interpreter's exit, as ``ThreadPoolExecutor``'s threads, joined at exit, would."""
-
-    def __init__(self, max_workers: int, name: str):
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-        self._threads = 0
-        self._max = max_workers
-        self._name = name
-
-    def submit(self, fn, *args, **kwargs) -> futures.Future:
-        future: futures.Future = futures.Future()
-        self._queue.put((future, fn, args, kwargs))
-        with self._lock:
-            if self._idle == 0 and self._threads < self._max:
-                self._threads += 1
-                threading.Thread(target=self._work, daemon=True,
-                                 name=f"{self._name}-{self._threads}").start()
-        return future
-
-    def _work(self) -> None:
-        while True:
-            with self._lock:
-                self._idle += 1
-            item = self._queue.get()
-            with self._lock:
-                self._idle -= 1
-            if item is None:
-                return
-            future, fn, args, kwargs = item
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as error:  # noqa: BLE001 - handed to the future
-                future.set_exception(error)
-            else:
-                future.set_result(result)
-
-    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
-        with self._lock:
-            threads = self._threads
-        for _ in range(threads):
-            self._queue.put(None)
+from .coordination_messages import make_status
+from .coordination_service import CoordinationService
 
 
 def import_grpc():
@@ -113,32 +41,68 @@ class GrpcCoordinationServer:
         self.address = address
         self.service = service
         self._codes = {code.value[0]: code for code in grpc.StatusCode}
-        workers = 4 * service.num_tasks + 32
-        self._pool = _DaemonPool(workers, "pjrt-coordination")
-        self._server = grpc.server(
-            self._pool,  # pyright: ignore[reportArgumentType]  (submit is all gRPC uses)
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = 0
+        self._server = None
+        started: asyncio.Future | None = None
+        ready = threading.Event()
+        outcome: list = []
+
+        def run() -> None:
+            self._loop_thread = threading.get_ident()
+            asyncio.set_event_loop(self._loop)
+            try:
+                outcome.append(self._loop.run_until_complete(self._start(grpc, address)))
+            except BaseException as error:  # noqa: BLE001 - handed to the constructor
+                outcome.append(error)
+                ready.set()
+                return
+            ready.set()
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=run, name="pjrt-coordination", daemon=True)
+        self._thread.start()
+        ready.wait()
+        del started
+        result = outcome[0]
+        if isinstance(result, BaseException) or not result:
+            service.stop()
+            self._thread.join(5)
+            self._loop.close()
+            raise OSError(f"the coordination service cannot listen on {address}: the port is "
+                          f"in use (another job's service?) or the host is not an address of "
+                          f"this machine") from (result if isinstance(result, BaseException)
+                                                 else None)
+        self.port = result
+
+    async def _start(self, grpc, address: str) -> int:
+        server = grpc.aio.server(
             # One service per port: without this, gRPC lets a second server bind a port in use
             # (SO_REUSEPORT), and clients would reach either at random.
             options=[("grpc.so_reuseport", 0), ("grpc.max_receive_message_length", -1),
                      ("grpc.max_send_message_length", -1)])
         handlers = {name: grpc.unary_unary_rpc_method_handler(getattr(self, "_" + name))
                     for name in msg.METHODS}
-        self._server.add_generic_rpc_handlers(
+        server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(msg.SERVICE, handlers),))
-        try:
-            port = self._server.add_insecure_port(address)
-        except RuntimeError as error:
-            port = 0
-            cause: BaseException | None = error
-        else:
-            cause = None
-        if not port:
-            service.stop()
-            raise OSError(f"the coordination service cannot listen on {address}: the port is "
-                          f"in use (another job's service?) or the host is not an address of "
-                          f"this machine") from cause
-        self.port = port
-        self._server.start()
+        port = server.add_insecure_port(address)
+        if port:
+            await server.start()
+            self._server = server
+        return port
+
+    def _waiter(self):
+        """A future of the loop and the ``done`` callback that settles it from any thread."""
+        future = self._loop.create_future()
+
+        def finish(*result) -> None:
+            if threading.get_ident() == self._loop_thread:
+                if not future.done():
+                    future.set_result(result)
+            else:
+                self._loop.call_soon_threadsafe(_settle, future, result)
+
+        return future, finish
 
     # Each handler gets the request bytes and returns the response bytes, or sets an error.
 
@@ -169,27 +133,18 @@ class GrpcCoordinationServer:
             return False
         return True
 
-    def _waited(self, pending: _Pending, context):
-        result = pending.wait(context)
-        if result is None:
-            context.set_code(self._codes[ErrorCode.CANCELLED])
-            context.set_details("the caller went away")
-        return result
-
-    def _RegisterTask(self, data: bytes, context) -> bytes:
+    async def _RegisterTask(self, data: bytes, context) -> bytes:
         request = msg.decode_request("RegisterTask", data)
-        pending = _Pending()
+        pending, finish = self._waiter()
         self.service.register_task(request["source_task_id"], request["incarnation"],
-                                   pending.finish)
-        result = self._waited(pending, context)
-        if result is None:
-            return b""
+                                   finish)
+        result = await pending
         if result[0] is not None:
             return self._fail(context, result[0])
         return msg.encode_response("RegisterTask",
                                    {"service_incarnation": self.service.incarnation})
 
-    def _Heartbeat(self, data: bytes, context) -> bytes:
+    async def _Heartbeat(self, data: bytes, context) -> bytes:
         request = msg.decode_request("Heartbeat", data)
         if not self._check(request, context):
             return b""
@@ -198,105 +153,102 @@ class GrpcCoordinationServer:
             return self._fail(context, error)
         return msg.encode_response("Heartbeat", {"service_incarnation": self.service.incarnation})
 
-    def _ShutdownTask(self, data: bytes, context) -> bytes:
+    async def _ShutdownTask(self, data: bytes, context) -> bytes:
         request = msg.decode_request("ShutdownTask", data)
         if not self._check(request, context):
             return b""
-        pending = _Pending()
-        self.service.shutdown_task(request["source_task_id"], pending.finish)
-        result = self._waited(pending, context)
-        if result is not None and result[0] is not None:
+        pending, finish = self._waiter()
+        self.service.shutdown_task(request["source_task_id"], finish)
+        result = await pending
+        if result[0] is not None:
             return self._fail(context, result[0])
         return b""
 
-    def _WatchTasks(self, data: bytes, context) -> bytes:
+    async def _WatchTasks(self, data: bytes, context) -> bytes:
         request = msg.decode_request("WatchTasks", data)
         if not self._check(request, context):
             return b""
-        pending = _Pending()
-        self.service.watch_tasks(request["version_number"], pending.finish)
-        result = self._waited(pending, context)
-        if result is None:
-            return b""
+        pending, finish = self._waiter()
+        self.service.watch_tasks(request["version_number"], finish)
+        result = await pending
         infos, version = result
         return msg.encode_response("WatchTasks", {"task_state": infos, "version_number": version})
 
-    def _InsertKeyValue(self, data: bytes, context) -> bytes:
+    async def _InsertKeyValue(self, data: bytes, context) -> bytes:
         request = msg.decode_request("InsertKeyValue", data)
         if not self._check(request, context):
             return b""
         key, value = request["kv"]
-        error = self.service.insert(key, value, request["allow_overwrite"])
+        error = self.service.store.insert(key, value, request["allow_overwrite"])
         return b"" if error is None else self._fail(context, error)
 
-    def _GetKeyValue(self, data: bytes, context) -> bytes:
+    async def _GetKeyValue(self, data: bytes, context) -> bytes:
         request = msg.decode_request("GetKeyValue", data)
         if not self._check(request, context):
             return b""
         key = request["key"]
-        value = self.service.try_get(key)
+        value = self.service.store.try_get(key)
         if value is None:
-            pending = _Pending()
-            self.service.get(key, pending.finish)
-            result = self._waited(pending, context)
-            if result is None:
-                self.service.forget_get(key, pending.finish)
-                return b""
+            pending, finish = self._waiter()
+            self.service.store.get(key, finish)
+            try:
+                result = await pending
+            except asyncio.CancelledError:
+                self.service.store.forget_get(key, finish)  # the caller went away
+                raise
             if result[0] is not None:
                 return self._fail(context, result[0])
             value = result[1]
         return msg.encode_response("GetKeyValue", {"key": key, "value": value})
 
-    def _TryGetKeyValue(self, data: bytes, context) -> bytes:
+    async def _TryGetKeyValue(self, data: bytes, context) -> bytes:
         request = msg.decode_request("TryGetKeyValue", data)
         if not self._check(request, context):
             return b""
         key = request["key"]
-        value = self.service.try_get(key)
+        value = self.service.store.try_get(key)
         if value is None:
             return self._fail(context, make_status(ErrorCode.NOT_FOUND, f"Config key {key} not found."))
         return msg.encode_response("TryGetKeyValue", {"key": key, "value": value})
 
-    def _IncrementKeyValue(self, data: bytes, context) -> bytes:
+    async def _IncrementKeyValue(self, data: bytes, context) -> bytes:
         request = msg.decode_request("IncrementKeyValue", data)
         if not self._check(request, context):
             return b""
-        error, value = self.service.increment(request["key"], request["increment"])
+        error, value = self.service.store.increment(request["key"], request["increment"])
         if error is not None:
             return self._fail(context, error)
         return msg.encode_response("IncrementKeyValue", {"key": request["key"], "value": value})
 
-    def _GetKeyValueDir(self, data: bytes, context) -> bytes:
+    async def _GetKeyValueDir(self, data: bytes, context) -> bytes:
         request = msg.decode_request("GetKeyValueDir", data)
         if not self._check(request, context):
             return b""
-        entries = self.service.get_dir(request["directory_key"])
+        entries = self.service.store.get_dir(request["directory_key"])
         return msg.encode_response("GetKeyValueDir", {"kv": entries})
 
-    def _DeleteKeyValue(self, data: bytes, context) -> bytes:
+    async def _DeleteKeyValue(self, data: bytes, context) -> bytes:
         request = msg.decode_request("DeleteKeyValue", data)
         if not self._check(request, context):
             return b""
-        self.service.delete(request["key"])
+        self.service.store.delete(request["key"])
         return b""
 
-    def _Barrier(self, data: bytes, context) -> bytes:
+    async def _Barrier(self, data: bytes, context) -> bytes:
         request = msg.decode_request("Barrier", data)
         if not self._check(request, context):
             return b""
-        pending = _Pending()
+        pending, finish = self._waiter()
         self.service.barrier(request["barrier_id"], request["counter"],
                              request["barrier_timeout_in_ms"] / 1000.0,
-                             request["source_task_id"], request["task_ids"], pending.finish)
-        result = self._waited(pending, context)
-        if result is None:
-            return b""
+                             request["source_task_id"], request["task_ids"], finish)
+        result = await pending
         status, counter = result
         if status is not None:
             return self._fail(context, status)
         return msg.encode_response("Barrier", {"counter": counter})
 
-    def _CancelBarrier(self, data: bytes, context) -> bytes:
+    async def _CancelBarrier(self, data: bytes, context) -> bytes:
         request = msg.decode_request("CancelBarrier", data)
         if not self._check(request, context):
             return b""
@@ -304,38 +256,45 @@ class GrpcCoordinationServer:
                                             request["source_task_id"])
         return b"" if error is None else self._fail(context, error)
 
-    def _GetAliveTasks(self, data: bytes, context) -> bytes:
+    async def _GetAliveTasks(self, data: bytes, context) -> bytes:
         request = msg.decode_request("GetAliveTasks", data)
         if not self._check(request, context):
             return b""
-        pending = _Pending()
+        pending, finish = self._waiter()
         self.service.get_alive_tasks(request["requesting_task_id"], request["task_ids"],
-                                     pending.finish)
-        result = self._waited(pending, context)
-        if result is None:
-            return b""
+                                     finish)
+        result = await pending
         status, alive, incarnations = result
         if status is not None:
             return self._fail(context, status)
         return msg.encode_response("GetAliveTasks", {"alive_task_ids": alive,
                                                      "incarnations": incarnations})
 
-    def _PollForError(self, data: bytes, context) -> bytes:
+    async def _PollForError(self, data: bytes, context) -> bytes:
         request = msg.decode_request("PollForError", data)
         if not self._check(request, context):
             return b""
-        pending = _Pending()
-        self.service.poll_for_error(request["source_task_id"], pending.finish)
-        result = self._waited(pending, context)
-        if result is None:
-            return b""
+        pending, finish = self._waiter()
+        self.service.poll_for_error(request["source_task_id"], finish)
+        result = await pending
         return self._fail(context, result[0])
 
     def stop(self, grace: float | None = 1.0) -> None:
         """Stop the service (pending waits end with an error) and the server."""
         self.service.stop()
-        self._server.stop(grace).wait()
-        self._pool.shutdown()
+        server, self._server = self._server, None
+        if server is not None and self._loop.is_running():
+            try:
+                asyncio.run_coroutine_threadsafe(server.stop(grace), self._loop).result(
+                    (grace or 0) + 10)
+            finally:
+                self._loop.call_soon_threadsafe(self._loop.stop)
+                self._thread.join(10)
+
+
+def _settle(future, result) -> None:
+    if not future.done():
+        future.set_result(result)
 
 
 class DistributedRuntimeService:

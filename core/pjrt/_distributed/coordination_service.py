@@ -33,6 +33,8 @@ from typing import Callable
 
 from ..errors import ErrorCode
 from . import coordination_messages as msg
+from .coordination_messages import Status, make_status
+from .coordination_store import DirectoryStore
 
 logger = logging.getLogger(__name__)
 
@@ -41,16 +43,6 @@ _SHUTDOWN_BARRIER = "Shutdown"
 #: How often the health-check thread looks for silent tasks and expired barriers (at most).
 _CHECK_INTERVAL_S = 1.0
 
-Status = tuple  # (code, message, source_task or None) ; None is OK
-
-
-def make_status(code: ErrorCode, message: str, source_task: int | None = None) -> Status:
-    return (int(code), message, source_task)
-
-
-def normalize_key(key: str) -> str:
-    """``key`` as the store keeps it: no leading or trailing ``/``, none doubled."""
-    return "/".join(part for part in key.split("/") if part)
 
 
 class _Task:
@@ -84,6 +76,144 @@ class _Barrier:
     def name(self, counter: int | None = None) -> str:
         return f"{self.id}::{self.counter if counter is None else counter}"
 
+    def participants_error(self, task: int, tasks: list[int], num_tasks: int) -> Status | None:
+        """Why ``task`` naming ``tasks`` (none: the whole job of ``num_tasks``) disagrees with
+        the barrier's participants, or None."""
+        if not tasks:
+            if len(self.tasks) == num_tasks:
+                return None
+            return make_status(ErrorCode.INVALID_ARGUMENT,
+                               f"barrier {self.name()}: this process named no participants (the "
+                               f"whole job), another named {sorted(self.tasks)}; call it with "
+                               f"the same process_ids everywhere")
+        if len(tasks) != len(self.tasks) or any(t not in self.tasks for t in tasks):
+            return make_status(ErrorCode.INVALID_ARGUMENT,
+                               f"barrier {self.name()}: the processes name different "
+                               f"participants ({sorted(tasks)} and {sorted(self.tasks)}); call "
+                               f"it with the same process_ids everywhere")
+        if task not in self.tasks:
+            return make_status(ErrorCode.INVALID_ARGUMENT,
+                               f"process {task} called barrier {self.name()} but is not among "
+                               f"its participants {sorted(self.tasks)}")
+        return None
+
+    def timeout_message(self, register_timeout: float) -> str:
+        """What a barrier that ran out of time says: who is missing."""
+        missing = [t for t, arrived in self.tasks.items() if not arrived]
+        shown = ", ".join(str(t) for t in missing[:8]) + (" ..." if len(missing) > 8 else "")
+        arrived = len(self.tasks) - len(missing)
+        if self.id == _REGISTER_BARRIER:
+            return (f"the job did not form: {arrived} of {len(self.tasks)} processes registered "
+                    f"with the coordination service within {register_timeout:g} s; missing: "
+                    f"process {shown}")
+        return (f"barrier {self.id!r} timed out: {arrived} of {len(self.tasks)} processes "
+                f"reached it; missing: process {shown}")
+
+
+class _Aliveness:
+    """Pending ``GetAliveTasks`` calls: a call for a set of tasks returns once every live
+    task of the set has asked, the same answer to each."""
+
+    def __init__(self):
+        self._entries: list[dict] = []
+
+    def add(self, requesting_task: int, tasks: list[int], done: Callable) -> None:
+        wanted = set(tasks)
+        if requesting_task not in wanted:
+            done(make_status(ErrorCode.INVALID_ARGUMENT,
+                             f"process {requesting_task} asked which of {sorted(wanted)} are "
+                             f"alive but is not among them"), [], [])
+            return
+        for entry in self._entries:
+            if entry["tasks"] == wanted:
+                break
+        else:
+            entry = {"tasks": wanted, "in": set(), "dones": []}
+            self._entries.append(entry)
+        entry["in"].add(requesting_task)
+        entry["dones"].append(done)
+
+    def refresh(self, alive: Callable[[int], bool], incarnation: Callable[[int], int]) -> None:
+        for entry in list(self._entries):
+            live = sorted(t for t in entry["tasks"] if alive(t))
+            if set(live) <= entry["in"]:
+                incarnations = [incarnation(t) for t in live]
+                for done in entry["dones"]:
+                    done(None, live, incarnations)
+                self._entries.remove(entry)
+
+    def stop(self) -> None:
+        entries, self._entries = self._entries, []
+        for entry in entries:
+            for done in entry["dones"]:
+                done(make_status(ErrorCode.ABORTED, "the coordination service is shutting down"),
+                     [], [])
+
+
+class _ErrorPolling:
+    """The tasks' ``PollForError`` calls: pending until the job's first error, which answers
+    them all (and every later poll at once)."""
+
+    def __init__(self):
+        self.started = False  # a task has polled: errors reach the tasks this way
+        self._result: Status | None = None
+        self._pollers: dict[int, Callable] = {}
+
+    def add(self, task: int, done: Callable) -> None:
+        if self._result is not None:
+            done(self._result)
+            return
+        self.remove(task, "a newer error poll from the same process")
+        self._pollers[task] = done
+
+    def remove(self, task: int, reason: str) -> None:
+        done = self._pollers.pop(task, None)
+        if done is not None:
+            done(make_status(ErrorCode.CANCELLED, reason))
+
+    def answer(self, result: Status) -> None:
+        if self._result is not None:
+            return
+        self._result = result
+        pollers, self._pollers = self._pollers, {}
+        for done in pollers.values():
+            done(result)
+
+
+class _Watching:
+    """``WatchTasks`` calls: each returns the tasks' states once they differ from the version
+    its caller knows."""
+
+    def __init__(self):
+        self.version = 0
+        self._watchers: list[Callable] = []
+
+    @staticmethod
+    def infos(tasks: dict) -> list[dict]:
+        return [{"task_id": task, "state": state.state, "incarnation": state.incarnation,
+                 "error_code": state.status[0] if state.status else 0,
+                 "error_message": state.status[1] if state.status else ""}
+                for task, state in tasks.items()]
+
+    def changed(self, tasks: dict) -> None:
+        self.version += 1
+        watchers, self._watchers = self._watchers, []
+        if watchers:
+            infos = self.infos(tasks)
+            for done in watchers:
+                done(infos, self.version)
+
+    def watch(self, version: int, tasks: dict, done: Callable) -> None:
+        if version >= 0 and version == self.version:
+            self._watchers.append(done)
+        else:
+            done(self.infos(tasks), self.version)
+
+    def stop(self) -> None:
+        watchers, self._watchers = self._watchers, []
+        for done in watchers:
+            done([], -1)
+
 
 class CoordinationService:
     """The service's state and rules, without the transport (see `GrpcCoordinationServer`).
@@ -109,15 +239,12 @@ class CoordinationService:
         self._tasks = {i: _Task() for i in range(num_tasks)}
         self._barriers: dict[str, _Barrier] = {}
         self._ongoing: set[str] = set()
-        self._store: dict[str, bytes] = {}
-        self._waiting_gets: dict[str, list[Callable]] = {}
+        #: The key-value store (its own lock: a get never waits for the job's state).
+        self.store = DirectoryStore()
         self._stopped = False
-        self._client_polling = False
-        self._poll_result: Status | None = None
-        self._pollers: dict[int, Callable] = {}
-        self._aliveness: list[dict] = []
-        self._version = 0
-        self._watchers: list[Callable] = []
+        self._polling = _ErrorPolling()
+        self._aliveness = _Aliveness()
+        self._watching = _Watching()
         self._wake = threading.Condition(self._lock)
         self._checker = threading.Thread(target=self._check_loop, name="pjrt-coordination-health",
                                          daemon=True)
@@ -163,17 +290,8 @@ class CoordinationService:
             barrier = self._barriers[barrier_id]
             if now <= barrier.deadline:
                 continue
-            missing = [t for t, arrived in barrier.tasks.items() if not arrived]
-            shown = ", ".join(str(t) for t in missing[:8]) + (" ..." if len(missing) > 8 else "")
-            arrived = len(barrier.tasks) - len(missing)
-            if barrier.id == _REGISTER_BARRIER:
-                text = (f"the job did not form: {arrived} of {len(barrier.tasks)} processes "
-                        f"registered with the coordination service within "
-                        f"{self.cluster_register_timeout:g} s; missing: process {shown}")
-            else:
-                text = (f"barrier {barrier.id!r} timed out: {arrived} of {len(barrier.tasks)} "
-                        f"processes reached it; missing: process {shown}")
-            self._pass_barrier(barrier, make_status(ErrorCode.DEADLINE_EXCEEDED, text))
+            self._pass_barrier(barrier, make_status(
+                ErrorCode.DEADLINE_EXCEEDED, barrier.timeout_message(self.cluster_register_timeout)))
 
     # -- tasks -----------------------------------------------------------------------------------
 
@@ -281,27 +399,19 @@ class CoordinationService:
     def _propagate(self, error: Status) -> None:
         if self.recoverable:
             return
-        if self._client_polling:
-            self._send_poll_result(error)
+        if self._polling.started:
+            self._polling.answer(error)
         else:
             self._set_all_tasks_error(make_status(
                 ErrorCode.INTERNAL, f"every process was set in error, none polling for errors: "
                                     f"{error[1]}", error[2]))
-
-    def _send_poll_result(self, result: Status) -> None:
-        if self._poll_result is not None:
-            return
-        self._poll_result = result
-        pollers, self._pollers = self._pollers, {}
-        for done in pollers.values():
-            done(result)
 
     def poll_for_error(self, task: int, done: Callable) -> None:
         with self._lock:
             if self._stopped:
                 return done(make_status(ErrorCode.CANCELLED, "the coordination service is shutting "
                                                          "down"))
-            self._client_polling = True
+            self._polling.started = True
             state = self._tasks.get(task)
             if state is None:
                 return done(self._unknown_task(task, "error polling"))
@@ -312,12 +422,7 @@ class CoordinationService:
                 return done(make_status(ErrorCode.FAILED_PRECONDITION,
                                     f"process {task} is already in error: "
                                     f"{state.status[1] if state.status else ''}", task))
-            if self._poll_result is not None:
-                return done(self._poll_result)
-            previous = self._pollers.pop(task, None)
-            if previous is not None:
-                previous(make_status(ErrorCode.CANCELLED, "a newer error poll from the same process"))
-            self._pollers[task] = done
+            self._polling.add(task, done)
             return None
 
     def shutdown_task(self, task: int, done: Callable) -> None:
@@ -349,124 +454,28 @@ class CoordinationService:
         state.grace_until = time.monotonic() + self.heartbeat_timeout
         self._leave_barriers(task, f"process {task} disconnected")
         self._refresh_aliveness()
-        poller = self._pollers.pop(task, None)
-        if poller is not None:
-            poller(make_status(ErrorCode.CANCELLED, f"process {task} has disconnected"))
+        self._polling.remove(task, f"process {task} has disconnected")
         self._state_changed()
         return None
 
     # -- watching and aliveness ----------------------------------------------------------------
 
     def _state_changed(self) -> None:
-        self._version += 1
-        watchers, self._watchers = self._watchers, []
-        if watchers:
-            infos = self._task_infos()
-            for done in watchers:
-                done(infos, self._version)
-
-    def _task_infos(self) -> list[dict]:
-        return [{"task_id": task, "state": state.state, "incarnation": state.incarnation,
-                 "error_code": state.status[0] if state.status else 0,
-                 "error_message": state.status[1] if state.status else ""}
-                for task, state in self._tasks.items()]
+        self._watching.changed(self._tasks)
 
     def watch_tasks(self, version: int, done: Callable) -> None:
         with self._lock:
-            if version >= 0 and version == self._version:
-                self._watchers.append(done)
-            else:
-                done(self._task_infos(), self._version)
+            self._watching.watch(version, self._tasks, done)
 
     def get_alive_tasks(self, requesting_task: int, tasks: list[int], done: Callable) -> None:
-        wanted = set(tasks)
-        if requesting_task not in wanted:
-            return done(make_status(ErrorCode.INVALID_ARGUMENT,
-                                f"process {requesting_task} asked which of {sorted(wanted)} are "
-                                f"alive but is not among them"), [], [])
         with self._lock:
-            for entry in self._aliveness:
-                if entry["tasks"] == wanted:
-                    break
-            else:
-                entry = {"tasks": wanted, "in": set(), "dones": []}
-                self._aliveness.append(entry)
-            entry["in"].add(requesting_task)
-            entry["dones"].append(done)
+            self._aliveness.add(requesting_task, tasks, done)
             self._refresh_aliveness()
-        return None
 
     def _refresh_aliveness(self) -> None:
-        for entry in list(self._aliveness):
-            alive = sorted(t for t in entry["tasks"]
-                           if t in self._tasks and self._tasks[t].state == msg.CONNECTED)
-            if set(alive) <= entry["in"]:
-                incarnations = [self._tasks[t].incarnation for t in alive]
-                for done in entry["dones"]:
-                    done(None, alive, incarnations)
-                self._aliveness.remove(entry)
-
-    # -- key-value store -----------------------------------------------------------------------
-
-    def insert(self, key: str, value: bytes, allow_overwrite: bool) -> Status | None:
-        key = normalize_key(key)
-        with self._lock:
-            if not allow_overwrite and key in self._store:
-                return make_status(ErrorCode.ALREADY_EXISTS, f"Config key {key} already exists.")
-            self._store[key] = value
-            waiting = self._waiting_gets.pop(key, None)
-        for done in waiting or ():
-            done(None, value)
-        return None
-
-    def get(self, key: str, done: Callable) -> None:
-        key = normalize_key(key)
-        with self._lock:
-            value = self._store.get(key)
-            if value is None:
-                self._waiting_gets.setdefault(key, []).append(done)
-                return
-        done(None, value)
-
-    def forget_get(self, key: str, done: Callable) -> None:
-        """Drop a blocking get whose caller went away."""
-        with self._lock:
-            waiting = self._waiting_gets.get(normalize_key(key))
-            if waiting and done in waiting:
-                waiting.remove(done)
-
-    def try_get(self, key: str) -> bytes | None:
-        with self._lock:
-            return self._store.get(normalize_key(key))
-
-    def increment(self, key: str, increment: int) -> tuple[Status | None, bytes]:
-        key = normalize_key(key)
-        with self._lock:
-            held = self._store.get(key)
-            try:
-                current = int(held.decode("ascii")) if held is not None else 0
-            except (UnicodeDecodeError, ValueError):
-                return make_status(ErrorCode.INVALID_ARGUMENT,
-                               f"the value of {key!r} is not an integer"), b""
-            value = str(current + increment).encode()
-            self._store[key] = value
-            waiting = self._waiting_gets.pop(key, None)
-        for done in waiting or ():
-            done(None, value)
-        return None, value
-
-    def get_dir(self, directory: str) -> list[tuple[str, bytes]]:
-        prefix = normalize_key(directory) + "/"
-        with self._lock:
-            return sorted((k, v) for k, v in self._store.items() if k.startswith(prefix))
-
-    def delete(self, key: str) -> None:
-        key = normalize_key(key)
-        prefix = key + "/"
-        with self._lock:
-            self._store.pop(key, None)
-            for name in [k for k in self._store if k.startswith(prefix)]:
-                del self._store[name]
+        self._aliveness.refresh(
+            lambda t: t in self._tasks and self._tasks[t].state == msg.CONNECTED,
+            lambda t: self._tasks[t].incarnation)
 
     # -- barriers --------------------------------------------------------------------------------
 
@@ -564,29 +573,10 @@ class CoordinationService:
         return None
 
     def _check_barrier_tasks(self, barrier: _Barrier, task: int, tasks: list[int]) -> bool:
-        if not tasks:
-            if len(barrier.tasks) != len(self._tasks):
-                self._pass_barrier(barrier, make_status(
-                    ErrorCode.INVALID_ARGUMENT,
-                    f"barrier {barrier.name()}: this process named no participants (the whole "
-                    f"job), another named {sorted(barrier.tasks)}; call it with the same "
-                    f"process_ids everywhere"))
-                return False
-            return True
-        if len(tasks) != len(barrier.tasks) or any(t not in barrier.tasks for t in tasks):
-            self._pass_barrier(barrier, make_status(
-                ErrorCode.INVALID_ARGUMENT,
-                f"barrier {barrier.name()}: the processes name different participants "
-                f"({sorted(tasks)} and {sorted(barrier.tasks)}); call it with the same "
-                f"process_ids everywhere"))
-            return False
-        if task not in barrier.tasks:
-            self._pass_barrier(barrier, make_status(
-                ErrorCode.INVALID_ARGUMENT,
-                f"process {task} called barrier {barrier.name()} but is not among its "
-                f"participants {sorted(barrier.tasks)}"))
-            return False
-        return True
+        error = barrier.participants_error(task, tasks, len(self._tasks))
+        if error is not None:
+            self._pass_barrier(barrier, error)
+        return error is None
 
     def _pass_barrier(self, barrier: _Barrier, result: Status | None) -> None:
         barrier.passed = True
@@ -664,19 +654,9 @@ class CoordinationService:
                         f"barrier {barrier.name()} failed: the coordination service is "
                         f"shutting down"))
             self._barriers.clear()
-            for done in self._watchers:
-                done([], -1)
-            self._watchers = []
-            if self._client_polling:
-                self._send_poll_result(make_status(ErrorCode.CANCELLED,
+            self._watching.stop()
+            if self._polling.started:
+                self._polling.answer(make_status(ErrorCode.CANCELLED,
                                                "the coordination service is shutting down"))
-            waiting, self._waiting_gets = self._waiting_gets, {}
-            entries, self._aliveness = self._aliveness, []
-        for dones in waiting.values():
-            for done in dones:
-                done(make_status(ErrorCode.ABORTED, "the coordination service is shutting down"),
-                     b"")
-        for entry in entries:
-            for done in entry["dones"]:
-                done(make_status(ErrorCode.ABORTED, "the coordination service is shutting down"),
-                     [], [])
+        self._aliveness.stop()
+        self.store.stop()

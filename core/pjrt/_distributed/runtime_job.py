@@ -11,11 +11,16 @@ process counts the job alike.
 from __future__ import annotations
 
 import atexit
+import os
 import re
 
 from ..kv_store import JaxDistributedStore
 from .coordination_client import DistributedRuntimeClient
 from .coordination_server import DistributedRuntimeService
+
+#: jax's defaults for a job on the coordination service (seconds).
+HEARTBEAT_TIMEOUT_SECONDS = 100.0
+SHUTDOWN_TIMEOUT_SECONDS = 300.0
 
 #: ``host:port``, ``[v6 address]:port``: a coordinator that is an address, never a file name.
 _ADDRESS = re.compile(r"^(\[[0-9A-Fa-f:.%a-zA-Z]+\]|[A-Za-z0-9_.\-]+):(\d{1,5})$")
@@ -50,17 +55,29 @@ class ServiceStore(JaxDistributedStore):
 
 
 def join(address: str, num_processes: int, process_id: int, *, bind_address: str | None,
-         timeout: float, heartbeat_timeout: float, shutdown_timeout: float
+         timeout: float, heartbeat_timeout: float | None, shutdown_timeout: float | None
          ) -> tuple[ServiceStore, DistributedRuntimeClient, DistributedRuntimeService | None]:
-    """Start the service (process 0), connect this process, and check that every process
-    counts the job alike.
+    """Start the service (process 0, on ``bind_address``, else
+    ``JAX_COORDINATOR_BIND_ADDRESS``, else every interface), connect this process, and check
+    that every process counts the job alike.
 
     Raises:
+      ValueError: ``process_id`` is outside the job.
       OSError: process 0 cannot listen on the bind address (the port is in use).
       DistributedRuntimeError: the service refused this process, or the job did not form
         within ``timeout`` (a `TimeoutError` then).
       RuntimeError: the processes disagree on the number of processes (in every process).
     """
+    if not 0 <= process_id < num_processes:
+        raise ValueError(f"process_id {process_id} is outside 0..{num_processes - 1} for a job "
+                         f"of {num_processes} processes; give each process its own id from 0 "
+                         f"to {num_processes - 1}")
+    if bind_address is None:
+        bind_address = os.environ.get("JAX_COORDINATOR_BIND_ADDRESS", "").strip() or None
+    heartbeat_timeout = float(HEARTBEAT_TIMEOUT_SECONDS if heartbeat_timeout is None
+                              else heartbeat_timeout)
+    shutdown_timeout = float(SHUTDOWN_TIMEOUT_SECONDS if shutdown_timeout is None
+                             else shutdown_timeout)
     service = None
     if process_id == 0:
         service = DistributedRuntimeService(bind_address or default_bind_address(address),
