@@ -360,11 +360,11 @@ struct pjrt_shim_waiter {
   int references;
 };
 
-static void shim_waiter_unref_locked(pjrt_shim_waiter* waiter) {
-  /* Called with the mutex held; unlocks it. */
-  int last = --waiter->references == 0;
-  pthread_mutex_unlock(&waiter->mutex);
-  if (!last) return;
+/* Drops the caller's or the callback's reference, outside the mutex; the last
+ * one frees the waiter (the fields written under the mutex before the other's
+ * drop are seen: acquire-release). */
+static void shim_waiter_unref(pjrt_shim_waiter* waiter) {
+  if (__atomic_sub_fetch(&waiter->references, 1, __ATOMIC_ACQ_REL) != 0) return;
   shim_drop_error(waiter->api, waiter->error);
   pthread_cond_destroy(&waiter->fired_cond);
   pthread_mutex_destroy(&waiter->mutex);
@@ -376,8 +376,12 @@ static void shim_waiter_fired(PJRT_Error* error, void* user_arg) {
   pthread_mutex_lock(&waiter->mutex);
   waiter->error = error;
   waiter->fired = 1;
+  pthread_mutex_unlock(&waiter->mutex);
+  /* Woken after the unlock, so that the waiter does not wake into a mutex still
+   * held here (a second sleep and wake-up for every wait); this reference keeps
+   * the waiter alive until the broadcast is done. */
   pthread_cond_broadcast(&waiter->fired_cond);
-  shim_waiter_unref_locked(waiter);
+  shim_waiter_unref(waiter);
 }
 
 pjrt_shim_waiter* pjrt_shim_waiter_start(const PJRT_Api* api, PJRT_Event* event,
@@ -478,7 +482,8 @@ PJRT_Error* pjrt_shim_waiter_finish(pjrt_shim_waiter* waiter) {
     error = waiter->error;
     waiter->error = NULL;
   }
-  shim_waiter_unref_locked(waiter);
+  pthread_mutex_unlock(&waiter->mutex);
+  shim_waiter_unref(waiter);
   return error;
 }
 
