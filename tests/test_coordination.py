@@ -454,3 +454,49 @@ def test_64_processes_join_and_pass_barriers():
                 child.kill()
                 child.wait()
         service.shutdown()
+
+
+JAX_PROCESS = textwrap.dedent("""
+    import sys
+    import jax
+    address, rank = sys.argv[1], int(sys.argv[2])
+    jax.distributed.initialize(address, num_processes=2, process_id=rank,
+                               initialization_timeout=60)
+    from jax._src import distributed
+    c = distributed.global_state.client
+    c.key_value_set("from_jax", "J")
+    print("got", c.blocking_key_value_get("from_pjrt", 30000), flush=True)
+    c.wait_at_barrier("both", 30000)
+    jax.distributed.shutdown()
+    print("done", flush=True)
+""")
+
+
+@pytest.mark.parametrize("jax_rank", [0, 1], ids=["jax-starts-the-service",
+                                                  "pjrt-starts-the-service"])
+def test_a_job_of_a_jax_process_and_a_pjrt_process(jax_rank):
+    """jax.distributed.initialize in one process, pjrt.distributed.initialize in the other,
+    on one address: one job, whichever process 0 is."""
+    _jaxlib()
+    from pjrt import distributed
+
+    address = f"127.0.0.1:{free_port()}"
+    child = subprocess.Popen([sys.executable, "-c", JAX_PROCESS, address, str(jax_rank)],
+                             env=child_env(JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        distributed.initialize(address, 2, 1 - jax_rank, timeout=60)
+        try:
+            client = distributed.global_state.client
+            client.key_value_set("from_pjrt", "P")
+            assert client.blocking_key_value_get("from_jax", 30_000) == "J"
+            client.wait_at_barrier("both", 30_000)
+        finally:
+            distributed.shutdown()
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err[-3000:]
+        assert out.split() == ["got", "P", "done"]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

@@ -660,7 +660,8 @@ def initialize(coordinator_address=None, num_processes: int | None = None,
             store, client, service = join(
                 coordinator.strip(), num_processes, process_id,
                 bind_address=coordinator_bind_address, timeout=timeout,
-                heartbeat_timeout=heartbeat_timeout, shutdown_timeout=shutdown_timeout)
+                heartbeat_timeout=heartbeat_timeout, shutdown_timeout=shutdown_timeout,
+                failure_key=_job_key(generation, "failed"))
             owned = False
         else:
             store, owned = _join_store(coordinator, generation, num_processes, process_id,

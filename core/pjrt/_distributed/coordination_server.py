@@ -309,7 +309,8 @@ class DistributedRuntimeService:
 
     def __init__(self, address: str, num_nodes: int, heartbeat_timeout: float | None = None,
                  cluster_register_timeout: float | None = None,
-                 shutdown_timeout: float | None = None, recoverable: bool | None = None):
+                 shutdown_timeout: float | None = None, recoverable: bool | None = None, *,
+                 initial_values: dict[str, bytes] | None = None):
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
             raise ValueError(f"num_nodes must be a positive int, not {num_nodes!r}")
         if not isinstance(address, str) or ":" not in address:
@@ -319,6 +320,8 @@ class DistributedRuntimeService:
             num_nodes, 100.0 if heartbeat_timeout is None else float(heartbeat_timeout),
             3600.0 if cluster_register_timeout is None else float(cluster_register_timeout),
             300.0 if shutdown_timeout is None else float(shutdown_timeout), bool(recoverable))
+        for key, value in (initial_values or {}).items():  # there before any process joins
+            service.store.insert(key, value, allow_overwrite=True)
         self._server: GrpcCoordinationServer | None = GrpcCoordinationServer(address, service)
         self.address = address
         self.port = self._server.port
