@@ -540,6 +540,23 @@ def test_load_with_c_api(make_fault, form):
     fault.assert_clean()
 
 
+def test_a_capsule_is_read_without_touching_ctypes_pythonapi(make_fault):
+    """Reading the ``PJRT_Api*`` of a capsule leaves ctypes.pythonapi's shared
+    PyCapsule_GetPointer as its other users set it (pjrt reads capsules through a view of its
+    own, pjrt._capi.python_api)."""
+    fault = make_fault()
+    shared = ctypes.pythonapi.PyCapsule_GetPointer
+    before = (shared.argtypes, shared.restype)
+    shared.argtypes, shared.restype = None, ctypes.c_int  # what some other user set
+    try:
+        plugin = pjrt.plugin_api.load_pjrt_plugin_with_c_api(
+            f"{fault.name}_untouched", _capsule(fault.lib.GetPjrtApi()))
+        assert plugin.api_version == (HEADER_MAJOR, HEADER_MINOR)
+        assert (shared.argtypes, shared.restype) == (None, ctypes.c_int)
+    finally:
+        shared.argtypes, shared.restype = before
+
+
 @pytest.mark.parametrize("wrong", [1.5, "0x1234", None, b"\0" * 8],
                          ids=["float", "str", "None", "bytes"])
 def test_load_with_c_api_of_wrong_type_is_a_type_error(wrong):

@@ -23,6 +23,7 @@ from ._loading import plugin_logging
 from ._loading.plugin_logging import (LOG_LEVEL_ENV as LOG_LEVEL_ENV, LOG_LEVELS as LOG_LEVELS,
                                       plugin_logs as plugin_logs, set_log_level as set_log_level)
 from ._capi import api as _c
+from ._capi.python_api import capsule_pointer
 from ._loading import elf as _elf
 from ._loading import library_search as _library_search
 from ._loading import vendor_quirks
@@ -211,12 +212,9 @@ def plugin_from_c_api(name: str, c_api) -> Plugin:
     elif isinstance(c_api, ffi.CData):
         table = ffi.cast("const PJRT_Api *", c_api)
     elif type(c_api).__name__ == "PyCapsule":
-        import ctypes
-
-        get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-        get_pointer.restype = ctypes.c_void_p
-        get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-        table = lib.pjrt_shim_api_from_address(get_pointer(c_api, None))
+        # Through pjrt._capi.python_api's own view of PyCapsule_GetPointer: the function
+        # objects of ctypes.pythonapi are shared with the whole process.
+        table = lib.pjrt_shim_api_from_address(capsule_pointer(c_api, None))
     else:
         raise TypeError(f"c_api for plugin {name!r} must be a PyCapsule, an int address or a "
                         f"cffi pointer, not {type(c_api).__name__}")

@@ -23,10 +23,8 @@ This module knows no Array class: it reads what it needs from the object it is g
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import math
-import sys
 
 import numpy as np
 
@@ -34,6 +32,7 @@ from .. import dtypes
 from .._pjrt_cffi import ffi, lib
 from ..errors import ConsumedCapsuleError
 from ..layouts import buffer_layout
+from .python_api import capsule_is_valid, capsule_new, capsule_pointer, capsule_set_name
 
 _NULL = ffi.NULL
 
@@ -114,23 +113,8 @@ def is_row_major(shape: tuple, strides: tuple | None) -> bool:
 
 # -- capsules through CPython's C API ------------------------------------------------------
 
-# A private view of CPython's C API: ``ctypes.pythonapi`` caches one function object per
-# name for the whole process, and other code may set other argtypes on it. The library is the
-# one ``ctypes.pythonapi`` opens: the running process on POSIX, the interpreter's DLL on Windows.
-_api = (ctypes.PyDLL("python", handle=sys.dllhandle)  # pyright: ignore[reportAttributeAccessIssue]
-        if sys.platform == "win32" else ctypes.PyDLL(None))
-_capsule_new = _api.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-_capsule_is_valid = _api.PyCapsule_IsValid
-_capsule_is_valid.restype = ctypes.c_int
-_capsule_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_capsule_get_pointer = _api.PyCapsule_GetPointer
-_capsule_get_pointer.restype = ctypes.c_void_p
-_capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_capsule_set_name = _api.PyCapsule_SetName
-_capsule_set_name.restype = ctypes.c_int
-_capsule_set_name.argtypes = [ctypes.py_object, ctypes.c_void_p]
+# PyCapsule functions through CPython's C API: `pjrt._capi.python_api`, the core's one ctypes
+# module, which keeps a private view of them (``ctypes.pythonapi``'s are shared).
 
 
 def _address(pointer) -> int:
@@ -169,7 +153,7 @@ def make_capsule(owner, data: int, device: tuple[int, int], dtype: np.dtype, sha
     if managed == _NULL:
         raise MemoryError("no memory for a DLPack tensor")
     try:
-        return _capsule_new(_address(managed), _NAMES[int(versioned)], _DESTRUCTOR)
+        return capsule_new(_address(managed), _NAMES[int(versioned)], _DESTRUCTOR)
     except BaseException:
         lib.pjrt_dlpack_export_abandon(managed, int(versioned))
         raise
@@ -353,13 +337,7 @@ class Consumed:
 
 def _was_consumed(capsule) -> bool:
     """Whether ``capsule`` is a DLPack capsule a consumer has renamed ``used_...``."""
-    for name in _USED_NAME_BYTES:
-        try:
-            if _capsule_is_valid(capsule, name):
-                return True
-        except ctypes.ArgumentError:
-            return False
-    return False
+    return any(capsule_is_valid(capsule, name) for name in _USED_NAME_BYTES)
 
 
 def consume(capsule) -> Consumed:
@@ -375,11 +353,8 @@ def consume(capsule) -> Consumed:
     """
     versioned = None
     for flag, name in ((True, _NAME_BYTES[1]), (False, _NAME_BYTES[0])):
-        try:
-            if _capsule_is_valid(capsule, name):
-                versioned = flag
-                break
-        except ctypes.ArgumentError:
+        if capsule_is_valid(capsule, name):
+            versioned = flag
             break
     if versioned is None:
         if _was_consumed(capsule):
@@ -388,7 +363,7 @@ def consume(capsule) -> Consumed:
                 "at most once; export the array again for another consumer")
         raise BufferError("expected an unconsumed DLPack capsule ('dltensor' or "
                           "'dltensor_versioned'); a capsule can be consumed only once")
-    address = _capsule_get_pointer(capsule, _NAME_BYTES[int(versioned)])
+    address = capsule_pointer(capsule, _NAME_BYTES[int(versioned)])
     struct = "DLManagedTensorVersioned" if versioned else "DLManagedTensor"
     _require(_readable(address or 0, ffi.sizeof(struct)),
              f"the capsule's {struct} pointer leads to memory that cannot be read")
@@ -408,7 +383,7 @@ def consume(capsule) -> Consumed:
     device = _checked_device(tensor)
     shape, strides = _checked_geometry(tensor)
     data = _checked_data(tensor, device, dtype, shape, strides)
-    if _capsule_set_name(capsule, _NAMES[2 + int(versioned)]) != 0:
+    if capsule_set_name(capsule, _NAMES[2 + int(versioned)]) != 0:
         raise BufferError("could not mark the DLPack capsule as consumed")
     return Consumed(managed, bool(versioned), data, device, dtype, shape, strides, read_only)
 

@@ -38,6 +38,7 @@ from .api import Api
 from .._pjrt_cffi import ffi, lib
 from ..errors import ClosedClientError, check
 from .native import HandleCore
+from .python_api import keep_forever
 from .waits import exit_began, exit_time_left, native_work, skip_native_teardown_at_exit
 
 _NULL = ffi.NULL
@@ -483,14 +484,6 @@ def _oldest(active: dict) -> int | None:
             continue
 
 
-def _keep_forever(obj: object) -> None:
-    """Take a reference to ``obj`` that is never given back, so that the interpreter's
-    teardown, which clears modules and collects what they held, never frees it."""
-    import ctypes
-
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
-
-
 def _live_handles_now() -> list:
     """Every live handle; retried if another thread adds or frees one meanwhile (iterating
     a WeakSet is not one step, and its set must not change size under the walk)."""
@@ -585,7 +578,7 @@ def close_all_at_exit() -> None:
             # (as for a client inherited through fork), and the handle itself outlives the
             # interpreter's teardown: it holds the host memory the running work may read.
             handle.generation = -1
-            _keep_forever(handle)
+            keep_forever(handle)
             skip_native_teardown_at_exit()
         else:
             handle.settle()

@@ -18,17 +18,15 @@ caught by the same comparison, made once more after the kernel's signal is armed
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import sys
 import threading
 import time
 
+from .python_api import set_parent_death_signal
+
 #: How often the watch thread looks at the parent (seconds).
 POLL_SECONDS = 0.5
-
-_PR_SET_PDEATHSIG = 1
 
 
 def end_with_parent(parent: int, *, thread_bound: bool = False) -> None:
@@ -47,13 +45,7 @@ def end_with_parent(parent: int, *, thread_bound: bool = False) -> None:
 
 
 def _arm_death_signal() -> bool:
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
+    return set_parent_death_signal(int(signal.SIGKILL))
 
 
 def _end_if_orphaned(parent: int) -> None:
