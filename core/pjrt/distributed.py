@@ -55,6 +55,8 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from ._distributed.coordination_errors import DistributedRuntimeError, DistributedTimeoutError
 
 if TYPE_CHECKING:
+    from ._distributed.coordination_client import DistributedRuntimeClient
+    from ._distributed.coordination_server import DistributedRuntimeService
     from .kv_store import KeyValueStore
 
 __all__ = ["initialize", "shutdown", "is_initialized", "global_state", "DistributedState",
@@ -120,8 +122,8 @@ class DistributedState:
         self.cluster = cluster
         self.local_process_id = local_process_id
         self.member = member
-        self.client = None
-        self.service = None
+        self.client: "DistributedRuntimeClient | None" = None
+        self.service: "DistributedRuntimeService | None" = None
 
     def __repr__(self) -> str:
         return (f"DistributedState(num_processes={self.num_processes}, "
@@ -654,9 +656,9 @@ def initialize(coordinator_address=None, num_processes: int | None = None,
                                "process; call pjrt.distributed.shutdown() first")
         generation = global_state.generation + 1
         member = _member_name()
-        if isinstance(coordinator, str) and _is_address(coordinator.strip()):
-            from ._distributed.runtime_job import join
+        from ._distributed.runtime_job import is_address, join
 
+        if isinstance(coordinator, str) and is_address(coordinator.strip()):
             store, client, service = join(
                 coordinator.strip(), num_processes, process_id,
                 bind_address=coordinator_bind_address, timeout=timeout,
@@ -723,12 +725,6 @@ def _join_store(coordinator, generation: int, num_processes: int, process_id: in
             store.close()  # pyright: ignore[reportAttributeAccessIssue]  (hasattr above)
         raise
     return store, owned
-
-
-def _is_address(text: str) -> bool:
-    from ._distributed.runtime_job import is_address
-
-    return is_address(text)
 
 
 def is_initialized() -> bool:
