@@ -273,6 +273,16 @@ static void free_parked_buffers(HandleCore* handle) {
 void hp_end_call(HandleCore* handle, PyObject* ticket) {
   PyObject *type, *value, *traceback;
   PyErr_Fetch(&type, &value, &traceback);
+  /* Whether this is the oldest running call: only its end (or the end of the
+   * last call running) can make something parked free to go, since whatever
+   * is parked while a call runs is parked after that call began. */
+  int oldest = 1;
+  if (handle->active != NULL && PyDict_CheckExact(handle->active)) {
+    PyObject* first = oldest_active(handle);
+    oldest = first == NULL || first == ticket ||
+             PyObject_RichCompareBool(first, ticket, Py_EQ) != 0;
+    PyErr_Clear();
+  }
   if (handle->active == NULL || PyDict_DelItem(handle->active, ticket) < 0) {
     PyErr_Clear();
   }
@@ -288,6 +298,10 @@ void hp_end_call(HandleCore* handle, PyObject* ticket) {
   if (handle->parked != NULL && PyList_CheckExact(handle->parked) &&
       PyList_Size(handle->parked) != 0 && handle->active != NULL &&
       PyDict_CheckExact(handle->active)) {
+    if (!oldest && PyDict_Size(handle->active) != 0) {
+      PyErr_Restore(type, value, traceback);
+      return; /* the oldest call still runs: nothing parked can go yet */
+    }
     free_parked_buffers(handle);
     settling = PyList_Size(handle->parked) != 0 && parked_freeable(handle);
   } else if (handle->parked != NULL && PyList_Size(handle->parked) != 0) {
