@@ -500,3 +500,22 @@ def test_a_job_of_a_jax_process_and_a_pjrt_process(jax_rank):
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_without_grpcio_the_error_names_the_extra():
+    script = textwrap.dedent("""
+        import sys
+        sys.modules["grpc"] = None  # as if grpcio were not installed
+        from pjrt import xla_client
+        for make in (lambda: xla_client.get_distributed_runtime_service("127.0.0.1:1", 1),
+                     lambda: xla_client.get_distributed_runtime_client("127.0.0.1:1", 0)):
+            try:
+                make()
+            except ImportError as error:
+                print(error)
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and all("pip install 'pjrt[distributed]'" in line for line in lines)
