@@ -28,7 +28,7 @@ ALLOWED = {
     "_capi": {"_wire", "errors", "dtypes", "layouts", "_pjrt_cffi", "_hot_path"},
     "_loading": {"_capi", "errors"},
     "_sharding": {"_wire", "errors", "hlo_sharding", "mesh"},
-    "_distributed": {"_capi", "errors", "kv_store", "distributed", "_pjrt_cffi"},
+    "_distributed": {"_capi", "_wire", "errors", "kv_store", "distributed", "_pjrt_cffi"},
     "_profiling": {"_capi", "_wire", "errors"},
     "_runtime": {"_capi", "_wire", "errors", "dtypes", "layouts", "hlo_sharding", "sharding",
                  "plugin", "array", "_pjrt_cffi", "_profiling"},

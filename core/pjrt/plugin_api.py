@@ -43,7 +43,8 @@ from .errors import PluginLoadError
 from ._loading.platforms import (DEFAULT_PLUGIN_PRIORITY as DEFAULT_PLUGIN_PRIORITY,
                                  PLATFORM_PRIORITIES as PLATFORM_PRIORITIES)
 from .plugin import Plugin
-from .plugin_support import check_plugin_version, find_installed_wheel, find_module_library
+from .plugin_support import (GpuKernels, check_plugin_version, find_installed_wheel,
+                             find_module_library)
 
 if TYPE_CHECKING:
     from .client import Client
@@ -57,8 +58,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["PluginDeclaration", "Plugin", "PluginLoadError", "Client", "DeviceTopology",
            "discovering", "register_plugin", "register_backend_factory", "register_unavailable",
-           "check_plugin_version", "find_installed_wheel", "find_module_library", "load_plugin",
-           "load_pjrt_plugin_with_c_api", "create_client", "make_topology",
+           "GpuKernels", "check_plugin_version", "find_installed_wheel", "find_module_library",
+           "load_plugin", "load_pjrt_plugin_with_c_api", "create_client", "make_topology",
            "register_custom_call_target", "register_target_preparation", "jax_is_calling",
            "PLATFORM_PRIORITIES", "DEFAULT_PLUGIN_PRIORITY"]
 

@@ -13,6 +13,8 @@ import importlib
 import importlib.util
 from typing import Any
 
+from ..plugin import load_pjrt_plugin_dynamically
+
 __all__ = ["GpuAllocatorConfig", "GpuLibNotLinkedError", "make_gpu_client"]
 
 #: The GPU platforms, preferred first, and the pjrt package serving each.
@@ -148,8 +150,6 @@ def make_gpu_client(distributed_client=None, node_id: int = 0, num_nodes: int = 
       ValueError: ``platform_name`` is not a GPU platform, or a setting is out of range.
       XlaRuntimeError: the plugin refused, e.g. FAILED_PRECONDITION "No visible GPU devices."
     """
-    from .. import plugin_api
-
     platform, package = _gpu_package(platform_name)
     options: dict[str, Any] = dict(package.client_options()) if hasattr(
         package, "client_options") else {}
@@ -173,5 +173,5 @@ def make_gpu_client(distributed_client=None, node_id: int = 0, num_nodes: int = 
         options["enable_mock_nccl"] = bool(mock)
     if mock_gpu_topology is not None:
         options["mock_gpu_topology"] = str(mock_gpu_topology)
-    plugin = plugin_api.load_plugin(platform, package.library_path())
+    plugin = load_pjrt_plugin_dynamically(platform, package.library_path())
     return package.make_client(plugin, options, distributed_client=distributed_client)

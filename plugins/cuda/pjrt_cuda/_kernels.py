@@ -8,7 +8,7 @@ give jaxlib's names over them; the plugin registers them all when a client is ma
 """
 from __future__ import annotations
 
-from pjrt.plugin_support import GpuKernels
+from pjrt.plugin_api import GpuKernels
 
 #: The kernel wheels, preferred first: (distribution, package).
 KERNEL_WHEELS = (("jax-cuda13-plugin", "jax_cuda13_plugin"),

@@ -9,7 +9,7 @@ jaxlib's names over them; the plugin registers them all when a client is made.
 """
 from __future__ import annotations
 
-from pjrt.plugin_support import GpuKernels
+from pjrt.plugin_api import GpuKernels
 
 #: The kernel wheels, preferred first: (distribution, package).
 KERNEL_WHEELS = (("jax-rocm10-plugin", "jax_rocm10_plugin"),
