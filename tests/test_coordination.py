@@ -519,3 +519,19 @@ def test_without_grpcio_the_error_names_the_extra():
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert len(lines) == 2 and all("pip install 'pjrt[distributed]'" in line for line in lines)
+
+
+def test_a_process_that_never_shuts_down_exits_at_once():
+    script = textwrap.dedent("""
+        import sys
+        from pjrt import xla_client
+        service = xla_client.get_distributed_runtime_service(sys.argv[1], 1)
+        client = xla_client.get_distributed_runtime_client(sys.argv[1], 0)
+        client.connect()
+        client.key_value_set("a", "b")
+    """)
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", script, f"127.0.0.1:{free_port()}"],
+                          env=child_env(), capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert time.monotonic() - start < 8  # it took 11 s when the finalisers stopped them

@@ -13,11 +13,13 @@ it; gRPC checks for signals while it waits, so Ctrl-C interrupts one (``Keyboard
 """
 from __future__ import annotations
 
+import atexit
 import logging
 import random
 import sys
 import threading
 import time
+import weakref
 from typing import Callable, Sequence
 
 from ..errors import ErrorCode
@@ -260,6 +262,7 @@ class DistributedRuntimeClient:
             raise make_error(ErrorCode.DEADLINE_EXCEEDED, text)
         self._incarnations = msg.encode_incarnations(self.incarnation, self.service_incarnation)
         self._connected = True
+        _live_clients.add(self)
         self._stop.clear()
         self._start_polling()
         self._heartbeats = threading.Thread(target=self._heartbeat_loop, daemon=True,
@@ -472,6 +475,20 @@ class DistributedRuntimeClient:
     def __repr__(self) -> str:
         state = "connected" if self._connected else "not connected"
         return f"DistributedRuntimeClient({self.address!r}, node_id={self.node_id}, {state})"
+
+
+#: Clients still connected, closed at exit (without the shutdown barrier, which could wait on
+#: processes that are not ending) while gRPC still runs.
+_live_clients: "weakref.WeakSet[DistributedRuntimeClient]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_clients_at_exit() -> None:
+    for client in list(_live_clients):
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - the exit goes on
+            pass
 
 
 def get_distributed_runtime_client(address: str, node_id: int, rpc_timeout: int | None = None,

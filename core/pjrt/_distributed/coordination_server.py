@@ -11,7 +11,10 @@ and a caller that goes away cancels its handler.
 from __future__ import annotations
 
 import asyncio
+import atexit
+import sys
 import threading
+import weakref
 
 from ..errors import ErrorCode
 from . import coordination_messages as msg
@@ -326,6 +329,7 @@ class DistributedRuntimeService:
         self.address = address
         self.port = self._server.port
         self.num_nodes = num_nodes
+        _live_services.add(self)
 
     def shutdown(self) -> None:
         """Stop the service: waits still pending end with an error; the port is free again
@@ -336,13 +340,28 @@ class DistributedRuntimeService:
 
     def __del__(self):
         try:
-            self.shutdown()
+            if not sys.is_finalizing():  # the loop's thread no longer runs then
+                self.shutdown()
         except Exception:  # noqa: BLE001 - nothing may escape a finaliser
             pass
 
     def __repr__(self) -> str:
         state = "stopped" if self._server is None else f"listening on port {self.port}"
         return f"DistributedRuntimeService({self.address!r}, num_nodes={self.num_nodes}, {state})"
+
+
+#: Services still running, stopped at exit while their event loops still run (the clients of
+#: this process are closed first: their module registers its hook later).
+_live_services: "weakref.WeakSet[DistributedRuntimeService]" = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_services_at_exit() -> None:
+    for service in list(_live_services):
+        try:
+            service.shutdown()
+        except Exception:  # noqa: BLE001 - the exit goes on
+            pass
 
 
 def get_distributed_runtime_service(address: str, num_nodes: int,
