@@ -244,6 +244,33 @@ def test_c_function_pointer_forms(client, form):
     np.testing.assert_array_equal(out, [-1, 2, -3])
 
 
+def test_a_capsule_handler_is_read_without_touching_ctypes_pythonapi(client):
+    """A handler given as a PyCapsule is read through pjrt's own view of CPython's capsule
+    functions: ctypes.pythonapi's shared PyCapsule_GetName and PyCapsule_GetPointer keep the
+    types another user set."""
+    handler = _c_negate_handler()
+    _keep.append(handler)
+    address = ctypes.cast(handler, ctypes.c_void_p).value
+    new_capsule = ctypes.pythonapi.PyCapsule_New
+    new_capsule.restype = ctypes.py_object
+    new_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    fn = new_capsule(address, b"xla._CUSTOM_CALL_TARGET", None)
+    shared = (ctypes.pythonapi.PyCapsule_GetName, ctypes.pythonapi.PyCapsule_GetPointer)
+    before = [(f.argtypes, f.restype) for f in shared]
+    for f in shared:
+        f.argtypes, f.restype = None, ctypes.c_int  # what some other user set
+    try:
+        target = _unique("c_negate_capsule_untouched")
+        pjrt.register_custom_call_target(target, fn, platform="cpu")
+        out = np.asarray(pjrt.compile(_program(target, ["3xf32"], ["3xf32"]), client=client)(
+            np.array([1, -2, 3], np.float32)))
+        np.testing.assert_array_equal(out, [-1, 2, -3])
+        assert [(f.argtypes, f.restype) for f in shared] == [(None, ctypes.c_int)] * 2
+    finally:
+        for f, (argtypes, restype) in zip(shared, before):
+            f.argtypes, f.restype = argtypes, restype
+
+
 # -- handler bundles: XLA's stages and each call site's state -------------------------------
 
 def _two_call_sites(target: str, first: int = 7, second: int = 5) -> str:

@@ -469,10 +469,6 @@ def test_an_executable_holds_its_description_and_its_launcher(client):
     assert np.asarray(executable.execute([x, x])[0]).shape == (8,)
 
 
-#: Modules that still use ctypes besides pjrt._capi.python_api (to move there).
-CTYPES_STILL = {"pjrt.ffi", "pjrt._capi.transfer_manager"}
-
-
 def test_ctypes_is_used_by_one_module_of_the_core():
     """Besides cffi (the PJRT C API) and the C extension (the per-call path), the one native
     boundary is pjrt._capi.python_api: CPython's C API and libc through ctypes."""
@@ -481,5 +477,4 @@ def test_ctypes_is_used_by_one_module_of_the_core():
     found = {".".join(parts) for parts, _, path in core_modules()
              if re.search(r"^\s*(import ctypes|from ctypes\b)",
                           open(path, encoding="utf-8").read(), re.M)}
-    assert "pjrt._capi.python_api" in found
-    assert found - {"pjrt._capi.python_api"} <= CTYPES_STILL, sorted(found)
+    assert found == {"pjrt._capi.python_api"}, sorted(found)

@@ -46,7 +46,6 @@ callbacks made here are never freed.
 """
 from __future__ import annotations
 
-import ctypes
 import enum
 import logging
 import numbers
@@ -55,6 +54,7 @@ from typing import Any
 
 from ._capi import api as _c
 from ._capi import ffi_state as _state
+from ._capi import python_api as _python_api
 from ._capi.ffi_handlers import (HANDLER_FFI_VERSION, INSTANCE_STATE_TYPE_ID,
                                  INSTANCE_STATE_TYPE_NAME, c_bundle_handler,
                                  instance_state_deleter, keep_object, python_handler)
@@ -133,14 +133,6 @@ def _extension_reaching(plugin_or_api, end: int, function: str, feature: str, th
 
 # -- turning `fn` into a handler address -----------------------------------------------------
 
-_capsule_get_name = ctypes.pythonapi.PyCapsule_GetName
-_capsule_get_name.restype = ctypes.c_char_p
-_capsule_get_name.argtypes = [ctypes.py_object]
-_capsule_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_capsule_get_pointer.restype = ctypes.c_void_p
-_capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-
 def _c_address(fn) -> int | None:
     """The address of a C function given as cffi pointer, int, PyCapsule or ctypes pointer;
     None when ``fn`` is none of these (then it is taken to be a Python callable)."""
@@ -152,12 +144,8 @@ def _c_address(fn) -> int | None:
         return int(ffi.cast("uintptr_t", fn))
     if type(fn).__name__ == "PyCapsule":
         # Capsules from jaxlib and others carry a name; GetPointer must be given the same one.
-        return _capsule_get_pointer(fn, _capsule_get_name(fn))
-    if isinstance(fn, ctypes._CFuncPtr):  # noqa: SLF001 - the public type has no other name  # pyright: ignore[reportAttributeAccessIssue]
-        return ctypes.cast(fn, ctypes.c_void_p).value
-    if isinstance(fn, ctypes.c_void_p):
-        return fn.value
-    return None
+        return _python_api.capsule_pointer(fn, _python_api.capsule_name(fn))
+    return _python_api.ctypes_pointer_address(fn)
 
 
 # -- the registry ----------------------------------------------------------------------------

@@ -20,6 +20,9 @@ _api = (ctypes.PyDLL("python", handle=sys.dllhandle)  # pyright: ignore[reportAt
 _capsule_new = _api.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+_capsule_get_name = _api.PyCapsule_GetName
+_capsule_get_name.restype = ctypes.c_char_p
+_capsule_get_name.argtypes = [ctypes.py_object]
 _capsule_is_valid = _api.PyCapsule_IsValid
 _capsule_is_valid.restype = ctypes.c_int
 _capsule_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
@@ -58,6 +61,25 @@ def capsule_pointer(capsule: object, name: bytes | None) -> int:
       ValueError: ``capsule`` is not a PyCapsule of that name (CPython's own error).
     """
     return _capsule_get_pointer(capsule, name) or 0
+
+
+def capsule_name(capsule: object) -> bytes | None:
+    """The name a PyCapsule carries (None: unnamed), the one its pointer must be asked with.
+
+    Raises:
+      ValueError: ``capsule`` is not a PyCapsule (CPython's own error).
+    """
+    return _capsule_get_name(capsule)
+
+
+def ctypes_pointer_address(obj: object) -> int | None:
+    """The address a ctypes function pointer or ``c_void_p`` holds (None for NULL); None too
+    when ``obj`` is neither."""
+    if isinstance(obj, ctypes._CFuncPtr):  # noqa: SLF001 - the public type has no other name  # pyright: ignore[reportAttributeAccessIssue]
+        return ctypes.cast(obj, ctypes.c_void_p).value
+    if isinstance(obj, ctypes.c_void_p):
+        return obj.value
+    return None
 
 
 def capsule_set_name(capsule: object, name: int) -> int:

@@ -34,6 +34,7 @@ from typing import Any, Callable, TypeVar
 
 from .api import HEADER_VERSION, Api, struct_size
 from .handles import ClientHandle, fork_generation
+from .python_api import keep_forever
 from .waits import WAIT_SLICE_MS, exit_began, exit_time_left
 from .._pjrt_cffi import ffi, lib
 from ..errors import (ClosedClientError, ErrorCode, UnsupportedFeatureError, XlaRuntimeError,
@@ -443,7 +444,7 @@ class ManagerState:
         process; the manager itself is never freed."""
         if not self.leaked:
             self.leaked = True
-            _keep_forever(self)
+            keep_forever(self)
 
 
 def _waiter(api: Api, event):
@@ -579,14 +580,6 @@ def close_managers_of(handle: ClientHandle) -> None:
             state.close()
     finally:
         handle.end(ticket)
-
-
-def _keep_forever(obj: object) -> None:
-    """A reference to ``obj`` that is never given back: the interpreter's teardown, which
-    clears modules, never frees it."""
-    import ctypes
-
-    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
 
 
 def _forget_after_fork() -> None:
