@@ -69,6 +69,34 @@ def default_compile_options(devices: Sequence["Device"], program: ProgramFacts, 
     return options
 
 
+#: XLA options jaxlib compiles every CPU program with where XLA's own default differs, so that
+#: pjrt's programs compute what jax's do: min and max propagate NaN (XLA's CPU default,
+#: "fast min/max", returns the other operand: max(nan, 1) is 1 there, nan in jax).
+JAX_CPU_DEFAULTS = (("xla_cpu_enable_fast_min_max", False),)
+
+
+def serialize_with_jax_defaults(platform: str, options: CompileOptions) -> bytes:
+    """``options`` serialised with `JAX_CPU_DEFAULTS` on the CPU for each option the caller
+    left unset (neither a ``debug_options`` field nor an ``env_option_overrides`` entry);
+    ``options`` itself is left as it was."""
+    if platform != "cpu":
+        return options.SerializeAsString()
+    debug = options.executable_build_options.debug_options
+    chosen = {key for key, _ in options.env_option_overrides}
+    filled = [name for name, _ in JAX_CPU_DEFAULTS
+              if name not in chosen and getattr(debug, name) is None]
+    if not filled:
+        return options.SerializeAsString()
+    defaults = dict(JAX_CPU_DEFAULTS)
+    try:
+        for name in filled:
+            setattr(debug, name, defaults[name])
+        return options.SerializeAsString()
+    finally:
+        for name in filled:
+            setattr(debug, name, None)
+
+
 #: A static tensor type in program text: its dimensions and its element type.
 _STATIC_TENSOR = re.compile(rb"tensor<((?:\d+x)+)(complex<\w+>|\w+)")
 #: An element type's bit width, from its name: ``i1``, ``ui4``, ``f32``, ``bf16``, ``f8E4M3FN``.
@@ -263,7 +291,7 @@ def _compile(client: "ClientView", program: ProgramFacts, executable_devices,
             raise ValueError(f"executable_devices (ids {given}) and the device assignment in "
                              f"compile_options (ids {assigned}) disagree; pass one of them")
     check_structure(program, compile_options.executable_build_options.num_partitions)
-    serialized_options = compile_options.SerializeAsString()
+    serialized_options = serialize_with_jax_defaults(client.platform, compile_options)
     declared = program.result_shapes
     prepare_targets(client.platform, program.code)
 
