@@ -38,7 +38,9 @@ Usage::
 Timing: each side is warmed up and calibrated to loops of about 0.2 s (0.03 s quick); then
 loops of jax and of every build are interleaved, ``repeats`` times (7; 3 quick), and a build's
 ratio is the median over repeats of its loop's time over jax's loop of the same repeat, so
-that drift in machine load hits both alike. The time cells are medians of the loops.
+that drift in machine load hits both alike. The time cells are medians of the loops. The
+"CPU time" ratios are the same of the process's CPU time (all its threads) over each loop:
+less swayed by other processes on a loaded machine, though spinning worker threads count.
 """
 from __future__ import annotations
 
@@ -273,6 +275,7 @@ class Row:
     label: str
     seconds: dict = field(default_factory=dict)   # side -> median seconds per call
     ratios: dict = field(default_factory=dict)    # build -> median of per-repeat ratios
+    cpu_ratios: dict = field(default_factory=dict)  # the same of the process's CPU time
     differences: dict = field(default_factory=dict)  # build -> max relative difference to jax
     tolerance: float = 0.0
     notes: list = field(default_factory=list)
@@ -354,12 +357,19 @@ def measure(name: str, jax, pjrt, clients: dict, settings: Settings, dump: str |
 
     sizes = {side: calibrate(run, settings.target_s) for side, run in runs.items()}
     samples: dict[str, list[float]] = {side: [] for side in runs}
+    cpu: dict[str, list[float]] = {side: [] for side in runs}
     for _ in range(settings.repeats):
         for side, run in runs.items():
+            cpu_start = time.process_time_ns()
             samples[side].append(run(sizes[side]) / 1e9 / sizes[side])
+            cpu[side].append((time.process_time_ns() - cpu_start) / 1e9 / sizes[side])
     row.seconds = {side: statistics.median(values) for side, values in samples.items()}
-    row.ratios = {build: statistics.median(p / j for p, j in zip(samples[build], samples["jax"]))
-                  for build in clients}
+
+    def ratios(values):
+        return {build: statistics.median(p / j for p, j in zip(values[build], values["jax"]))
+                for build in clients}
+
+    row.ratios, row.cpu_ratios = ratios(samples), ratios(cpu)
     return row
 
 
@@ -375,13 +385,14 @@ def _ms(seconds: float | None) -> str:
 
 
 def table(rows: list[Row], builds: list[str]) -> list[list[str]]:
-    headers = ["program", "jax ms"] + [f"{b} ms" for b in builds] + [f"{b}/jax" for b in builds] \
-        + ["notes"]
+    headers = (["program", "jax ms"] + [f"{b} ms" for b in builds] + [f"{b}/jax" for b in builds]
+               + [f"{b}/jax CPU time" for b in builds] + ["notes"])
     cells = [headers]
     for row in rows:
         cells.append([row.label, _ms(row.seconds.get("jax"))]
                      + [_ms(row.seconds.get(b)) for b in builds]
                      + [format_ratio(row.ratios.get(b)) for b in builds]
+                     + [format_ratio(row.cpu_ratios.get(b)) for b in builds]
                      + ["; ".join(row.notes + [agreement(row)])])
     return cells
 

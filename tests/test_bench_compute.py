@@ -50,7 +50,8 @@ def test_every_row_has_times_ratios_and_agreeing_results(output):
     lines = [line for line in output.splitlines() if line.startswith("| ")]
     headers = [cell.strip() for cell in lines[0].strip("|").split(" | ")]
     assert headers == (["program", "jax ms"] + [f"{b} ms" for b in builds]
-                       + [f"{b}/jax" for b in builds] + ["notes"]), headers
+                       + [f"{b}/jax" for b in builds] + [f"{b}/jax CPU time" for b in builds]
+                       + ["notes"]), headers
     rows = [dict(zip(headers, (c.strip() for c in line.strip("| ").split(" | "))))
             for line in lines[2:]]
     assert len(rows) == len(PROGRAMS), rows
@@ -59,6 +60,7 @@ def test_every_row_has_times_ratios_and_agreeing_results(output):
             assert is_number(row[column]) and float(row[column]) > 0, (column, row)
         for build in builds:
             assert re.fullmatch(r"\d+(\.\d+)?x", row[f"{build}/jax"]), row
+            assert re.fullmatch(r"\d+(\.\d+)?x", row[f"{build}/jax CPU time"]), row
         notes = row["notes"]
         assert notes.startswith("results agree with jax (max relative difference "), notes
         differences = re.search(r"difference (\S+), tolerance (\S+)\)", notes)
