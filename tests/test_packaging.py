@@ -70,7 +70,11 @@ def test_each_rocm_extra_installs_the_wheel_pjrt_rocm_looks_for():
     extras = dict(re.findall(r'^(rocm[0-9]+) = \[([^\]]*)\]', text, re.M))
     assert set(extras) == {extra for *_, extra in module.VENDOR_WHEELS}
     for _, distribution, _, extra in module.VENDOR_WHEELS:
-        assert list(_pins(extras[extra])) == [distribution], extra
+        # The PJRT plugin wheel, and jaxlib's kernel wheel of the same release beside it.
+        pins = _pins(extras[extra])
+        kernels = distribution.replace("-pjrt", "-plugin")
+        assert list(pins) == [distribution, kernels], extra
+        assert pins[kernels] == pins[distribution], extra
     # Without an extra, pjrt-rocm installs no plugin wheel: the user picks the ROCm release.
     dependencies = text.split("\ndependencies = [", 1)[1].split("]", 1)[0]
     assert "jax-rocm" not in dependencies
