@@ -388,16 +388,13 @@ class Array(ArrayCore):
         """
         started = recorder.now() if recorder.active else 0  # a trace records the wait
         handle = self._handle
-        ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
-        try:
+        with handle.calling(closed_ok=True):
             try:
                 buffers = self.live_buffers()  # raises once the client is closed
             except DeletedArrayError as deleted:  # in jaxlib's words, which its users match
                 raise DeletedArrayError("BlockHostUntilReady() called on deleted or donated "
                                         f"buffer: {deleted.plugin_message}") from None
             wait_buffers_ready(handle.api, buffers)
-        finally:
-            handle.end(ticket)
         if started:
             recorder.waited(started, self)
         return self

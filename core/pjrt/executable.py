@@ -353,8 +353,7 @@ class LoadedExecutable:
             raise ValueError(f"device= must be a device of this executable's client "
                              f"({self._client!r}), not {device!r}")
         handle = self._handle
-        ticket = handle.take_ticket()
-        try:
+        with handle.calling(closed_ok=True):
             self._live_pointer()
             count = len(arguments)
             self._check_count(count)
@@ -367,8 +366,6 @@ class LoadedExecutable:
                                         self._num_outputs, keep, device)
             consume_donated(self._donated, [arguments], keep)
             return self._wrap_outputs(outputs, 0, (device,))
-        finally:
-            handle.end(ticket)
 
     def execute_with_token(self, arguments: Sequence[Array], *,
                            copy_host_values: bool = False) -> tuple[list[Array], Token]:
@@ -394,45 +391,44 @@ class LoadedExecutable:
             refuse_no_device(devices, "execute_with_token")
             raise ValueError(f"this executable runs on {len(devices)} devices; use "
                              f"execute_sharded")
-        # One native call on the client (ClientHandle.begin, with its closed check below):
+        # One native call on the client (its closed check is below, with the other checks):
         # every pointer is read after the ticket is taken, so nothing read here is freed before
         # it ends.
         handle = self._handle
-        ticket = handle.take_ticket()
         call = copies = None
-        try:
-            specs = self._parameter_specs
-            count = len(arguments)
-            if self._launcher.pointer == _NULL or handle.closed or (specs is not None
-                                                           and count != len(specs)):
-                self._live_pointer()
-                self._check_count(count)
-            device = devices[0]
-            call = self._launcher.thread_call(count)
-            argument_array = call.arguments
-            for i, argument in enumerate(arguments):
-                if copy_host_values and not isinstance(argument, Array):
-                    if copies is None:
-                        copies = HostCopies(self._client, count)
-                    copies.add_value(i, argument, specs[i] if specs else None, device,
-                                     i in self._donated)
-                    continue
-                argument_array[i] = self._check_argument(i, argument, device)
-            if copies is not None:
-                copies.start(argument_array)
-            if self._donated:
-                keep = prepare_donations(self._donated, [arguments])
-                self._launcher.launch(call, keep, events)
-                consume_donated(self._donated, [arguments], keep)
-            else:
-                self._launcher.launch(call, (), events)
-            return self._wrap_outputs(call.outputs, 0, devices)
-        finally:
-            if copies is not None:
-                long_runs.free_after(call, copies.free)
-            if call is not None:
-                call.busy = False
-            handle.end(ticket)
+        with handle.calling(closed_ok=True):
+            try:
+                specs = self._parameter_specs
+                count = len(arguments)
+                if self._launcher.pointer == _NULL or handle.closed or (specs is not None
+                                                               and count != len(specs)):
+                    self._live_pointer()
+                    self._check_count(count)
+                device = devices[0]
+                call = self._launcher.thread_call(count)
+                argument_array = call.arguments
+                for i, argument in enumerate(arguments):
+                    if copy_host_values and not isinstance(argument, Array):
+                        if copies is None:
+                            copies = HostCopies(self._client, count)
+                        copies.add_value(i, argument, specs[i] if specs else None, device,
+                                         i in self._donated)
+                        continue
+                    argument_array[i] = self._check_argument(i, argument, device)
+                if copies is not None:
+                    copies.start(argument_array)
+                if self._donated:
+                    keep = prepare_donations(self._donated, [arguments])
+                    self._launcher.launch(call, keep, events)
+                    consume_donated(self._donated, [arguments], keep)
+                else:
+                    self._launcher.launch(call, (), events)
+                return self._wrap_outputs(call.outputs, 0, devices)
+            finally:
+                if copies is not None:
+                    long_runs.free_after(call, copies.free)
+                if call is not None:
+                    call.busy = False
 
     @handles.native_method
     def execute_sharded(self, arguments: Sequence[Sequence[Array]], *,

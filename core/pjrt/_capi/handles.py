@@ -5,8 +5,8 @@ made through it. The rules it keeps:
 
 * **Freed exactly once.** Each buffer list and executable is registered under its owner's id;
   whoever takes the entry out of the registry (``dict.pop`` is atomic) is the one that frees it.
-* **Never freed under a running call.** Every native call on the client's objects runs between
-  `ClientHandle.begin` and `ClientHandle.end`, which number it with a ticket. A
+* **Never freed under a running call.** Every native call on the client's objects runs in a
+  ``with handle.calling():`` block (`ClientHandle.calling`), which numbers it with a ticket. A
   handle released while calls are running is parked with the next ticket number and freed once
   every call older than it has ended, so a ``delete()`` in one thread never frees a buffer
   another thread is passing to the plugin. ``close()`` only marks the client closed: later calls
@@ -136,7 +136,9 @@ class ClientHandle(HandleCore):
     # other call is running and the client is open, and parks them otherwise.
 
     def begin(self) -> int:
-        """Start a native call on this client; returns its ticket for ``end``.
+        """Start a native call on this client; returns its ticket for ``end``. For a ticket
+        handed to a worker thread, which may end it after the caller has gone; a call that
+        ends where it began is bracketed by `calling`.
 
         Raises:
           ClosedClientError: the client is closed (or belongs to the parent of a fork).
@@ -147,9 +149,18 @@ class ClientHandle(HandleCore):
             raise ClosedClientError(self.closed_reason)
         return ticket
 
-    def calling(self) -> "_Call":
-        """``with handle.calling():`` brackets a native call (see `begin`)."""
-        return _Call(self)
+    def calling(self, closed_ok: bool = False) -> "_Call":
+        """``with handle.calling():``, the one way a native call on this client is bracketed:
+        checks that the client is open (`ClosedClientError` otherwise, before any pointer is
+        read) and counts the call in flight until the block ends, so nothing it reads is
+        freed under it.
+
+        ``closed_ok=True`` skips the check, for a block that runs on a closed client (closing
+        it) or words a closed client's error itself (an Array's reads and waits, in jaxlib's
+        words). `begin`/`end` are left for a ticket that outlives the block: one handed to a
+        worker thread, which ends it when an abandoned launch or compile finishes.
+        """
+        return _Call(self, closed_ok)
 
     # -- releasing -------------------------------------------------------------------------
 
@@ -457,16 +468,23 @@ class TopologyHandle(ClientHandle):
 
 
 class _Call:
-    __slots__ = ("handle", "ticket")
+    """One native call's bracket (`ClientHandle.calling`)."""
 
-    def __init__(self, handle: ClientHandle):
+    __slots__ = ("handle", "ticket", "closed_ok")
+
+    def __init__(self, handle: ClientHandle, closed_ok: bool):
         self.handle = handle
+        self.closed_ok = closed_ok
 
-    def __enter__(self):
-        self.ticket = self.handle.begin()
-        return self.handle
+    def __enter__(self) -> ClientHandle:
+        handle = self.handle
+        self.ticket = handle.take_ticket()
+        if handle.closed and not self.closed_ok:
+            handle.end(self.ticket)
+            raise ClosedClientError(handle.closed_reason)
+        return handle
 
-    def __exit__(self, *exc_info):
+    def __exit__(self, *exc_info) -> None:
         self.handle.end(self.ticket)
 
 

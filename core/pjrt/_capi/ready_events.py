@@ -110,8 +110,7 @@ def wait_until_ready(arrays: Sequence[_Waitable]) -> Generator[Any, None, None]:
     try:
         for array in arrays:
             handle = _handle_of(array)
-            ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
-            try:
+            with handle.calling(closed_ok=True):
                 buffers = _buffers_of(array)  # raises once the client is closed
                 api = handle.api
                 watchable = api.has("PJRT_Event_OnReady")
@@ -123,8 +122,6 @@ def wait_until_ready(arrays: Sequence[_Waitable]) -> Generator[Any, None, None]:
                             break
                         _watch(api, buffer, slot + index, wait)
                 slot += len(buffers)
-            finally:
-                handle.end(ticket)
     except BaseException:
         if wait is not None:
             wait.abandon()  # what was watched is dropped as it fires

@@ -273,8 +273,7 @@ class ManagerState:
           XlaRuntimeError: the plugin refuses this one (the manager then takes no more).
         """
         data = ffi.from_buffer(host) if size else ffi.from_buffer(_EMPTY)
-        ticket = self.handle.begin()
-        try:
+        with self.handle.calling():
             with self._cond:
                 pointer = self._begin_locked()
                 try:
@@ -322,14 +321,11 @@ class ManagerState:
                 raise
             self._end(index, chunk)
             return chunk, last
-        finally:
-            self.handle.end(ticket)
 
     def set_buffer_error(self, index: int, code: ErrorCode, message: bytes) -> None:
         """Fail buffer ``index`` with ``code`` and ``message`` (see `transfer` for the
         errors)."""
-        ticket = self.handle.begin()
-        try:
+        with self.handle.calling():
             with self._cond:
                 pointer = self._begin_locked()
                 try:
@@ -347,8 +343,6 @@ class ManagerState:
                                   error_message_size=len(message))
             finally:
                 self._end()
-        finally:
-            self.handle.end(ticket)
 
     def retrieve(self, index: int, adopt: Callable[[Any], T]) -> T:
         """``adopt(buffer)``, which takes over the ``PJRT_Buffer*`` of buffer ``index`` (handed
@@ -358,8 +352,7 @@ class ManagerState:
           ValueError: it was retrieved before, or the manager is closed.
           ClosedClientError: the client is closed.
         """
-        ticket = self.handle.begin()
-        try:
+        with self.handle.calling():
             with self._cond:
                 pointer = self._begin_locked()
                 if self._retrieved[index]:
@@ -379,8 +372,6 @@ class ManagerState:
             except BaseException:
                 lib.pjrt_shim_buffer_destroy(self.api.table, buffer)
                 raise
-        finally:
-            self.handle.end(ticket)
 
     # -- closing ---------------------------------------------------------------------------
 
@@ -419,16 +410,13 @@ class ManagerState:
             # The ticket comes before the manager leaves the registry: close_managers_of,
             # which keeps the client while it closes what it finds there, either finds this
             # one or finds the client held by this ticket.
-            ticket = handle.take_ticket()
-            try:
+            with handle.calling(closed_ok=True):
                 pointer, self.pointer = self.pointer, _NULL
                 _unregister(self)
                 if handle.pointer == _NULL:
                     self.leak()  # the client is already gone (it cannot be, by the rules)
                     return
                 _destroy(self.api, pointer)
-            finally:
-                handle.end(ticket)
         finally:
             self._cond.release()
         for chunk in list(self.chunks):
@@ -573,13 +561,10 @@ def close_managers_of(handle: ClientHandle) -> None:
     The client is marked closed under a ticket of this call: no manager can be made or used
     from then on, and the client itself cannot be freed until the managers are gone.
     """
-    ticket = handle.take_ticket()
-    try:
+    with handle.calling(closed_ok=True):
         handle.close()
         for state in _open_states(handle):
             state.close()
-    finally:
-        handle.end(ticket)
 
 
 def _forget_after_fork() -> None:

@@ -44,11 +44,8 @@ def execute_checked(launcher: "Launcher", client: Any, arguments: Sequence,
     """`execute_global` with every check that words an error, and host values; one native
     call on the client. ``check_count(count)``: the executable's argument-count check."""
     handle = launcher.handle
-    ticket = handle.begin()
-    try:
+    with handle.calling():
         return _execute_checked(launcher, client, arguments, copy_host_values, check_count)
-    finally:
-        handle.end(ticket)
 
 
 def _execute_checked(launcher: "Launcher", client: Any, arguments: Sequence,

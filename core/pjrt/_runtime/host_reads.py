@@ -141,11 +141,8 @@ def to_numpy(array, dtype=None, copy=None) -> np.ndarray:
         raise interruption
     started = recorder.now() if recorder.active else 0  # a trace records the read
     handle = array._handle
-    ticket = handle.take_ticket()  # ClientHandle.begin, without its closed check
-    try:
+    with handle.calling(closed_ok=True):
         value, is_view = _read(array, handle)  # raises for a deleted array or closed client
-    finally:
-        handle.end(ticket)
     if started:
         recorder.read(started, array, is_view)
     if dtype is not None and np.dtype(dtype) != value.dtype:
