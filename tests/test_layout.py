@@ -478,3 +478,55 @@ def test_ctypes_is_used_by_one_module_of_the_core():
              if re.search(r"^\s*(import ctypes|from ctypes\b)",
                           open(path, encoding="utf-8").read(), re.M)}
     assert found == {"pjrt._capi.python_api"}, sorted(found)
+
+
+# -- one way to bracket a native call ---------------------------------------------------------
+
+#: Modules whose native call hands its ticket to a worker thread, which ends it when an
+#: abandoned launch or compile finishes there: ``ClientHandle.begin``/``end``, which such a
+#: ticket needs, since it outlives the block that took it.
+TICKETS_HANDED_ON = {"pjrt._runtime.launches", "pjrt._capi.long_runs",
+                     "pjrt._compile.pipeline", "pjrt.topology"}
+
+#: Each way of bracketing a native call, as it is written in Python.
+_BRACKETS = {
+    "with calling()": r"\.calling\(",
+    "begin/end": r"\bhandle\.begin\(\)",
+    "take_ticket/end": r"\.take_ticket\(\)",
+    "decorator": r"^\s*@\s*[\w.]*(native_method|native_call|_client_call)\b",
+}
+
+
+def bracket_spellings(text: str) -> set[str]:
+    """The ways ``text`` brackets a native call (see `_BRACKETS`)."""
+    import re
+
+    code = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
+    return {name for name, pattern in _BRACKETS.items() if re.search(pattern, code, re.M)}
+
+
+def test_a_native_call_is_bracketed_one_way():
+    """Every native call on a client's objects opens with ``with handle.calling():`` (the open
+    check and the count of calls in flight, as sqlite3 opens each method with its connection
+    check); ``begin``/``end`` only where the ticket is handed to a worker, and the handle's own
+    module alone takes tickets without the check."""
+    found = {}
+    for parts, _, path in core_modules():
+        name = ".".join(parts)
+        if name != "pjrt._capi.handles":
+            found[name] = bracket_spellings(open(path, encoding="utf-8").read())
+    uses = {name: spellings - {"with calling()"} for name, spellings in found.items()}
+    assert {name for name, rest in uses.items() if rest - {"begin/end"}} == set(), \
+        {name: rest for name, rest in uses.items() if rest - {"begin/end"}}
+    assert {name for name, rest in uses.items() if "begin/end" in rest} == TICKETS_HANDED_ON
+    assert sum("with calling()" in spellings for spellings in found.values()) >= 15
+
+
+def test_the_bracket_finder_finds_each_spelling():
+    planted = ("@handles.native_method\ndef f(self): pass\n"
+               "ticket = handle.take_ticket()\n"
+               "ticket = self.handle.begin()\n"
+               "with client.raw_handle.calling():\n    pass\n"
+               "recorder.begin()  # handle.take_ticket() in a comment\n")
+    assert bracket_spellings(planted) == set(_BRACKETS)
+    assert bracket_spellings("recorder.begin()\n# handle.begin()\n") == set()

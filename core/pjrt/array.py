@@ -19,7 +19,6 @@ import numpy as np
 
 from . import dtypes, layouts
 from ._capi import dlpack_structs as _dlpack
-from ._capi import handles
 from ._runtime import host_reads
 from ._runtime.host_reads import buffer_to_host
 from ._capi.native import ArrayCore
@@ -354,14 +353,13 @@ class Array(ArrayCore):
                               f"devices; ask each of addressable_shards")
         return _dlpack.device_of(self)
 
-    @handles.native_method
     def on_device_size_in_bytes(self) -> int:
         """Bytes the plugin uses for the array on its device(s), padding included."""
-        api = self._handle.api
-        return sum(int(api.call_new("PJRT_Buffer_OnDeviceSizeInBytes", buffer=b)
-                       .on_device_size_in_bytes) for b in self.live_buffers())
+        with self._handle.calling():
+            api = self._handle.api
+            return sum(int(api.call_new("PJRT_Buffer_OnDeviceSizeInBytes", buffer=b)
+                           .on_device_size_in_bytes) for b in self.live_buffers())
 
-    @handles.native_method
     def unsafe_buffer_pointer(self) -> int:
         """The device address of the (single-device) array's buffer. Valid while it lives.
 
@@ -369,12 +367,13 @@ class Array(ArrayCore):
           ValueError: the array has shards on several devices (each has its own buffer; ask
             each of ``addressable_shards`` instead).
         """
-        buffers = self.live_buffers()
-        if len(buffers) != 1:
-            raise ValueError(f"this array has {len(buffers)} shards, each in its own buffer; "
-                             f"call unsafe_buffer_pointer() on each of addressable_shards")
-        api = self._handle.api
-        return int(api.call_new("PJRT_Buffer_UnsafePointer", buffer=buffers[0]).buffer_pointer)
+        with self._handle.calling():
+            buffers = self.live_buffers()
+            if len(buffers) != 1:
+                raise ValueError(f"this array has {len(buffers)} shards, each in its own buffer; "
+                                 f"call unsafe_buffer_pointer() on each of addressable_shards")
+            api = self._handle.api
+            return int(api.call_new("PJRT_Buffer_UnsafePointer", buffer=buffers[0]).buffer_pointer)
 
     # -- synchronisation -------------------------------------------------------------------
 
@@ -415,19 +414,19 @@ class Array(ArrayCore):
         yield from wait_until_ready((self,))
         return self
 
-    @handles.native_method
     def is_ready(self) -> bool:
         """Whether the array's value has been computed (without waiting)."""
-        api = self._handle.api
-        for buffer in self.live_buffers():
-            event = api.call_new("PJRT_Buffer_ReadyEvent", buffer=buffer).event
-            try:
-                ready = api.call_new("PJRT_Event_IsReady", event=event).is_ready
-            finally:
-                lib.pjrt_shim_event_destroy(api.table, event)
-            if not ready:
-                return False
-        return True
+        with self._handle.calling():
+            api = self._handle.api
+            for buffer in self.live_buffers():
+                event = api.call_new("PJRT_Buffer_ReadyEvent", buffer=buffer).event
+                try:
+                    ready = api.call_new("PJRT_Event_IsReady", event=event).is_ready
+                finally:
+                    lib.pjrt_shim_event_destroy(api.table, event)
+                if not ready:
+                    return False
+            return True
 
     def __len__(self) -> int:
         if not self.shape:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Protocol
 from ._capi.api import HEADER_VERSION, to_str
 from ._pjrt_cffi import ffi
 from .errors import ErrorCode, UnsupportedFeatureError, XlaRuntimeError
-from ._capi.handles import ClientHandle, native_call
+from ._capi.handles import ClientHandle
 from ._capi.options import named_values_to_dict
 
 if TYPE_CHECKING:
@@ -57,10 +57,9 @@ def _live_api(client: ClientView):
 #: header lacks it, 0.113's has it).
 _PEAK_ALLOCATED_SINCE = (0, 113)
 
-#: Device and Memory methods run as one native call on their client: their handles belong to
-#: the client and are freed with it, so a closed client raises ClosedClientError. (Each keeps
-#: the client's handle, taken once, for this.)
-_client_call = native_call(lambda owner: owner._client_handle)  # pyright: ignore
+# Device and Memory methods run as one native call on their client (``with
+# self._client_handle.calling():``): their handles belong to the client and are freed with it,
+# so a closed client raises ClosedClientError. (Each keeps the client's handle, taken once.)
 
 
 class Device:
@@ -107,29 +106,30 @@ class Device:
         """The client's platform name, e.g. ``"cpu"``."""
         return self.client.platform
 
-    @_client_call
     def attributes(self) -> dict:
         """Plugin-specific description attributes (``PJRT_DeviceDescription_Attributes``)."""
-        api = _live_api(self.client)
-        args = api.call_new("PJRT_DeviceDescription_Attributes",
-                            device_description=self._description)
-        return named_values_to_dict(args.attributes, args.num_attributes)
+        with self._client_handle.calling():
+            api = _live_api(self.client)
+            args = api.call_new("PJRT_DeviceDescription_Attributes",
+                                device_description=self._description)
+            return named_values_to_dict(args.attributes, args.num_attributes)
 
-    @_client_call
     def addressable_memories(self) -> list["Memory"]:
         """The memories this device can address directly."""
-        client = self.client
-        args = _live_api(client).call_new("PJRT_Device_AddressableMemories", device=self.pointer)
-        return [client.memory_from_pointer(args.memories[i]) for i in range(args.num_memories)]
+        with self._client_handle.calling():
+            client = self.client
+            args = _live_api(client).call_new("PJRT_Device_AddressableMemories",
+                                              device=self.pointer)
+            return [client.memory_from_pointer(args.memories[i]) for i in range(args.num_memories)]
 
-    @_client_call
     def default_memory(self) -> "Memory":
         """The memory a buffer lands in when no memory is named."""
-        if self._default_memory is None:
-            client = self.client
-            args = _live_api(client).call_new("PJRT_Device_DefaultMemory", device=self.pointer)
-            self._default_memory = client.memory_from_pointer(args.memory)
-        return self._default_memory
+        with self._client_handle.calling():
+            if self._default_memory is None:
+                client = self.client
+                args = _live_api(client).call_new("PJRT_Device_DefaultMemory", device=self.pointer)
+                self._default_memory = client.memory_from_pointer(args.memory)
+            return self._default_memory
 
     def memory(self, kind: str) -> "Memory":
         """The addressable memory of this kind (e.g. ``"device"``, ``"pinned_host"``).
@@ -144,7 +144,6 @@ class Device:
         kinds = ", ".join(repr(m.kind) for m in memories) or "none"
         raise ValueError(f"{self} has no memory of kind {kind!r}; its memory kinds: {kinds}")
 
-    @_client_call
     def memory_stats(self) -> dict[str, int] | None:
         """Allocator statistics, or None when the plugin does not report them.
 
@@ -155,39 +154,39 @@ class Device:
         on, whose struct has it) that the plugin sets. Where the plugin supports
         `clear_memory_stats`, the peaks count from the last clear.
         """
-        api = _live_api(self.client)
-        if not api.has("PJRT_Device_MemoryStats"):
-            return None
-        args = api.new_args("PJRT_Device_MemoryStats_Args")
-        args.device = self.pointer
-        try:
-            api.call("PJRT_Device_MemoryStats", args)
-        except XlaRuntimeError as error:
-            if error.code in (ErrorCode.UNIMPLEMENTED, ErrorCode.FAILED_PRECONDITION):
+        with self._client_handle.calling():
+            api = _live_api(self.client)
+            if not api.has("PJRT_Device_MemoryStats"):
                 return None
-            raise
-        stats = {"bytes_in_use": int(args.bytes_in_use)}
-        optional = (
-            ("peak_bytes_in_use", "peak_bytes_in_use_is_set"),
-            ("num_allocs", "num_allocs_is_set"),
-            ("largest_alloc_size", "largest_alloc_size_is_set"),
-            ("bytes_limit", "bytes_limit_is_set"),
-            ("bytes_reserved", "bytes_reserved_is_set"),
-            ("peak_bytes_reserved", "peak_bytes_reserved_is_set"),
-            ("bytes_reservable_limit", "bytes_reservable_limit_is_set"),
-            ("largest_free_block_bytes", "largest_free_block_bytes_is_set"),
-            ("pool_bytes", "pool_bytes_is_set"),
-            ("peak_pool_bytes", "peak_pool_bytes_is_set"),
-        )
-        if api.version >= _PEAK_ALLOCATED_SINCE:
-            # A plugin of an older API knows a shorter struct and never writes these fields.
-            optional += (("peak_allocated_bytes", "peak_allocated_bytes_is_set"),)
-        for name, flag in optional:
-            if getattr(args, flag):
-                stats[name] = int(getattr(args, name))
-        return stats
+            args = api.new_args("PJRT_Device_MemoryStats_Args")
+            args.device = self.pointer
+            try:
+                api.call("PJRT_Device_MemoryStats", args)
+            except XlaRuntimeError as error:
+                if error.code in (ErrorCode.UNIMPLEMENTED, ErrorCode.FAILED_PRECONDITION):
+                    return None
+                raise
+            stats = {"bytes_in_use": int(args.bytes_in_use)}
+            optional = (
+                ("peak_bytes_in_use", "peak_bytes_in_use_is_set"),
+                ("num_allocs", "num_allocs_is_set"),
+                ("largest_alloc_size", "largest_alloc_size_is_set"),
+                ("bytes_limit", "bytes_limit_is_set"),
+                ("bytes_reserved", "bytes_reserved_is_set"),
+                ("peak_bytes_reserved", "peak_bytes_reserved_is_set"),
+                ("bytes_reservable_limit", "bytes_reservable_limit_is_set"),
+                ("largest_free_block_bytes", "largest_free_block_bytes_is_set"),
+                ("pool_bytes", "pool_bytes_is_set"),
+                ("peak_pool_bytes", "peak_pool_bytes_is_set"),
+            )
+            if api.version >= _PEAK_ALLOCATED_SINCE:
+                # A plugin of an older API knows a shorter struct and never writes these fields.
+                optional += (("peak_allocated_bytes", "peak_allocated_bytes_is_set"),)
+            for name, flag in optional:
+                if getattr(args, flag):
+                    stats[name] = int(getattr(args, name))
+            return stats
 
-    @_client_call
     def clear_memory_stats(self) -> None:
         """Reset the device's allocator statistics (its peaks start again from what is in use
         now), through ``PJRT_Device_ClearMemoryStats`` (PJRT API 0.106 on).
@@ -197,21 +196,22 @@ class Device:
             does not implement it (XLA's CPU plugins: the 0.81 build has no entry, the 0.106
             build answers UNIMPLEMENTED).
         """
-        api = _live_api(self.client)
-        function = "PJRT_Device_ClearMemoryStats"
-        if not api.has(function):
-            raise UnsupportedFeatureError(function, api.plugin_name, api.version, HEADER_VERSION,
-                                          why="the call came with PJRT API 0.106")
-        try:
-            api.call_new(function, device=self.pointer)
-        except XlaRuntimeError as error:
-            if error.code != ErrorCode.UNIMPLEMENTED:
-                raise
-            raise UnsupportedFeatureError(
-                function, api.plugin_name, api.version, HEADER_VERSION,
-                why=f"its table has the entry, but it answers {error}") from None
+        with self._client_handle.calling():
+            api = _live_api(self.client)
+            function = "PJRT_Device_ClearMemoryStats"
+            if not api.has(function):
+                raise UnsupportedFeatureError(function, api.plugin_name, api.version,
+                                              HEADER_VERSION,
+                                              why="the call came with PJRT API 0.106")
+            try:
+                api.call_new(function, device=self.pointer)
+            except XlaRuntimeError as error:
+                if error.code != ErrorCode.UNIMPLEMENTED:
+                    raise
+                raise UnsupportedFeatureError(
+                    function, api.plugin_name, api.version, HEADER_VERSION,
+                    why=f"its table has the entry, but it answers {error}") from None
 
-    @_client_call
     def get_stream_for_external_ready_events(self) -> int:
         """The device's stream (a ``cudaStream_t`` / ``hipStream_t`` as an int) on which
         memory handed to the plugin from outside should be made ready; what
@@ -222,28 +222,30 @@ class Device:
           UnsupportedFeatureError: the plugin has no stream extension (XLA's CPU plugins);
             the message names the plugin.
         """
-        from ._capi.stream_extension import stream_for_external_ready_events
+        with self._client_handle.calling():
+            from ._capi.stream_extension import stream_for_external_ready_events
 
-        return stream_for_external_ready_events(_live_api(self.client), self.pointer)
+            return stream_for_external_ready_events(_live_api(self.client), self.pointer)
 
     def live_buffers(self) -> list:
         """The live arrays with a buffer on this device."""
         return [array for array in self.client.live_arrays() if self in array.devices()]
 
-    @_client_call
     def to_string(self) -> str:
         """The plugin's short description of the device."""
-        api = _live_api(self.client)
-        args = api.call_new("PJRT_DeviceDescription_ToString", device_description=self._description)
-        return to_str(args.to_string, args.to_string_size)
+        with self._client_handle.calling():
+            api = _live_api(self.client)
+            args = api.call_new("PJRT_DeviceDescription_ToString",
+                                device_description=self._description)
+            return to_str(args.to_string, args.to_string_size)
 
-    @_client_call
     def debug_string(self) -> str:
         """The plugin's detailed description of the device."""
-        api = _live_api(self.client)
-        args = api.call_new("PJRT_DeviceDescription_DebugString",
-                            device_description=self._description)
-        return to_str(args.debug_string, args.debug_string_size)
+        with self._client_handle.calling():
+            api = _live_api(self.client)
+            args = api.call_new("PJRT_DeviceDescription_DebugString",
+                                device_description=self._description)
+            return to_str(args.debug_string, args.debug_string_size)
 
     def __repr__(self) -> str:
         return f"{self.client.platform.capitalize()}Device(id={self.id})"
@@ -279,18 +281,19 @@ class Memory:
         devices = self.addressable_by_devices()
         return devices[0].process_index if devices else self.client.process_index()
 
-    @_client_call
     def addressable_by_devices(self) -> list[Device]:
         """The devices that can address this memory."""
-        client = self.client
-        args = _live_api(client).call_new("PJRT_Memory_AddressableByDevices", memory=self.pointer)
-        return [client.device_from_pointer(args.devices[i]) for i in range(args.num_devices)]
+        with self._client_handle.calling():
+            client = self.client
+            args = _live_api(client).call_new("PJRT_Memory_AddressableByDevices",
+                                              memory=self.pointer)
+            return [client.device_from_pointer(args.devices[i]) for i in range(args.num_devices)]
 
-    @_client_call
     def to_string(self) -> str:
-        api = _live_api(self.client)
-        args = api.call_new("PJRT_Memory_ToString", memory=self.pointer)
-        return to_str(args.to_string, args.to_string_size)
+        with self._client_handle.calling():
+            api = _live_api(self.client)
+            args = api.call_new("PJRT_Memory_ToString", memory=self.pointer)
+            return to_str(args.to_string, args.to_string_size)
 
     def __repr__(self) -> str:
         return f"Memory(id={self.id}, kind={self.kind!r})"

@@ -430,7 +430,6 @@ class LoadedExecutable:
                 if call is not None:
                     call.busy = False
 
-    @handles.native_method
     def execute_sharded(self, arguments: Sequence[Sequence[Array]], *,
                         with_tokens: bool = False) -> ExecuteResults:
         """Run on every device of the executable.
@@ -449,45 +448,46 @@ class LoadedExecutable:
             ``execute(arguments, device=...)``), or an argument has another number of shards
             than the executable has devices.
         """
-        self._live_pointer()
-        refuse_no_device(self._devices, "execute_sharded")
-        num_devices = len(self._devices)
-        self._check_count(len(arguments))
-        for i, shards in enumerate(arguments):
-            if len(shards) != num_devices:
-                raise ValueError(f"argument {i} has {len(shards)} shards; the executable "
-                                 f"runs on {num_devices} devices")
-        if _handlers_running and handler_launches.launch_waits_for_its_handler(self._devices):
-            per_device = [list(shards) for shards in zip(*arguments)] if arguments else [
-                [] for _ in self._devices]
-            outputs = self._execute_on_stand_in(per_device, None, False)
-            return ExecuteResults(
-                [list(per_output) for per_output in zip(*outputs)],
-                ShardedToken(tokens.finished(self._handle, num_devices),
-                             [device.id for device in self._devices]) if with_tokens else None)
-        # Device-major, as the plugin takes them: every argument of device 0, then device 1...
-        flat = [self._check_argument(i, shards[d], device)
-                for d, device in enumerate(self._devices) for i, shards in enumerate(arguments)]
-        per_device_arguments = list(zip(*arguments)) if arguments else []
-        keep = prepare_donations(self._donated, per_device_arguments) if self._donated else ()
-        call = self._launcher.thread_call(len(arguments), num_devices)
-        slots = ffi.new("PJRT_Event*[]", num_devices) if with_tokens else _NULL
-        try:
-            for position, buffer in enumerate(flat):
-                call.arguments[position] = buffer
-            self._launcher.launch(call, keep, slots)
-            outputs = call.outputs
-        finally:
-            call.busy = False
-        token = (ShardedToken(tokens.take_events(self._handle, slots, num_devices),
-                              [device.id for device in self._devices])
-                 if with_tokens else None)
-        consume_donated(self._donated, per_device_arguments, keep)
-        results: list[list[Any]] = [[None] * num_devices for _ in range(self._num_outputs)]
-        for d, device in enumerate(self._devices):
-            for i, array in enumerate(self._wrap_outputs(outputs, d, (device,))):
-                results[i][d] = array
-        return ExecuteResults(results, token)
+        with self._handle.calling():
+            self._live_pointer()
+            refuse_no_device(self._devices, "execute_sharded")
+            num_devices = len(self._devices)
+            self._check_count(len(arguments))
+            for i, shards in enumerate(arguments):
+                if len(shards) != num_devices:
+                    raise ValueError(f"argument {i} has {len(shards)} shards; the executable "
+                                     f"runs on {num_devices} devices")
+            if _handlers_running and handler_launches.launch_waits_for_its_handler(self._devices):
+                per_device = [list(shards) for shards in zip(*arguments)] if arguments else [
+                    [] for _ in self._devices]
+                outputs = self._execute_on_stand_in(per_device, None, False)
+                return ExecuteResults(
+                    [list(per_output) for per_output in zip(*outputs)],
+                    ShardedToken(tokens.finished(self._handle, num_devices),
+                                 [device.id for device in self._devices]) if with_tokens else None)
+            # Device-major, as the plugin takes them: every argument of device 0, then device 1...
+            flat = [self._check_argument(i, shards[d], device)
+                    for d, device in enumerate(self._devices) for i, shards in enumerate(arguments)]
+            per_device_arguments = list(zip(*arguments)) if arguments else []
+            keep = prepare_donations(self._donated, per_device_arguments) if self._donated else ()
+            call = self._launcher.thread_call(len(arguments), num_devices)
+            slots = ffi.new("PJRT_Event*[]", num_devices) if with_tokens else _NULL
+            try:
+                for position, buffer in enumerate(flat):
+                    call.arguments[position] = buffer
+                self._launcher.launch(call, keep, slots)
+                outputs = call.outputs
+            finally:
+                call.busy = False
+            token = (ShardedToken(tokens.take_events(self._handle, slots, num_devices),
+                                  [device.id for device in self._devices])
+                     if with_tokens else None)
+            consume_donated(self._donated, per_device_arguments, keep)
+            results: list[list[Any]] = [[None] * num_devices for _ in range(self._num_outputs)]
+            for d, device in enumerate(self._devices):
+                for i, array in enumerate(self._wrap_outputs(outputs, d, (device,))):
+                    results[i][d] = array
+            return ExecuteResults(results, token)
 
     def _launch_waits_for_its_handler(self, device: "Device | None") -> bool:
         """Whether `execute` on ``device`` (None: the executable's own) would queue behind the

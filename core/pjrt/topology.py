@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 from ._capi.api import to_str
 from ._pjrt_cffi import ffi
 from .errors import ClosedClientError, check
-from ._capi.handles import TopologyHandle, native_method
+from ._capi.handles import TopologyHandle
 from ._capi.options import NamedValues, named_values_to_dict
 from .plugin import Plugin, plugin_of_c_api
 from ._capi.waits import call_off_thread, run_on_compile_thread
@@ -84,36 +84,39 @@ class DeviceTopology:
             raise ClosedClientError("this topology description has been closed")
         return self._borrowed
 
-    @native_method
     def device_descriptions(self) -> list[DeviceDescription]:
-        api = self._plugin.api
-        args = api.call_new("PJRT_TopologyDescription_GetDeviceDescriptions", topology=self._live())
-        result = []
-        for i in range(args.num_descriptions):
-            description = args.descriptions[i]
-            kind = api.call_new("PJRT_DeviceDescription_Kind", device_description=description)
-            result.append(DeviceDescription(
-                int(api.call_new("PJRT_DeviceDescription_Id", device_description=description).id),
-                int(api.call_new("PJRT_DeviceDescription_ProcessIndex",
-                                 device_description=description).process_index),
-                to_str(kind.device_kind, kind.device_kind_size)))
-        return result
+        with self._handle.calling():
+            api = self._plugin.api
+            args = api.call_new("PJRT_TopologyDescription_GetDeviceDescriptions",
+                                topology=self._live())
+            result = []
+            for i in range(args.num_descriptions):
+                description = args.descriptions[i]
+                kind = api.call_new("PJRT_DeviceDescription_Kind", device_description=description)
+                result.append(DeviceDescription(
+                    int(api.call_new("PJRT_DeviceDescription_Id",
+                                     device_description=description).id),
+                    int(api.call_new("PJRT_DeviceDescription_ProcessIndex",
+                                     device_description=description).process_index),
+                    to_str(kind.device_kind, kind.device_kind_size)))
+            return result
 
-    @native_method
     def attributes(self) -> dict:
-        args = self._plugin.api.call_new("PJRT_TopologyDescription_Attributes", topology=self._live())
-        return named_values_to_dict(args.attributes, args.num_attributes)
+        with self._handle.calling():
+            args = self._plugin.api.call_new("PJRT_TopologyDescription_Attributes",
+                                             topology=self._live())
+            return named_values_to_dict(args.attributes, args.num_attributes)
 
-    @native_method
     def serialize(self) -> bytes:
-        args = self._plugin.api.call_new("PJRT_TopologyDescription_Serialize", topology=self._live())
-        try:
-            return ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
-        finally:
-            if args.serialized_topology_deleter != ffi.NULL:
-                args.serialized_topology_deleter(args.serialized_topology)
+        with self._handle.calling():
+            args = self._plugin.api.call_new("PJRT_TopologyDescription_Serialize",
+                                             topology=self._live())
+            try:
+                return ffi.unpack(args.serialized_bytes, args.serialized_bytes_size)
+            finally:
+                if args.serialized_topology_deleter != ffi.NULL:
+                    args.serialized_topology_deleter(args.serialized_topology)
 
-    @native_method
     def compile_to_bytes(self, program: str | bytes,
                          compile_options: CompileOptions | None = None, *,
                          devices: Sequence[CompileOnlyDevice] | None = None) -> bytes:
@@ -139,47 +142,48 @@ class DeviceTopology:
             int64 when multiplied in order (which XLA aborts on).
           XlaRuntimeError: compilation failed (the plugin's message is kept).
         """
-        from ._runtime import serialization  # hashing and JSON: only when compiling
-        from .compile_options import CompileOptions
-        from ._compile.pipeline import check_static_extents, program_argument
-        from ._compile.program_facts import read_program
+        with self._handle.calling():
+            from ._runtime import serialization  # hashing and JSON: only when compiling
+            from .compile_options import CompileOptions
+            from ._compile.pipeline import check_static_extents, program_argument
+            from ._compile.program_facts import read_program
 
-        pointer = self._live()
-        api = self._plugin.api
-        compile_options = compile_options or CompileOptions()
-        if devices is not None:
-            compile_options = self._options_for_devices(compile_options, devices)
-        facts = read_program(program)
-        # A tensor type whose extents XLA cannot multiply out ends its compile (see
-        # pjrt._wire.shape_extents), as for a client's compile.
-        check_static_extents(facts.code)
-        program_struct, keepalive = program_argument(facts)
-        options = compile_options.SerializeAsString()
-        options_buffer = ffi.new("char[]", options)
-        args = api.new_args("PJRT_Compile_Args")
-        args.topology = pointer
-        args.program = program_struct
-        args.compile_options = options_buffer
-        args.compile_options_size = len(options)
+            pointer = self._live()
+            api = self._plugin.api
+            compile_options = compile_options or CompileOptions()
+            if devices is not None:
+                compile_options = self._options_for_devices(compile_options, devices)
+            facts = read_program(program)
+            # A tensor type whose extents XLA cannot multiply out ends its compile (see
+            # pjrt._wire.shape_extents), as for a client's compile.
+            check_static_extents(facts.code)
+            program_struct, keepalive = program_argument(facts)
+            options = compile_options.SerializeAsString()
+            options_buffer = ffi.new("char[]", options)
+            args = api.new_args("PJRT_Compile_Args")
+            args.topology = pointer
+            args.program = program_struct
+            args.compile_options = options_buffer
+            args.compile_options_size = len(options)
 
-        def compile_on_worker(held=(keepalive, options_buffer)):  # kept until the plugin ends
-            api.call("PJRT_Compile", args)
-            return args.executable
+            def compile_on_worker(held=(keepalive, options_buffer)):  # kept until the plugin ends
+                api.call("PJRT_Compile", args)
+                return args.executable
 
-        # On a worker, so that Ctrl-C reaches the caller; the ticket keeps the topology
-        # alive for the compile until it ends, even when the caller has given up.
-        handle = self._handle
-        ticket = handle.begin()
-        run_on_compile_thread(handle, ticket, compile_on_worker,
-                              lambda executable: _destroy_executable(api, executable))
-        handle.end(ticket)
-        del keepalive
-        try:
-            payload = serialization.executable_bytes(api, args.executable)
-        finally:
-            _destroy_executable(api, args.executable)
-        return serialization.pack(payload, serialization.plugin_identity(
-            self._plugin, self.platform, self.platform_version))
+            # On a worker, so that Ctrl-C reaches the caller; the ticket keeps the topology
+            # alive for the compile until it ends, even when the caller has given up.
+            handle = self._handle
+            ticket = handle.begin()
+            run_on_compile_thread(handle, ticket, compile_on_worker,
+                                  lambda executable: _destroy_executable(api, executable))
+            handle.end(ticket)
+            del keepalive
+            try:
+                payload = serialization.executable_bytes(api, args.executable)
+            finally:
+                _destroy_executable(api, args.executable)
+            return serialization.pack(payload, serialization.plugin_identity(
+                self._plugin, self.platform, self.platform_version))
 
     def _options_for_devices(self, compile_options: CompileOptions,
                              devices: Sequence[CompileOnlyDevice]) -> CompileOptions:

@@ -430,31 +430,6 @@ class ClientHandle(HandleCore):
             self.close()
 
 
-def native_call(handle_of: Callable[[object], "ClientHandle"]):
-    """A decorator for methods that run as one native call on the handle ``handle_of(self)``
-    returns (see `ClientHandle.begin`)."""
-    def decorate(method):
-        def call(self, *args, **kwargs):
-            handle = handle_of(self)
-            ticket = handle.begin()
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                handle.end(ticket)
-
-        call.__name__ = method.__name__
-        call.__qualname__ = method.__qualname__
-        call.__doc__ = method.__doc__
-        call.__wrapped__ = method  # pyright: ignore[reportFunctionMemberAccess]
-        return call
-    return decorate
-
-
-#: For methods of objects whose ``_handle`` is their `ClientHandle` (arrays,
-#: executables, topologies).
-native_method = native_call(lambda owner: owner._handle)  # pyright: ignore
-
-
 class TopologyHandle(ClientHandle):
     """Owns a ``PJRT_TopologyDescription*`` under the same rules: calls take tickets, and
     ``close()`` frees it once no call is running (never after a fork)."""

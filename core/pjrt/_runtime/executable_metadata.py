@@ -15,7 +15,6 @@ from .. import dtypes, layouts
 from . import serialization
 from .._wire import hlo_module as _hlo
 from .._wire import protowire
-from .._capi import handles
 from .._capi.api import HEADER_VERSION, to_str
 from .._capi.options import named_values_to_dict
 from .._pjrt_cffi import ffi
@@ -368,73 +367,76 @@ class ExecutableMetadata:
                 result.append(GSPMDSharding(devices, hlo))
         return tuple(result)
 
-    @handles.native_method
     def name(self) -> str:
-        args = self._handle.api.call_new("PJRT_Executable_Name", executable=self._executable_ptr())
-        return to_str(args.executable_name, args.executable_name_size)
+        with self._handle.calling():
+            args = self._handle.api.call_new("PJRT_Executable_Name",
+                                             executable=self._executable_ptr())
+            return to_str(args.executable_name, args.executable_name_size)
 
     def _executable_ptr(self):
         self._live_pointer()
         return self._executable
 
-    @handles.native_method
     def num_replicas(self) -> int:
-        return int(self._handle.api.call_new("PJRT_Executable_NumReplicas",
-                                             executable=self._executable_ptr()).num_replicas)
+        with self._handle.calling():
+            return int(self._handle.api.call_new("PJRT_Executable_NumReplicas",
+                                                 executable=self._executable_ptr()).num_replicas)
 
-    @handles.native_method
     def num_partitions(self) -> int:
-        return int(self._handle.api.call_new("PJRT_Executable_NumPartitions",
-                                             executable=self._executable_ptr()).num_partitions)
+        with self._handle.calling():
+            return int(self._handle.api.call_new("PJRT_Executable_NumPartitions",
+                                                 executable=self._executable_ptr()).num_partitions)
 
     @property
-    @handles.native_method
     def fingerprint(self) -> bytes | None:
         """A fingerprint of the compiled program, or None if the plugin has none (a property,
         as in jaxlib)."""
-        api = self._handle.api
-        if not api.has("PJRT_Executable_Fingerprint"):
-            return None
-        try:
-            args = api.call_new("PJRT_Executable_Fingerprint", executable=self._executable_ptr())
-        except XlaRuntimeError:
-            return None
-        if args.executable_fingerprint == _NULL:
-            return None
-        return ffi.unpack(args.executable_fingerprint, args.executable_fingerprint_size)
+        with self._handle.calling():
+            api = self._handle.api
+            if not api.has("PJRT_Executable_Fingerprint"):
+                return None
+            try:
+                args = api.call_new("PJRT_Executable_Fingerprint",
+                                    executable=self._executable_ptr())
+            except XlaRuntimeError:
+                return None
+            if args.executable_fingerprint == _NULL:
+                return None
+            return ffi.unpack(args.executable_fingerprint, args.executable_fingerprint_size)
 
-    @handles.native_method
     def size_of_generated_code_in_bytes(self) -> int:
-        return int(self._handle.api.call_new("PJRT_Executable_SizeOfGeneratedCodeInBytes",
-                                             executable=self._executable_ptr()).size_in_bytes)
+        with self._handle.calling():
+            return int(self._handle.api.call_new("PJRT_Executable_SizeOfGeneratedCodeInBytes",
+                                                 executable=self._executable_ptr()).size_in_bytes)
 
-    @handles.native_method
     def get_compiled_memory_stats(self) -> CompiledMemoryStats:
         """What the compiled program needs on its device, in bytes."""
-        args = self._handle.api.call_new("PJRT_Executable_GetCompiledMemoryStats",
-                                         executable=self._executable_ptr())
-        values = {}
-        for field in dataclasses.fields(CompiledMemoryStats):
-            values[field.name] = int(getattr(args, field.name, 0))
-        return CompiledMemoryStats(**values)
+        with self._handle.calling():
+            args = self._handle.api.call_new("PJRT_Executable_GetCompiledMemoryStats",
+                                             executable=self._executable_ptr())
+            values = {}
+            for field in dataclasses.fields(CompiledMemoryStats):
+                values[field.name] = int(getattr(args, field.name, 0))
+            return CompiledMemoryStats(**values)
 
-    @handles.native_method
     def cost_analysis(self) -> dict:
         """The plugin's cost estimates (e.g. ``flops``, ``bytes accessed``); {} if none."""
-        api = self._handle.api
-        try:
-            args = api.call_new("PJRT_Executable_GetCostAnalysis", executable=self._executable_ptr())
-        except (XlaRuntimeError, UnsupportedFeatureError):
-            return {}
-        return named_values_to_dict(args.properties, args.num_properties)
+        with self._handle.calling():
+            api = self._handle.api
+            try:
+                args = api.call_new("PJRT_Executable_GetCostAnalysis",
+                                    executable=self._executable_ptr())
+            except (XlaRuntimeError, UnsupportedFeatureError):
+                return {}
+            return named_values_to_dict(args.properties, args.num_properties)
 
-    @handles.native_method
     def output_memory_kinds(self) -> list[str]:
         """The memory kind of each output (e.g. ``"device"``)."""
-        args = self._handle.api.call_new("PJRT_Executable_OutputMemoryKinds",
-                                         executable=self._executable_ptr())
-        return [to_str(args.memory_kinds[i], args.memory_kind_sizes[i])
-                for i in range(args.num_outputs)]
+        with self._handle.calling():
+            args = self._handle.api.call_new("PJRT_Executable_OutputMemoryKinds",
+                                             executable=self._executable_ptr())
+            return [to_str(args.memory_kinds[i], args.memory_kind_sizes[i])
+                    for i in range(args.num_outputs)]
 
     def get_output_memory_kinds(self) -> list[list[str]]:
         """jaxlib's form of `output_memory_kinds`: one list per program (one here); the
@@ -446,16 +448,16 @@ class ExecutableMetadata:
                 raise
             return [[self.devices[0].default_memory().kind] * self.num_outputs]
 
-    @handles.native_method
     def get_parameter_layouts(self) -> list[layouts.PjRtLayout]:
         """The memory layout the program expects of each parameter (the plugin's layouts
         extension, else the optimised module's program shape)."""
-        return self._layouts("parameters")
+        with self._handle.calling():
+            return self._layouts("parameters")
 
-    @handles.native_method
     def get_output_layouts(self) -> list[layouts.PjRtLayout]:
         """The memory layout of each output (as `get_parameter_layouts`)."""
-        return self._layouts("outputs")
+        with self._handle.calling():
+            return self._layouts("outputs")
 
     def _layouts(self, which: str) -> list[layouts.PjRtLayout]:
         api = self._handle.api
@@ -469,16 +471,18 @@ class ExecutableMetadata:
 
     input_layouts = property(get_parameter_layouts, doc="The parameters' layouts.")
     output_layouts = property(get_output_layouts, doc="The outputs' layouts.")
-    @handles.native_method
+
     def optimized_module_proto(self) -> bytes:
         """The optimised program as a serialised ``xla.HloModuleProto``."""
-        self._live_pointer()
-        serialized = self._optimized_module_bytes()
-        if serialized is None:
-            raise UnsupportedFeatureError("PJRT_Executable_OptimizedProgram", self._handle.api.plugin_name,
-                                          self._handle.api.version, HEADER_VERSION,
-                                          why="the plugin cannot return the optimised program")
-        return serialized
+        with self._handle.calling():
+            self._live_pointer()
+            serialized = self._optimized_module_bytes()
+            if serialized is None:
+                api = self._handle.api
+                raise UnsupportedFeatureError("PJRT_Executable_OptimizedProgram", api.plugin_name,
+                                              api.version, HEADER_VERSION,
+                                              why="the plugin cannot return the optimised program")
+            return serialized
 
     def hlo_text(self) -> str:
         """The optimised program as readable HLO text (names, shapes, opcodes, operands)."""
@@ -495,14 +499,14 @@ class ExecutableMetadata:
         """
         return [HloModule(self.optimized_module_proto())]
 
-    @handles.native_method
     def serialize(self) -> bytes:
         """The compiled executable as bytes, for `Client.deserialize_executable`.
 
         The bytes name the plugin build that made them (a [`PluginIdentity`][pjrt.compilation_cache.PluginIdentity]), and
         only that build will load them.
         """
-        payload = serialization.executable_bytes(self._handle.api, self._executable_ptr())
-        client = self._client
-        return serialization.pack(payload, serialization.plugin_identity(
-            client.plugin, client.platform, client.platform_version))
+        with self._handle.calling():
+            payload = serialization.executable_bytes(self._handle.api, self._executable_ptr())
+            client = self._client
+            return serialization.pack(payload, serialization.plugin_identity(
+                client.plugin, client.platform, client.platform_version))
