@@ -51,6 +51,62 @@ def test_the_field_list_is_written_once_in_c():
     assert sources.count("offsetof(ArrayCore,") == 1  # the member table, made from the list
 
 
+def _field_list() -> list[tuple[str, str]]:
+    """HP_ARRAY_FIELDS, the source of an Array's fields: (C name, Python name) in its order."""
+    import re
+
+    header = (CORE / "_native" / "hot_path.h").read_text()
+    body = header[header.index("#define HP_ARRAY_FIELDS(apply)"):]
+    body = body[:body.index("\n\n")]
+    return re.findall(r'apply\((\w+), "(\w+)"\)', body)
+
+
+def _c_function(source: str, name: str) -> tuple[list[str], str]:
+    """The parameter names and the body of the C function ``name`` defined in ``source``."""
+    import re
+
+    start = re.search(rf"^static int {name}\(([^)]*)\)\s*{{", source, re.M)
+    assert start is not None, name
+    parameters = [p.split("*")[-1].strip() for p in start.group(1).split(",")]
+    depth, end = 1, start.end()
+    while depth:
+        depth += {"{": 1, "}": -1}.get(source[end], 0)
+        end += 1
+    return parameters, source[start.end():end]
+
+
+def _stub_parameters(class_name: str, method: str) -> list[str]:
+    tree = ast.parse((CORE / "_hot_path.pyi").read_text())
+    stub = next(node for node in tree.body
+                if isinstance(node, ast.ClassDef) and node.name == class_name)
+    function = next(node for node in stub.body
+                    if isinstance(node, ast.FunctionDef) and node.name == method)
+    return [a.arg for a in function.args.args[1:]]
+
+
+def test_fill_and_the_stubs_follow_the_one_field_list():
+    """HP_ARRAY_FIELDS is the source: the type's members are its Python names; ``fill()``, the
+    one constructor, sets each of its fields exactly once; fill's parameters are fields of the
+    list, in the order the constructors' keywords and the stubs of ``__init__`` and ``_adopt``
+    take them."""
+    import re
+
+    fields = _field_list()
+    assert {python for _, python in fields} == _c_fields(native.ArrayCore)
+    source = (CORE / "_native" / "array_core.c").read_text()
+    parameters, body = _c_function(source, "fill")
+    assert parameters[0] == "self"
+    c_names = [c for c, _ in fields]
+    sets = re.findall(r"^\s*SET\((\w+),", body, re.M)
+    assert sorted(sets) == sorted(c_names), "fill() sets each field once"
+    taken = parameters[1:]
+    assert set(taken) <= set(c_names)
+    keywords = re.search(r"keywords\[\] = \{([^}]*)\}", source).group(1)
+    assert re.findall(r'"(\w+)"', keywords) == taken
+    assert _stub_parameters("ArrayCore", "__init__") == taken
+    assert _stub_parameters("ArrayCore", "_adopt") == taken
+
+
 def test_every_way_of_making_an_array_fills_every_field(client, device):
     executable = client.compile_and_load(TINY.read_text())
     made = client.buffer_from_pyval(np.arange(8, dtype=np.float32), device)  # __init__

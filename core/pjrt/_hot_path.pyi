@@ -2,7 +2,8 @@
 # need no build. HandleCore's fields are declared where they are assigned
 # (pjrt._capi.handles.ClientHandle.__init__); ArrayCore's are set in C, by its one constructor,
 # so they are declared here, and tests/test_native_core.py checks these names against the C
-# field list (HP_ARRAY_FIELDS).
+# field list (HP_ARRAY_FIELDS), the one source, and the constructors' arguments against its
+# fill().
 from typing import Any, Callable, TypeVar
 
 import numpy as np
