@@ -443,23 +443,23 @@ class TopologyHandle(ClientHandle):
 
 
 class _Call:
-    """One native call's bracket (`ClientHandle.calling`)."""
+    """One native call's bracket (`ClientHandle.calling`). The ticket is taken when the
+    bracket is made, which ``with handle.calling():`` does right before entering it (one
+    Python call fewer per native call than taking it in ``__enter__``)."""
 
-    __slots__ = ("handle", "ticket", "closed_ok")
+    __slots__ = ("handle", "ticket")
 
     def __init__(self, handle: ClientHandle, closed_ok: bool):
         self.handle = handle
-        self.closed_ok = closed_ok
+        self.ticket = ticket = handle.take_ticket()
+        if handle.closed and not closed_ok:
+            handle.end(ticket)
+            raise ClosedClientError(handle.closed_reason)
 
     def __enter__(self) -> ClientHandle:
-        handle = self.handle
-        self.ticket = handle.take_ticket()
-        if handle.closed and not self.closed_ok:
-            handle.end(self.ticket)
-            raise ClosedClientError(handle.closed_reason)
-        return handle
+        return self.handle
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, kind, error, traceback) -> None:
         self.handle.end(self.ticket)
 
 
