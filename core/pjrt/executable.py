@@ -150,7 +150,7 @@ class _Described:
 
         # The executable, and so its loaded program, lives while the question runs (as a
         # bound method keeps its object): ``load(...).serialize()`` asks of no freed program.
-        asked.executable = executable  # pyright: ignore[reportFunctionMemberAccess]
+        setattr(asked, "executable", executable)
         return asked
 
 
@@ -590,8 +590,10 @@ def _make_plan(client: "ClientView", launcher: Launcher, parameters: tuple,
     handle, metadata = launcher.handle, launcher.metadata
     device = metadata.devices[0]
     donated = metadata.donated
+    output_specs = metadata.output_specs
+    assert output_specs is not None  # a plan is made only when the outputs are known
     make_call = functools.partial(new_call, handle, launcher.pointer, device.pointer,
                                   metadata.num_outputs, len(parameters), fixed)
     return CallPlan(handle, client, metadata.devices, Array, np.ndarray,
-                    parameters, tuple(metadata.output_specs), donated,
+                    parameters, tuple(output_specs), donated,
                     call_hooks(handle, donated, make_call))

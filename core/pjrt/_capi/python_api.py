@@ -76,7 +76,7 @@ def ctypes_pointer_address(obj: object) -> int | None:
     """The address a ctypes function pointer or ``c_void_p`` holds (None for NULL); None too
     when ``obj`` is neither."""
     if isinstance(obj, ctypes._CFuncPtr):  # noqa: SLF001 - the public type has no other name  # pyright: ignore[reportAttributeAccessIssue]
-        return ctypes.cast(obj, ctypes.c_void_p).value
+        return ctypes.cast(obj, ctypes.c_void_p).value  # pyright: ignore[reportArgumentType]
     if isinstance(obj, ctypes.c_void_p):
         return obj.value
     return None
