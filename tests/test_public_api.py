@@ -72,6 +72,8 @@ JAXLIB_NAMES = {
     "get_topology_for_devices", "register_custom_call_handler",
     "register_custom_call_partitioner", "register_custom_call_as_batch_partitionable",
     "make_gpu_client", "GpuAllocatorConfig", "GpuLibNotLinkedError",
+    "get_distributed_runtime_service", "get_distributed_runtime_client",
+    "DistributedRuntimeService", "DistributedRuntimeClient",
 }
 
 #: Old pjrt names -> the module to import them from now.
