@@ -235,7 +235,7 @@ def test_c_structs_are_made_by_the_c_boundary_except_the_documented_few():
 #: at the top; the modules below name it only as the protocol `pjrt.device.ClientView`.
 LAYERS = ["pjrt.device", "pjrt.device_list", "pjrt.mesh", "pjrt._sharding.annotations",
           "pjrt.sharding", "pjrt._runtime.host_reads", "pjrt.array",
-          "pjrt._runtime.executable_metadata", "pjrt._runtime.host_values",
+          "pjrt._runtime.executable_metadata", "pjrt._runtime.numpy_arguments",
           "pjrt._runtime.launches", "pjrt._runtime.launcher", "pjrt._runtime.global_calls",
           "pjrt.executable",
           "pjrt._compile.isolated_compile", "pjrt._compile.pipeline", "pjrt.client"]
@@ -272,7 +272,7 @@ def test_the_graph_reads_annotation_only_imports():
     """The graph the tests below judge sees imports under ``if TYPE_CHECKING:`` and inside
     functions (a reader that skipped them would pass anything)."""
     graph = full_import_graph()
-    assert "pjrt.device" in graph["pjrt._runtime.host_values"]  # under TYPE_CHECKING only
+    assert "pjrt.device" in graph["pjrt._runtime.numpy_arguments"]  # under TYPE_CHECKING only
     assert "pjrt._compile.pipeline" in graph["pjrt.client"]  # inside methods only
     assert "pjrt.array" in graph["pjrt.client"]
 

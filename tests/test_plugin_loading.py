@@ -641,7 +641,7 @@ def test_a_failed_copy_among_a_calls_host_values_frees_those_made_before(fault_c
     import ml_dtypes
 
     from pjrt._pjrt_cffi import ffi
-    from pjrt._runtime.host_values import HostCopies
+    from pjrt._runtime.numpy_arguments import HostCopies
 
     fault, client = fault_client
     device = client.devices()[0]

@@ -33,7 +33,7 @@ from .array import Array, array_from_host
 from ._runtime.executable_metadata import (CompiledMemoryStats, ExecutableMetadata,  # noqa: F401
                                            HloModule)
 from .errors import ArgumentMismatchError
-from ._runtime.host_values import HostCopies
+from ._runtime.numpy_arguments import HostCopies
 from ._runtime import global_calls
 from ._runtime.launcher import Launcher
 from ._runtime import handler_launches
@@ -385,7 +385,7 @@ class LoadedExecutable:
     def _execute_checked(self, arguments: Sequence, copy_host_values: bool,
                          events=_NULL) -> list[Array]:
         """`execute` with every check that builds an error message, and host values of any
-        kind (see `pjrt._runtime.host_values`)."""
+        kind (see `pjrt._runtime.numpy_arguments`)."""
         devices = self._devices
         if len(devices) != 1:
             refuse_no_device(devices, "execute_with_token")

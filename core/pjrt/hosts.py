@@ -1,5 +1,9 @@
 """jax's questions about hosts and backends, answered from the registry's clients.
 
+"Host" here is jax's older word for a process of a job (``jax.host_id`` is
+``jax.process_index``): the module keeps that word because its functions are jax's, under
+jax's names, and a jax user looks for them by it. Nothing here is about host memory.
+
 ``host_id``/``host_ids``/``host_count`` are jax's older names for process indices and counts;
 ``get_device_backend`` finds the client of a device; ``using_pjrt_c_api`` says whether a backend
 is driven through the PJRT C API (always, in pjrt). Each takes a platform name, a Client, or

@@ -20,11 +20,11 @@ PARALLEL_COPY_BYTES = 16 << 20
 #: copies them itself as fast (about 5 µs up to 64 KiB); above its own small-copy limit
 #: (100 KiB) it copies into fresh pages at a few GB/s, 8x slower than a staging copy.
 STAGING_THRESHOLD_BYTES = 100 << 10
-#: The same for a program call's own host values (pjrt._runtime.host_values), one device each. The
-#: plugin frees its copy as soon as the program is done, and its allocator hands that warm
-#: memory back on the next call, so its own copy keeps up with staging until its allocator
-#: maps fresh pages instead (measured: 1 MiB 0.22 against 0.28 ms staged, 16 MiB 3.2 against
-#: 2.5 ms, 64 MiB 44 against 8.5 ms).
+#: The same for a program call's own numpy arguments (pjrt._runtime.numpy_arguments), one
+#: device each. The plugin frees its copy as soon as the program is done, and its allocator
+#: hands that warm memory back on the next call, so its own copy keeps up with staging until
+#: its allocator maps fresh pages instead (measured: 1 MiB 0.22 against 0.28 ms staged,
+#: 16 MiB 3.2 against 2.5 ms, 64 MiB 44 against 8.5 ms).
 CALL_STAGING_THRESHOLD_BYTES = 8 << 20
 #: Dtypes packed below a byte on the device: the plugin converts them, so it must copy.
 PACKED_DTYPE_NAMES = frozenset({"int4", "uint4", "int2", "uint2", "float4_e2m1fn"})

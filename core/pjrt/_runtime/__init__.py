@@ -3,7 +3,7 @@
 Array that its methods call), what a compiled program says about itself
 (``executable_metadata``: the ``ExecutableMetadata`` an executable holds), what launches it
 (``launcher``) and its global calls (``global_calls``), the numpy arguments of one call
-(``host_values``), and the envelope of a serialized executable, which names the plugin build
+(``numpy_arguments``), and the envelope of a serialized executable, which names the plugin build
 that made it (``serialization``).
 
 Import rule: modules here import each other, ``pjrt._capi``, ``pjrt._wire``, ``pjrt.errors``,

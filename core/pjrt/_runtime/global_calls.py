@@ -20,7 +20,7 @@ from .._pjrt_cffi import ffi
 from ..array import Array, check_device_sets
 from ..errors import UnsupportedFeatureError
 from ..sharding import global_shape_of_shards
-from .host_values import HostCopies, check_shards, host_array
+from .numpy_arguments import HostCopies, check_shards, host_array
 from .launches import (buffer_metadata, call_hooks, consume_donated, new_call, not_row_major,
                        prepare_donations)
 

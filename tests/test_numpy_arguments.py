@@ -1,5 +1,5 @@
-"""Host values passed straight to a compiled program (host_values.py): copied to the devices
-in one native call for that call only, on the real CPU plugins."""
+"""Numpy arguments passed straight to a compiled program (pjrt._runtime.numpy_arguments):
+copied to the devices in one native call for that call only, on the real CPU plugins."""
 from __future__ import annotations
 
 import gc

@@ -1,4 +1,4 @@
-"""Host values passed straight to a program call: copied to the devices for that call only.
+"""Numpy arguments passed straight to a program call: copied to the devices for that call only.
 
 ``CompiledProgram`` hands numpy arguments to the executable as they are. The executable
 collects them here and starts every copy in one native call (``pjrt_shim_buffers_from_host``)
