@@ -58,13 +58,14 @@ def _setuptools_predates_pep639() -> bool:
 if _building():
     require_c_compiler("pjrt")
 
-#: The native runtime (pjrt/_native/hot_path.h names its files): a small extension in
-#: CPython's own C API, limited to the stable ABI like the cffi one, so the wheel stays one
-#: cp310-abi3 wheel.
-HOT_PATH_SOURCES = ["hot_path.c", "handle_core.c", "array_core.c", "call_plan.c",
-                    "host_views.c"]
-HOT_PATH = setuptools.Extension(
-    "pjrt._hot_path", sources=[f"pjrt/_native/{name}" for name in HOT_PATH_SOURCES],
+#: The native runtime, ``pjrt._native_runtime`` (pjrt/_native/hot_path.h names its files): a
+#: small extension in CPython's own C API, limited to the stable ABI like the cffi one, so the
+#: wheel stays one cp310-abi3 wheel.
+NATIVE_RUNTIME_SOURCES = ["hot_path.c", "handle_core.c", "array_core.c", "call_plan.c",
+                          "host_views.c"]
+NATIVE_RUNTIME = setuptools.Extension(
+    "pjrt._native_runtime",
+    sources=[f"pjrt/_native/{name}" for name in NATIVE_RUNTIME_SOURCES],
     include_dirs=["pjrt/include", "pjrt/_native"],
     define_macros=[("Py_LIMITED_API", "0x030A0000")], py_limited_api=True,
     extra_compile_args=["-O2", "-Wall"],
@@ -73,7 +74,7 @@ HOT_PATH = setuptools.Extension(
     # wheel targets from that record, and refuses an extension without one.
     extra_link_args=["-Wl,--no-as-needed", "-lc"])
 
-BUILD = dict(cffi_modules=["pjrt/_build_cffi.py:ffibuilder"], ext_modules=[HOT_PATH],
+BUILD = dict(cffi_modules=["pjrt/_build_cffi.py:ffibuilder"], ext_modules=[NATIVE_RUNTIME],
              options={"bdist_wheel": {"py_limited_api": LIMITED_API_TAG}})
 
 if "build_ext" in sys.argv and "--inplace" in sys.argv and _setuptools_predates_pep639():

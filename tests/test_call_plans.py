@@ -1,5 +1,5 @@
-"""The per-call path in C (pjrt._hot_path.CallPlan): calls of programs on several devices with
-global Arrays laid out as the parameters need, the Arrays it makes and frees, and the plugin's
+"""The per-call path in C (pjrt._native_runtime.CallPlan): calls of programs on several devices
+with global Arrays laid out as the parameters need, the Arrays it makes and frees, and the plugin's
 errors on that path. (Single-device calls: tests/test_executable_calls.py.)"""
 from __future__ import annotations
 

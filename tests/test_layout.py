@@ -25,7 +25,7 @@ CORE = os.path.dirname(os.path.abspath(pjrt.__file__))
 #: programs) the top of all; both may import anything.
 ALLOWED = {
     "_wire": {"errors", "dtypes"},
-    "_capi": {"_wire", "errors", "dtypes", "layouts", "_pjrt_cffi", "_hot_path"},
+    "_capi": {"_wire", "errors", "dtypes", "layouts", "_pjrt_cffi", "_native_runtime"},
     "_loading": {"_capi", "errors"},
     "_sharding": {"_wire", "errors", "hlo_sharding", "mesh"},
     "_distributed": {"_capi", "_wire", "errors", "kv_store", "distributed", "_pjrt_cffi"},
@@ -432,7 +432,7 @@ def test_an_arrays_reads_to_the_host_are_functions_over_it(client):
     its C core, and its methods hand over to `pjrt._runtime.host_reads`."""
     import numpy as np
 
-    from pjrt._capi.native import ArrayCore
+    from pjrt._capi.native_runtime import ArrayCore
     from pjrt._runtime import host_reads
     from pjrt.array import Array
 

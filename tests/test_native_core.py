@@ -1,7 +1,7 @@
-"""The native runtime (``pjrt._capi.native``) as the one owner of its rules, on the real CPU
-plugins: an Array's field list is C's and its stubs agree with it; every Array, whichever way
-it is made, comes out of the one constructor; the call tickets and the release of buffers are
-the handle's, for Python and C callers alike.
+"""The native runtime (``pjrt._native_runtime``, wired by ``pjrt._capi.native_runtime``) as the
+one owner of its rules, on the real CPU plugins: an Array's field list is C's and its stubs
+agree with it; every Array, whichever way it is made, comes out of the one constructor; the
+call tickets and the release of buffers are the handle's, for Python and C callers alike.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fixtures import programs
-from pjrt._capi import native
+from pjrt._capi import native_runtime
 from pjrt.array import Array
 
 CORE = pathlib.Path(__file__).resolve().parent.parent / "core" / "pjrt"
@@ -27,7 +27,7 @@ def _c_fields(cls: type) -> set[str]:
 
 
 def _stub_fields(class_name: str) -> set[str]:
-    tree = ast.parse((CORE / "_hot_path.pyi").read_text())
+    tree = ast.parse((CORE / "_native_runtime.pyi").read_text())
     stub = next(node for node in tree.body
                 if isinstance(node, ast.ClassDef) and node.name == class_name)
     return {node.target.id for node in stub.body
@@ -35,7 +35,7 @@ def _stub_fields(class_name: str) -> set[str]:
 
 
 def test_the_typing_stubs_declare_exactly_the_c_fields_of_an_array():
-    fields = _c_fields(native.ArrayCore)
+    fields = _c_fields(native_runtime.ArrayCore)
     assert {"_handle", "_buffers", "shape", "dtype", "_sharding"} <= fields
     assert _stub_fields("ArrayCore") == fields
 
@@ -44,7 +44,7 @@ def test_the_field_list_is_written_once_in_c():
     """The struct, member table, traversal and constructor all come from HP_ARRAY_FIELDS."""
     header = (CORE / "_native" / "hot_path.h").read_text()
     sources = "".join(path.read_text() for path in (CORE / "_native").glob("*.c"))
-    for field in _c_fields(native.ArrayCore):
+    for field in _c_fields(native_runtime.ArrayCore):
         assert f'"{field}"' in header  # named in the one list
         if field.startswith("_"):
             assert f'"{field}"' not in sources  # and in no hand-written table
@@ -76,7 +76,7 @@ def _c_function(source: str, name: str) -> tuple[list[str], str]:
 
 
 def _stub_parameters(class_name: str, method: str) -> list[str]:
-    tree = ast.parse((CORE / "_hot_path.pyi").read_text())
+    tree = ast.parse((CORE / "_native_runtime.pyi").read_text())
     stub = next(node for node in tree.body
                 if isinstance(node, ast.ClassDef) and node.name == class_name)
     function = next(node for node in stub.body
@@ -92,7 +92,7 @@ def test_fill_and_the_stubs_follow_the_one_field_list():
     import re
 
     fields = _field_list()
-    assert {python for _, python in fields} == _c_fields(native.ArrayCore)
+    assert {python for _, python in fields} == _c_fields(native_runtime.ArrayCore)
     source = (CORE / "_native" / "array_core.c").read_text()
     parameters, body = _c_function(source, "fill")
     assert parameters[0] == "self"
@@ -119,7 +119,7 @@ def test_every_way_of_making_an_array_fills_every_field(client, device):
     try:
         for array in (made, by_plan, by_python, adopted):
             assert type(array) is Array
-            for field in _c_fields(native.ArrayCore):
+            for field in _c_fields(native_runtime.ArrayCore):
                 getattr(array, field)  # set: an unset field raises AttributeError
             assert array.shape == (8,) and array.dtype == np.float32
         a = np.arange(8, dtype=np.float32)
@@ -134,7 +134,7 @@ def test_every_way_of_making_an_array_fills_every_field(client, device):
 def test_an_array_is_made_once(client, device):
     array = client.buffer_from_pyval(np.zeros(4, np.float32), device)
     with pytest.raises(TypeError, match="made once"):
-        native.ArrayCore.__init__(array, client, client.raw_handle, [], (device,), (4,),
+        native_runtime.ArrayCore.__init__(array, client, client.raw_handle, [], (device,), (4,),
                                   np.dtype(np.float32))
     np.testing.assert_array_equal(np.asarray(array), np.zeros(4, np.float32))
 
@@ -247,4 +247,4 @@ def test_release_frees_at_once_when_no_call_runs(client, device):
 
 
 def test_the_plan_spans_at_most_the_c_limit_of_devices():
-    assert native.MAX_DEVICES == 64
+    assert native_runtime.MAX_DEVICES == 64

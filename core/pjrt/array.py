@@ -21,7 +21,7 @@ from . import dtypes, layouts
 from ._capi import dlpack_structs as _dlpack
 from ._runtime import host_reads
 from ._runtime.host_reads import buffer_to_host
-from ._capi.native import ArrayCore
+from ._capi.native_runtime import ArrayCore
 from ._profiling import recorder
 from ._pjrt_cffi import ffi, lib
 from .device import ClientView, Device, Memory
@@ -58,9 +58,9 @@ class Array(ArrayCore):
     write to the memory).
     """
 
-    # The fields are ArrayCore's (pjrt._capi.native; their one list is HP_ARRAY_FIELDS in
-    # _native/hot_path.h, typed in pjrt/_hot_path.pyi): they behave as slots, and C reads them
-    # on the per-call path. ArrayCore also holds the one constructor: ``__init__`` below hands
+    # The fields are ArrayCore's (pjrt._capi.native_runtime; their one list is HP_ARRAY_FIELDS
+    # in _native/hot_path.h, typed in pjrt/_native_runtime.pyi): they behave as slots, and C
+    # reads them on the per-call path. ArrayCore also holds the one constructor: ``__init__`` below hands
     # it the fields, and ``Array._adopt(client, handle, buffers, devices, shape, dtype)`` makes
     # an array without calling the class (an executable's outputs). When an Array is
     # collected, ArrayCore's finaliser marks it deleted and hands its buffers to the handle,

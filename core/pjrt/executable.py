@@ -24,7 +24,7 @@ import numpy as np
 from . import dtypes
 from ._capi import handles
 from ._capi import long_runs
-from ._capi.native import CallPlan
+from ._capi.native_runtime import CallPlan
 from ._profiling import recorder
 from ._pjrt_cffi import ffi
 from .array import Array, array_from_host
@@ -317,8 +317,8 @@ class LoadedExecutable:
           DeletedArrayError: an argument was deleted or donated before.
           XlaRuntimeError: the plugin failed to launch the program.
         """
-        # The per-call path (pjrt._capi.native's CallPlan.run): live single-device Arrays and small
-        # numpy arrays that are what the parameters are go straight into one C call (checks,
+        # The per-call path (pjrt._capi.native_runtime's CallPlan.run): live single-device
+        # Arrays and small numpy arrays that are what the parameters are go straight into one C call (checks,
         # ticket, host copies, launch, output Arrays). It answers None for anything else, having
         # done nothing, and the full path below checks everything and reports every error.
         if _handlers_running and self._launch_waits_for_its_handler(device):

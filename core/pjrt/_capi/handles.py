@@ -20,8 +20,8 @@ made through it. The rules it keeps:
   call is running, and leaked otherwise.
 
 The bookkeeping on the hot path is a ticket from ``itertools.count`` and one dict insertion and
-deletion (each atomic under the GIL), done by `HandleCore` in C (see `pjrt._capi.native`): the
-one implementation of the tickets and of the release of buffers, for Python and C callers
+deletion (each atomic under the GIL), done by `HandleCore` in C (see
+`pjrt._capi.native_runtime`): the one implementation of the tickets and of the release of buffers, for Python and C callers
 alike. The lock is taken only to free things.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Callable
 from .api import Api
 from .._pjrt_cffi import ffi, lib
 from ..errors import ClosedClientError, check
-from .native import HandleCore
+from .native_runtime import HandleCore
 from .python_api import keep_forever
 from .waits import exit_began, exit_time_left, native_work, skip_native_teardown_at_exit
 
@@ -90,8 +90,8 @@ class ClientHandle(HandleCore):
       executables: owner id -> ``(PJRT_LoadedExecutable*, PJRT_Executable*)``.
     """
 
-    # The fields are HandleCore's (pjrt._capi.native), where C reads them when an Array is freed;
-    # they behave as slots.
+    # The fields are HandleCore's (pjrt._capi.native_runtime), where C reads them when an
+    # Array is freed; they behave as slots.
     __slots__ = ("__weakref__",)
 
     def __init__(self, api: Api, pointer):
@@ -129,7 +129,7 @@ class ClientHandle(HandleCore):
 
     # -- calls -----------------------------------------------------------------------------
 
-    # The call tickets and the release of buffers are HandleCore's (pjrt._capi.native), the
+    # The call tickets and the release of buffers are HandleCore's (pjrt._capi.native_runtime), the
     # one implementation of both rules, which the per-call path in C uses too:
     # ``take_ticket()`` registers a running call, ``end(ticket)`` ends it (and settles what
     # waited for it), ``release_buffers(owner_id)`` frees an owner's buffers at once when no

@@ -1,6 +1,6 @@
 """CPython's C API and the C library, reached through ctypes: the one module of the core that
 uses ctypes. (The PJRT C API is cffi's, in ``pjrt._pjrt_cffi``; the per-call path is the C
-extension's, ``pjrt._hot_path``.)
+extension's, ``pjrt._native_runtime``.)
 
 What is here has no other way in from Python: PyCapsule functions (a DLPack capsule, a plugin's
 ``PJRT_Api*`` handed over as a capsule), a reference that is never given back, and Linux's

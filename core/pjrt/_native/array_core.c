@@ -248,5 +248,5 @@ static PyType_Slot array_slots[] = {
     {0, NULL}};
 
 PyType_Spec hp_array_spec = {
-    "pjrt._hot_path.ArrayCore", sizeof(ArrayCore), 0,
+    "pjrt._native_runtime.ArrayCore", sizeof(ArrayCore), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, array_slots};

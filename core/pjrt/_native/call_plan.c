@@ -614,7 +614,7 @@ static PyObject* plan_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) 
     return NULL;
   }
   if (hp_wiring.call_run == NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "pjrt._hot_path is not configured");
+    PyErr_SetString(PyExc_RuntimeError, "pjrt._native_runtime is not configured");
     return NULL;
   }
   CallPlan* plan = (CallPlan*)((allocfunc)PyType_GetSlot(type, Py_tp_alloc))(type, 0);
@@ -693,5 +693,5 @@ static PyType_Slot plan_slots[] = {
     {Py_tp_members, plan_members},
     {0, NULL}};
 
-PyType_Spec hp_plan_spec = {"pjrt._hot_path.CallPlan", sizeof(CallPlan), 0,
+PyType_Spec hp_plan_spec = {"pjrt._native_runtime.CallPlan", sizeof(CallPlan), 0,
                                 Py_TPFLAGS_DEFAULT, plan_slots};

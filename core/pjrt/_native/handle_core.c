@@ -463,5 +463,5 @@ static PyType_Slot handle_slots[] = {
     {0, NULL}};
 
 PyType_Spec hp_handle_spec = {
-    "pjrt._hot_path.HandleCore", sizeof(HandleCore), 0,
+    "pjrt._native_runtime.HandleCore", sizeof(HandleCore), 0,
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC, handle_slots};

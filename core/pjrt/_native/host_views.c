@@ -39,7 +39,7 @@ static const char* format_of(PyObject* dtype, Py_ssize_t* itemsize) {
   PyObject* entry = PyDict_GetItem(formats, dtype); /* borrowed */
   if (entry == NULL) {
     if (hp_wiring.buffer_format == NULL) {
-      PyErr_SetString(PyExc_RuntimeError, "pjrt._hot_path is not configured");
+      PyErr_SetString(PyExc_RuntimeError, "pjrt._native_runtime is not configured");
       return NULL;
     }
     PyObject* format = PyObject_CallFunctionObjArgs(hp_wiring.buffer_format, dtype, NULL);

@@ -1,4 +1,4 @@
-/* The module pjrt._hot_path: its wiring and its types (see hot_path.h for
+/* The module pjrt._native_runtime: its wiring and its types (see hot_path.h for
  * what each file holds). */
 #include "hot_path.h"
 
@@ -13,7 +13,7 @@ PyObject* hp_array_site_recorder;
  * the cffi PJRT_Buffer*[1] used to read a cdata's address, the addresses of
  * the cffi extension's functions this module calls, and the two Python
  * functions a host view needs (see hot_path.h). Called once, by
- * pjrt._capi.native. */
+ * pjrt._capi.native_runtime. */
 static PyObject* configure(PyObject* module, PyObject* args, PyObject* kwargs) {
   static char* keywords[] = {"address_slot", "address_slot_address", "buffer_destroy",
                              "error_destroy", "call_run", "host_address", "wait_ready",
@@ -82,7 +82,7 @@ static PyMethodDef module_methods[] = {
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module_def = {
-    PyModuleDef_HEAD_INIT, "pjrt._hot_path",
+    PyModuleDef_HEAD_INIT, "pjrt._native_runtime",
     "The core's native runtime: call tickets, Arrays' fields and constructor, the per-call "
     "path (see _native/hot_path.h).",
     -1, module_methods, NULL, NULL, NULL, NULL};
@@ -100,7 +100,7 @@ static int make_names(void) {
              : -1;
 }
 
-PyMODINIT_FUNC PyInit__hot_path(void) {
+PyMODINIT_FUNC PyInit__native_runtime(void) {
   PyObject* module = PyModule_Create(&module_def);
   if (module == NULL) {
     return NULL;

@@ -1,4 +1,4 @@
-/* pjrt._hot_path: the core's native runtime, in CPython's C API.
+/* pjrt._native_runtime: the core's native runtime, in CPython's C API.
  *
  * Everything else in the core reaches the plugin through the cffi extension
  * (_pjrt_cffi). A call made in a loop, though, was mostly Python around one
@@ -26,7 +26,7 @@
  *   hot_path.c    - the module: its wiring (configure) and its types.
  *
  * The plugin is reached only through functions of the cffi extension, whose
- * addresses configure() is given once, by pjrt._capi.native.
+ * addresses configure() is given once, by pjrt._capi.native_runtime.
  *
  * PJRT_Buffer* values live in Python as cffi cdata objects (an Array's buffer
  * list). C gets the address behind one by assigning it into a cffi array whose
@@ -188,7 +188,7 @@ extern PyType_Spec hp_handle_spec;
 
 /* An Array's fields: (C name, Python name). The one list: the struct, the
  * member table, the collector's walk and the constructor are made from it,
- * and tests/test_native_core.py checks _hot_path.pyi's stubs against it. */
+ * and tests/test_native_core.py checks _native_runtime.pyi's stubs against it. */
 #define HP_ARRAY_FIELDS(apply)                                                  \
   apply(client, "_client") apply(handle, "_handle") apply(buffers, "_buffers")  \
   apply(devices, "_devices") apply(shape, "shape") apply(dtype, "dtype")        \

@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 
-from .._capi.native import set_array_site_recorder
+from .._capi.native_runtime import set_array_site_recorder
 from .._wire import protowire as pw
 from ..errors import UnsupportedFeatureError, XlaRuntimeError
 

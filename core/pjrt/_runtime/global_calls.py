@@ -15,7 +15,7 @@ import numpy as np
 
 from .._capi import long_runs
 from .._capi.api import HEADER_VERSION
-from .._capi.native import MAX_DEVICES, CallPlan
+from .._capi.native_runtime import MAX_DEVICES, CallPlan
 from .._pjrt_cffi import ffi
 from ..array import Array, check_device_sets
 from ..errors import UnsupportedFeatureError

@@ -13,7 +13,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from .._capi import long_runs, memory_headroom
-from .._capi.native import CallPlan
+from .._capi.native_runtime import CallPlan
 from .._pjrt_cffi import ffi, lib
 from .._profiling import recorder
 from ..errors import consume

@@ -1,5 +1,5 @@
-# The native runtime's extension (_native/hot_path.h names its files), for type checkers: they
-# need no build. HandleCore's fields are declared where they are assigned
+# The native runtime, pjrt._native_runtime (_native/hot_path.h names its files), for type
+# checkers: they need no build. HandleCore's fields are declared where they are assigned
 # (pjrt._capi.handles.ClientHandle.__init__); ArrayCore's are set in C, by its one constructor,
 # so they are declared here, and tests/test_native_core.py checks these names against the C
 # field list (HP_ARRAY_FIELDS), the one source, and the constructors' arguments against its

@@ -1,5 +1,5 @@
-"""The core's native runtime (``pjrt._hot_path``, built from ``_native/hot_path.c`` and the
-files it names), wired to the cffi extension once, here.
+"""The core's native runtime (``pjrt._native_runtime``, built from ``_native/hot_path.c`` and
+the files it names), wired to the cffi extension once, here.
 
 The runtime owns the state machine of the per-call path and nothing else: call tickets and the
 release of an owner's buffers (`HandleCore`, the base of
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._hot_path import (MAX_DEVICES, ArrayCore, CallPlan, HandleCore, configure,
-                         set_array_site_recorder)
+from .._native_runtime import (MAX_DEVICES, ArrayCore, CallPlan, HandleCore, configure,
+                               set_array_site_recorder)
 from .._pjrt_cffi import ffi, lib
 from .waits import wait_buffer_ready
 
