@@ -480,6 +480,23 @@ def test_ctypes_is_used_by_one_module_of_the_core():
     assert found == {"pjrt._capi.python_api"}, sorted(found)
 
 
+def test_no_module_imports_something_under_its_own_name():
+    """A module never imports another thing under its own name: ``pjrt.ffi`` (XLA's custom
+    calls) takes cffi's ``ffi`` as ``cffi_ffi``, so a reader of ``cffi_ffi.cast(...)`` there is
+    never left to guess which FFI is meant."""
+    imported_as_own_name = []
+    for parts, is_package, path in core_modules():
+        if is_package:
+            continue
+        for node in ast.walk(ast.parse(open(path, encoding="utf-8").read())):
+            if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+                continue  # (``annotations`` imports nothing named annotations)
+            if isinstance(node, (ast.Import, ast.ImportFrom)) and parts[-1] in [
+                    a.asname or a.name.split(".")[0] for a in node.names]:
+                imported_as_own_name.append((".".join(parts), node.lineno))
+    assert not imported_as_own_name, imported_as_own_name
+
+
 # -- one way to bracket a native call ---------------------------------------------------------
 
 #: Modules whose native call hands its ticket to a worker thread, which ends it when an

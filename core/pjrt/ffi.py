@@ -59,7 +59,8 @@ from ._capi.ffi_handlers import (HANDLER_FFI_VERSION, INSTANCE_STATE_TYPE_ID,
                                  INSTANCE_STATE_TYPE_NAME, c_bundle_handler,
                                  instance_state_deleter, keep_object, python_handler)
 from . import plugin as plugin_module
-from ._pjrt_cffi import ffi, lib
+# cffi's FFI object, named apart from this module (XLA's custom calls, also called FFI).
+from ._pjrt_cffi import ffi as cffi_ffi, lib
 from .errors import UnsupportedFeatureError, XlaRuntimeError, check
 # Deferred set-up of targets lives apart from the handler registry, so that the compile path
 # reaches it without this module; it is part of this module's interface.
@@ -79,11 +80,11 @@ __all__ = [
 # -- the PJRT FFI extension ------------------------------------------------------------------
 
 _EXTENSION_NAMES = {value: name.replace("PJRT_Extension_Type_", "")
-                    for name, value in ffi.typeof("PJRT_Extension_Type").relements.items()}
-_REGISTER_HANDLER_END = ffi.offsetof("PJRT_FFI_Extension", "register_handler") + ffi.sizeof(
-    "void*")
-_TYPE_REGISTER_END = ffi.offsetof("PJRT_FFI_Extension", "type_id_register") + ffi.sizeof(
-    "void*")
+                    for name, value in cffi_ffi.typeof("PJRT_Extension_Type").relements.items()}
+_REGISTER_HANDLER_END = (cffi_ffi.offsetof("PJRT_FFI_Extension", "register_handler")
+                         + cffi_ffi.sizeof("void*"))
+_TYPE_REGISTER_END = (cffi_ffi.offsetof("PJRT_FFI_Extension", "type_id_register")
+                      + cffi_ffi.sizeof("void*"))
 
 
 def _api_of(plugin_or_api) -> _c.Api:
@@ -118,7 +119,7 @@ def _extension_reaching(plugin_or_api, end: int, function: str, feature: str, th
     api = _api_of(plugin_or_api)
     extension = _c.find_extension(api, lib.PJRT_Extension_Type_FFI)
     if extension is not None and extension.struct_size >= end:
-        return ffi.cast("PJRT_FFI_Extension *", extension)
+        return cffi_ffi.cast("PJRT_FFI_Extension *", extension)
     present = [_EXTENSION_NAMES.get(int(e.type), f"unknown type {int(e.type)}")
                for e in _c.extensions(api)]
     offered = ", ".join(present) if present else "none"
@@ -140,8 +141,8 @@ def _c_address(fn) -> int | None:
         return None
     if isinstance(fn, numbers.Integral):
         return int(fn)
-    if isinstance(fn, ffi.CData):
-        return int(ffi.cast("uintptr_t", fn))
+    if isinstance(fn, cffi_ffi.CData):
+        return int(cffi_ffi.cast("uintptr_t", fn))
     if type(fn).__name__ == "PyCapsule":
         # Capsules from jaxlib and others carry a name; GetPointer must be given the same one.
         return _python_api.capsule_pointer(fn, _python_api.capsule_name(fn))
@@ -203,7 +204,7 @@ def _register_type_with_plugin(plugin: plugin_module.Plugin,
     done = _types_applied.setdefault(plugin, set())
     if key in done:
         return
-    type_id = ffi.cast("XLA_FFI_TypeId *", registration.type_id)
+    type_id = cffi_ffi.cast("XLA_FFI_TypeId *", registration.type_id)
     # The first plugin assigns the id (unless the caller set one); every later plugin is given
     # the same, since the handlers read the one XLA_FFI_TypeId.
     type_id.type_id = _state.register_type(plugin.api, _type_extension(plugin),
@@ -222,13 +223,13 @@ def _register_with_plugin(plugin: plugin_module.Plugin, registration: _Registrat
         _state.register_type(plugin.api, extension, INSTANCE_STATE_TYPE_NAME,
                              INSTANCE_STATE_TYPE_ID, instance_state_deleter)
         _knows_instance_state_type.add(plugin)
-    args = ffi.new("PJRT_FFI_Register_Handler_Args *")
+    args = cffi_ffi.new("PJRT_FFI_Register_Handler_Args *")
     args.struct_size = _c.struct_size("PJRT_FFI_Register_Handler_Args")
-    name = ffi.new("char[]", registration.name.encode("utf-8"))
-    platform = ffi.new("char[]", registration.platform.encode("utf-8"))
+    name = cffi_ffi.new("char[]", registration.name.encode("utf-8"))
+    platform = cffi_ffi.new("char[]", registration.platform.encode("utf-8"))
     args.target_name = name
     args.target_name_size = len(registration.name.encode("utf-8"))
-    args.handler = ffi.cast("void *", registration.address)
+    args.handler = cffi_ffi.cast("void *", registration.address)
     args.platform_name = platform
     args.platform_name_size = len(registration.platform.encode("utf-8"))
     args.traits = registration.traits
@@ -349,10 +350,10 @@ def register_custom_call_target(name: str, fn, platform: str = "cpu", api_versio
         if addresses is None:
             others = {stage: h for stage, h in stages.items() if stage != "execute"}
             keepalive = python_handler(name, stages["execute"], others)
-            address = int(ffi.cast("uintptr_t", keepalive))
+            address = int(cffi_ffi.cast("uintptr_t", keepalive))
         elif keeps_state:
             keepalive = c_bundle_handler(name, addresses["instantiate"], addresses["execute"])
-            address = int(ffi.cast("uintptr_t", keepalive))
+            address = int(cffi_ffi.cast("uintptr_t", keepalive))
         else:
             # The plugin calls the C execute handler itself; a C bundle's prepare and
             # initialize never run (see the module docstring).
@@ -480,7 +481,8 @@ def register_custom_type_id(type_name: str, type_id, platform: str = "cpu", *,
             raise ValueError(f"custom type {type_name!r} is already registered on platform "
                              f"{canonical!r} with another XLA_FFI_TypeId")
         registration = _TypeRegistration(type_name, canonical, address,
-                                         ffi.cast("void (*)(void *)", free), (type_id, deleter))
+                                         cffi_ffi.cast("void (*)(void *)", free),
+                                         (type_id, deleter))
         _keepalive.append(registration.keepalive)
         _type_registrations.setdefault(canonical, {})[type_name] = registration
         errors: list[Exception] = []
