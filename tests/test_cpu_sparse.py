@@ -138,3 +138,170 @@ def test_registrations_name_jaxlibs_targets():
     assert sorted(ours) == sorted(jaxlib_sparse.registrations())
     assert sorted(name for name, *_ in ours["cpu"]) == sorted(
         name for name, *_ in jaxlib_sparse.registrations()["cpu"])
+
+
+# -- threads ----------------------------------------------------------------------------------
+
+@pytest.fixture
+def max_threads():
+    """``cpu_sparse.set_max_threads``, put back after the test."""
+    previous = cpu_sparse.max_threads()
+    yield cpu_sparse.set_max_threads
+    cpu_sparse.set_max_threads(previous)
+
+
+def _skewed_csr(rng, rows, cols, dtype, index_dtype):
+    """A CSR matrix whose rows hold very different counts (empty rows, rows of every column),
+    so that slices of equal work have unequal rows."""
+    counts = rng.integers(0, 40, rows)
+    counts[::97] = cols  # full rows
+    counts[5::13] = 0  # empty rows
+    dense = np.zeros((rows, cols), dtype)
+    for i, count in enumerate(counts):
+        columns = rng.choice(cols, size=count, replace=False)
+        values = rng.standard_normal(count) * 3
+        if np.dtype(dtype).kind == "c":
+            values = values + 1j * rng.standard_normal(count)
+        dense[i, columns] = values.astype(dtype) if np.dtype(dtype).kind != "i" else (
+            np.rint(values).astype(dtype))
+    return dense, _csr(dense, index_dtype)
+
+
+def _bits(array):
+    array = np.ascontiguousarray(array)
+    return array.view(np.uint8)
+
+
+@pytest.mark.parametrize(("element", "dtype", "index", "index_dtype"), [
+    ("f32", np.float32, "i32", np.int32), ("f64", np.float64, "i64", np.int64),
+    ("complex<f32>", np.complex64, "i32", np.int32), ("i64", np.int64, "i32", np.int32)])
+def test_threaded_products_equal_one_thread_bit_for_bit(client, max_threads, element, dtype,
+                                                        index, index_dtype):
+    rng = np.random.default_rng(7)
+    rows, cols, k = 1500, 700, 24
+    dense, (data, indptr, indices) = _skewed_csr(rng, rows, cols, dtype, index_dtype)
+    rhs = (rng.standard_normal((cols, k)) * 3).astype(dtype) if np.dtype(dtype).kind != "i" \
+        else rng.integers(-50, 50, (cols, k)).astype(dtype)
+    program = pjrt.compile(_direct_program(rows, cols, k, len(data), element, index),
+                           client=client)
+    max_threads(1)
+    started = cpu_sparse._threads_started()
+    one = np.asarray(program(data, indptr, indices, rhs))
+    assert cpu_sparse._threads_started() == started  # the calling thread alone
+    max_threads(5)  # taken as asked, whatever the machine's cores
+    five = np.asarray(program(data, indptr, indices, rhs))
+    assert cpu_sparse._threads_started() == started + 4
+    max_threads(None)
+    default = np.asarray(program(data, indptr, indices, rhs))
+    # Each row is summed by one thread in stored order: the same bits on any thread count.
+    assert np.array_equal(_bits(five), _bits(one)) and np.array_equal(_bits(default), _bits(one))
+    if np.dtype(dtype).kind == "i":
+        np.testing.assert_array_equal(one, dense @ rhs)
+    else:
+        np.testing.assert_allclose(one, dense.astype(np.complex128) @ rhs, rtol=1e-4,
+                                   atol=1e-3 * cols)
+
+
+def test_small_products_stay_on_the_calling_thread(client, max_threads):
+    rng = np.random.default_rng(3)
+    dense, (data, indptr, indices) = _skewed_csr(rng, 60, 50, np.float32, np.int32)
+    rhs = rng.standard_normal((50, 4)).astype(np.float32)
+    program = pjrt.compile(_direct_program(60, 50, 4, len(data), "f32", "i32"), client=client)
+    max_threads(8)
+    started = cpu_sparse._threads_started()
+    out = np.asarray(program(data, indptr, indices, rhs))
+    assert cpu_sparse._threads_started() == started  # 2^17 multiply-adds a thread at the least
+    np.testing.assert_allclose(out, dense @ rhs, rtol=1e-5, atol=1e-4)
+
+
+def test_set_max_threads_takes_counts_or_none(max_threads):
+    assert max_threads(3) in (None, *range(1, 65))
+    assert cpu_sparse.max_threads() == 3
+    assert max_threads(None) == 3 and cpu_sparse.max_threads() is None
+    for bad in (0, -2, 1.5, True):
+        with pytest.raises(ValueError, match="at least 1, or None"):
+            cpu_sparse.set_max_threads(bad)
+    assert cpu_sparse.max_threads() is None
+
+
+def test_concurrent_threaded_products(client, max_threads):
+    import threading
+
+    rng = np.random.default_rng(11)
+    rows, cols, k = 1200, 600, 16
+    dense, (data, indptr, indices) = _skewed_csr(rng, rows, cols, np.float64, np.int32)
+    program = pjrt.compile(_direct_program(rows, cols, k, len(data), "f64", "i32"),
+                           client=client)
+    inputs = [rng.standard_normal((cols, k)) for _ in range(4)]
+    max_threads(1)
+    expected = [np.asarray(program(data, indptr, indices, rhs)) for rhs in inputs]
+    max_threads(3)
+    results: dict = {}
+
+    def work(which):
+        try:
+            results[which] = [np.asarray(program(data, indptr, indices, inputs[which]))
+                              for _ in range(5)]
+        except BaseException as error:  # noqa: BLE001 - reported below
+            results[which] = error
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    for which in range(4):
+        assert not isinstance(results[which], BaseException), results[which]
+        assert all(np.array_equal(_bits(got), _bits(expected[which]))
+                   for got in results[which])
+
+
+FORK_AND_EXIT = r"""
+import os, sys, threading
+import numpy as np
+import pjrt, pjrt_cpu
+from pjrt_cpu import cpu_sparse
+sys.path.insert(0, sys.argv[1])
+from test_cpu_sparse import _direct_program
+pjrt_cpu.initialize()
+client = pjrt.make_cpu_client(1)
+rng = np.random.default_rng(0)
+rows, cols, k = 2000, 1000, 32
+dense = np.where(rng.random((rows, cols)) < 0.05, rng.standard_normal((rows, cols)), 0)
+r, c = np.nonzero(dense)
+data, indptr, indices = dense[r, c], np.searchsorted(r, np.arange(rows + 1)).astype(np.int32), \
+    c.astype(np.int32)
+rhs = rng.standard_normal((cols, k))
+program = pjrt.compile(_direct_program(rows, cols, k, len(data), "f64", "i32"), client=client)
+cpu_sparse.set_max_threads(4)
+expected = np.asarray(program(data, indptr, indices, rhs))
+assert cpu_sparse._threads_started() == 3
+# A child forked after threaded products finds the kernel's state free (no thread or lock of
+# the kernel outlives a product) and sets and reads it.
+pid = os.fork()
+if pid == 0:
+    cpu_sparse.set_max_threads(2)
+    os._exit(0 if cpu_sparse.max_threads() == 2 else 3)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+assert cpu_sparse.max_threads() == 4
+np.testing.assert_array_equal(np.asarray(program(data, indptr, indices, rhs)), expected)
+# The process exits while another thread runs threaded products.
+def forever():
+    while True:
+        program(data, indptr, indices, rhs)
+threading.Thread(target=forever, daemon=True).start()
+print("exiting", flush=True)
+"""
+
+
+def test_fork_and_exit_around_threaded_products(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "fork_and_exit.py"
+    script.write_text(FORK_AND_EXIT)
+    done = subprocess.run([sys.executable, str(script), os.path.dirname(__file__)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "exiting" in done.stdout, done.stderr[-2000:]

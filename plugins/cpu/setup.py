@@ -96,7 +96,9 @@ BUILD = dict(
                      "pjrt_cpu/_lapack/sparse_kernels.c"],
             depends=["pjrt_cpu/_lapack/lapack_common.h"],
             include_dirs=["pjrt_cpu/_lapack/include"],
-            extra_compile_args=["-O2", "-std=c99", "-fvisibility=hidden", "-Wall"],
+            extra_compile_args=["-O2", "-std=c99", "-fvisibility=hidden", "-Wall", "-pthread"],
+            # The sparse kernel splits large products over threads (sparse_kernels.c).
+            extra_link_args=["-pthread"],
             libraries=["m"],
         )
     ],

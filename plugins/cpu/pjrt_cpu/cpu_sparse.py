@@ -6,11 +6,19 @@ CPU. XLA's CPU plugin has no handler for it; this package's C library does
 The handler takes the values, ``indptr`` and ``indices`` of the CSR matrix and the dense
 operand, as jax passes them, in int32, int64, float32, float64, complex64 or complex128 (int32
 or int64 indices), and checks every index before it reads a value: a malformed matrix is an
-error of the program, never a read outside its buffers. It runs on the calling thread, where
-jaxlib splits large products over XLA's thread pool: a 4000 x 4000 float32 matrix with 1%
-non-zeros times a 4000 x 64 one takes 2.2 ms, jax 0.9 ms with its two threads (a 2-core
-machine). pjrt-cpu registers it with pjrt for the ``cpu`` platform whenever it registers the
-LAPACK kernels (before a client of the plugin is made).
+error of the program, never a read outside its buffers.
+
+A large product (about 2^17 multiply-adds per thread at the least) splits its rows over
+threads, up to the cores the process may run on: contiguous slices of about equal work, the
+first on the calling thread, the others on threads started for the call and joined before it
+returns (none outlives a call, so concurrent calls, ``fork`` and exit need nothing more). Each
+output row is summed by one thread in stored order, so results are the same, bit for bit, on
+any number of threads. [`set_max_threads`][pjrt_cpu.cpu_sparse.set_max_threads] caps the
+threads (1: the calling thread alone). Figures next to jax: ``benchmarks/bench_sparse.py`` and
+pjrt-cpu's README.
+
+pjrt-cpu registers it with pjrt for the ``cpu`` platform whenever it registers the LAPACK
+kernels (before a client of the plugin is made).
 """
 from __future__ import annotations
 
@@ -19,7 +27,8 @@ import functools
 
 from .lapack import library_path
 
-__all__ = ["SPARSE_TARGETS", "register_sparse_kernels", "registrations", "targets"]
+__all__ = ["SPARSE_TARGETS", "max_threads", "register_sparse_kernels", "registrations",
+           "set_max_threads", "targets"]
 
 #: The sparse custom-call targets the library handles.
 SPARSE_TARGETS = ("cpu_csr_sparse_dense_ffi",)
@@ -34,7 +43,39 @@ def _library() -> ctypes.CDLL:
     lib.pjrt_cpu_sparse_target_name.restype = ctypes.c_char_p
     lib.pjrt_cpu_sparse_target_handler.argtypes = [ctypes.c_int]
     lib.pjrt_cpu_sparse_target_handler.restype = ctypes.c_void_p
+    lib.pjrt_cpu_sparse_set_max_threads.argtypes = [ctypes.c_int]
+    lib.pjrt_cpu_sparse_set_max_threads.restype = ctypes.c_int
+    lib.pjrt_cpu_sparse_max_threads.argtypes = []
+    lib.pjrt_cpu_sparse_max_threads.restype = ctypes.c_int
+    lib.pjrt_cpu_sparse_threads_started.argtypes = []
+    lib.pjrt_cpu_sparse_threads_started.restype = ctypes.c_int64
     return lib
+
+
+def set_max_threads(n: int | None) -> int | None:
+    """Set the most threads one sparse product may use: ``n`` >= 1 (taken as asked, even
+    above the cores), or None for as many as the process's cores (the default). Products
+    already running keep theirs; the setting holds for the whole process. Returns the previous
+    setting (None: the default).
+
+    Raises:
+      ValueError: ``n`` is below 1.
+    """
+    if n is not None and (isinstance(n, bool) or int(n) != n or n < 1):
+        raise ValueError(f"set_max_threads takes a count of at least 1, or None for every "
+                         f"core; got {n!r}")
+    previous = _library().pjrt_cpu_sparse_set_max_threads(0 if n is None else int(n))
+    return previous or None
+
+
+def max_threads() -> int | None:
+    """The setting of `set_max_threads` (None: the process's cores)."""
+    return _library().pjrt_cpu_sparse_max_threads() or None
+
+
+def _threads_started() -> int:
+    """Threads the kernel has started for products in this process (for tests)."""
+    return int(_library().pjrt_cpu_sparse_threads_started())
 
 
 def targets() -> dict[str, int]:

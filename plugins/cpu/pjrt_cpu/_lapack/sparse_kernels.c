@@ -17,8 +17,22 @@
  * Every index is checked before the first value is read: indptr must start at
  * 0, never decrease and end within nnz, and each column must lie in [0, cols);
  * a bad matrix is an INVALID_ARGUMENT error naming the offending entry, never
- * a read outside the buffers. The product runs on the calling thread.
+ * a read outside the buffers.
+ *
+ * Threads: a product of enough work (stored values plus rows, times the dense
+ * operand's columns: MIN_WORK_PER_THREAD each) splits its rows into
+ * contiguous slices of about equal work, one per thread, up to the cores the
+ * process may run on (or as many as pjrt_cpu_sparse_set_max_threads says). The
+ * calling thread takes the first slice and joins the others before it
+ * returns: no thread outlives a call and no state is shared between calls, so
+ * concurrent calls, fork and exit need nothing more. Each output row is
+ * written by one thread, adding its entries in stored order, so the result is
+ * the same, bit for bit, on any number of threads. A thread that cannot be
+ * started leaves its slice to the calling thread.
  */
+#if !defined(_WIN32)
+#define _GNU_SOURCE /* sched_getaffinity */
+#endif
 /* The row updates are independent across the dense operand's columns: let GCC
    vectorise them (its -O2 cost model leaves loops of unknown length alone). */
 #if defined(__GNUC__) && !defined(__clang__)
@@ -31,22 +45,31 @@
 #include <stdio.h>
 #include <string.h>
 
+#if !defined(_WIN32)
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+#endif
+
 #include "lapack_common.h"
 
 static const char TARGET[] = "cpu_csr_sparse_dense_ffi";
 
 /* out[i, :] = sum over the row's entries of value * rhs[column, :], entries
-   in stored order. Integer types add and multiply as unsigned (wrapping, as
-   XLA's integers do) to stay clear of signed overflow. */
+   in stored order, for rows first <= i < last. Integer types add and multiply
+   as unsigned (wrapping, as XLA's integers do) to stay clear of signed
+   overflow. */
 #define CSR_PRODUCT(name, T, ACC, I)                                               \
   static void name(const void* data, const void* indptr, const void* indices,      \
-                   const void* rhs, void* out, int64_t rows, int64_t k) {          \
+                   const void* rhs, void* out, int64_t first, int64_t last,        \
+                   int64_t k) {                                                    \
     const T* v = (const T*)data;                                                   \
     const I* p = (const I*)indptr;                                                 \
     const I* col = (const I*)indices;                                              \
     const T* b = (const T*)rhs;                                                    \
     T* o = (T*)out;                                                                \
-    for (int64_t i = 0; i < rows; ++i) {                                           \
+    for (int64_t i = first; i < last; ++i) {                                       \
       T* restrict row = o + i * k;                                                 \
       for (int64_t j = 0; j < k; ++j) row[j] = (T)0;                               \
       for (int64_t e = (int64_t)p[i]; e < (int64_t)p[i + 1]; ++e) {                \
@@ -58,7 +81,7 @@ static const char TARGET[] = "cpu_csr_sparse_dense_ffi";
   }
 
 typedef void product_fn(const void*, const void*, const void*, const void*, void*, int64_t,
-                        int64_t);
+                        int64_t, int64_t);
 
 CSR_PRODUCT(csr_s32_i32, int32_t, uint32_t, int32_t)
 CSR_PRODUCT(csr_s32_i64, int32_t, uint32_t, int64_t)
@@ -160,6 +183,145 @@ static XLA_FFI_Error* read_shapes(call* c, int64_t* rows, int64_t* cols, int64_t
   return NULL;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Splitting a product over threads                                         */
+/* ------------------------------------------------------------------------ */
+
+/* Multiply-adds (plus one per output element written) a thread is given at
+   the least: below this, starting a thread costs more than it saves. */
+#define MIN_WORK_PER_THREAD ((int64_t)1 << 17)
+/* The most threads one product uses. */
+#define MAX_THREADS 64
+
+/* The most threads a product may use; 0: as many as the process's cores. */
+static int max_threads_setting = 0;
+/* Threads started for products since the library was loaded. */
+static int64_t threads_started = 0;
+
+/* Sets the most threads a product may use (0: the process's cores; 1: the
+   calling thread alone; more than the cores is taken as asked) and returns
+   the previous setting. Products already running keep theirs. */
+PJRT_CPU_EXPORT int pjrt_cpu_sparse_set_max_threads(int n) {
+  if (n < 0) n = 0;
+  return __atomic_exchange_n(&max_threads_setting, n, __ATOMIC_RELAXED);
+}
+
+/* The setting of pjrt_cpu_sparse_set_max_threads. */
+PJRT_CPU_EXPORT int pjrt_cpu_sparse_max_threads(void) {
+  return __atomic_load_n(&max_threads_setting, __ATOMIC_RELAXED);
+}
+
+/* Threads started for products since the library was loaded. */
+PJRT_CPU_EXPORT int64_t pjrt_cpu_sparse_threads_started(void) {
+  return __atomic_load_n(&threads_started, __ATOMIC_RELAXED);
+}
+
+/* The cores this process may run on (its affinity mask), at least 1. */
+static int usable_cores(void) {
+#if defined(_WIN32)
+  return 1;
+#else
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    int count = CPU_COUNT(&set);
+    if (count > 0) return count;
+  }
+  long online = sysconf(_SC_NPROCESSORS_ONLN);
+  return online > 0 ? (int)online : 1;
+#endif
+}
+
+typedef struct {
+  product_fn* product;
+  const void *data, *indptr, *indices, *rhs;
+  void* out;
+  int64_t first, last, k;
+} row_slice;
+
+static void run_slice(const row_slice* s) {
+  s->product(s->data, s->indptr, s->indices, s->rhs, s->out, s->first, s->last, s->k);
+}
+
+#if !defined(_WIN32)
+static void* slice_thread(void* argument) {
+  run_slice((const row_slice*)argument);
+  return NULL;
+}
+#endif
+
+/* The first row whose work before it, (indptr[row] + row) * k, reaches
+   `target`; rows in [lo, hi]. indptr is checked, so never decreases. */
+static int64_t row_at_work(const void* indptr, int wide, int64_t lo, int64_t hi, int64_t k,
+                           double target) {
+  while (lo < hi) {
+    int64_t mid = lo + (hi - lo) / 2;
+    if ((double)(index_at(indptr, wide, mid) + mid) * (double)k < target) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+/* out = A @ rhs over rows [0, rows), on as many threads as the work warrants. */
+static void run_product(product_fn* product, const void* data, const void* indptr,
+                        const void* indices, const void* rhs, void* out, int wide,
+                        int64_t rows, int64_t k) {
+  row_slice whole = {product, data, indptr, indices, rhs, out, 0, rows, k};
+  int threads = pjrt_cpu_sparse_max_threads();
+  if (threads == 0) threads = usable_cores();
+  /* The values the rows use (indptr is checked: it ends within nnz). */
+  double work = ((double)index_at(indptr, wide, rows) + (double)rows) * (double)k;
+  if ((double)threads * (double)MIN_WORK_PER_THREAD > work) {
+    threads = (int)(work / (double)MIN_WORK_PER_THREAD);
+  }
+  if (threads > MAX_THREADS) threads = MAX_THREADS;
+  if ((int64_t)threads > rows) threads = (int)rows;
+#if defined(_WIN32)
+  threads = 1;
+#endif
+  if (threads <= 1 || k <= 0) {
+    run_slice(&whole);
+    return;
+  }
+#if !defined(_WIN32)
+  row_slice slices[MAX_THREADS];
+  pthread_t ids[MAX_THREADS];
+  int started[MAX_THREADS];
+  int64_t first = 0;
+  for (int t = 0; t < threads; ++t) {
+    int64_t last = t == threads - 1
+        ? rows : row_at_work(indptr, wide, first, rows, k, work * (t + 1) / threads);
+    slices[t] = whole;
+    slices[t].first = first;
+    slices[t].last = last;
+    first = last;
+  }
+  /* Slice 0 is the calling thread's; a thread that cannot start leaves its
+     slice to the calling thread too. The threads start with every signal
+     blocked, so that signals for the process go to the threads that handle
+     them (Python's, for one). */
+  sigset_t all, previous;
+  sigfillset(&all);
+  int masked = pthread_sigmask(SIG_SETMASK, &all, &previous) == 0;
+  for (int t = 1; t < threads; ++t) {
+    started[t] = slices[t].first < slices[t].last &&
+                 pthread_create(&ids[t], NULL, slice_thread, &slices[t]) == 0;
+  }
+  if (masked) pthread_sigmask(SIG_SETMASK, &previous, NULL);
+  run_slice(&slices[0]);
+  for (int t = 1; t < threads; ++t) {
+    if (started[t]) {
+      __atomic_add_fetch(&threads_started, 1, __ATOMIC_RELAXED);
+      pthread_join(ids[t], NULL);
+    } else {
+      run_slice(&slices[t]);
+    }
+  }
+#endif
+}
+
 static XLA_FFI_Error* csr_sparse_dense(XLA_FFI_CallFrame* frame) {
   if (lk_answer_metadata_query(frame)) return NULL;
   if (frame->stage != XLA_FFI_ExecutionStage_EXECUTE) return NULL;
@@ -186,7 +348,8 @@ static XLA_FFI_Error* csr_sparse_dense(XLA_FFI_CallFrame* frame) {
   int64_t rows = 0, cols = 0, k = 0, nnz = 0;
   CHECK(read_shapes(&c, &rows, &cols, &k, &nnz));
   CHECK(check_indices(&c, indptr->data, indices->data, wide, rows, cols, nnz));
-  product(data->data, indptr->data, indices->data, rhs->data, out->data, rows, k);
+  run_product(product, data->data, indptr->data, indices->data, rhs->data, out->data, wide,
+              rows, k);
   return NULL;
 }
 
