@@ -235,7 +235,8 @@ def test_xla_client_runs_a_program_end_to_end(cpu_plugin):
 
 
 def test_client_compile_is_compile_and_load():
-    """pjrt has no unloaded executable type: Client.compile is documented as an alias."""
+    """A live client's compile loads what it compiles (an unloaded executable comes from a
+    topology's compile-only client): Client.compile is documented as an alias."""
     assert pjrt.Client.compile is pjrt.Client.compile_and_load
     assert "compile_and_load" in inspect.getsource(pjrt.Client)
 

@@ -137,12 +137,25 @@ def test_tpu_compile_only_devices_and_jaxlibs_topology_names(libtpu_v5e):
     assert [d.id for d in same.device_descriptions()] == [
         d.id for d in topology.device_descriptions()]
     devices = topology._make_compile_only_devices()
-    assert [(d.platform, d.device_kind, d.client) for d in devices] == [
-        ("tpu", "TPU v5 lite", None)] * 4
+    assert [(d.platform, d.device_kind) for d in devices] == [("tpu", "TPU v5 lite")] * 4
+    compile_only = devices[0].client
+    assert all(d.client is compile_only for d in devices) and compile_only.device_count() == 4
     program = open(os.path.join(os.path.dirname(__file__), "fixtures", "tiny_tanh.mlir")).read()
     one = topology.compile_to_bytes(program, devices=devices[:1])
     four = topology.compile_to_bytes(program, devices=devices)
     assert len(one) > 1000 and len(four) > 1000 and one != four
+    # The unloaded executable of PJRT_Compile on the topology, inspected as jaxlib's is.
+    executable = compile_only.compile(program, devices)
+    assert "tanh" in executable.hlo_modules()[0].to_string()
+    assert executable.get_compiled_memory_stats().argument_size_in_bytes > 0
+    assert executable.get_output_memory_kinds() == [["device"]]
+    assert len(executable.get_parameter_layouts()) == 2
+    assert len(executable.serialize()) > 1000
+    with pytest.raises(RuntimeError, match="compile-only devices"):
+        executable.execute([])
+    executable.delete()
+    with pytest.raises(RuntimeError, match="deleted"):
+        executable.serialize()
     tpu = xla_client.make_tfrt_tpu_c_api_device_topology("v5e:2x2")
     assert tpu.platform == "tpu" and len(tpu.device_descriptions()) == 4
     with pytest.raises(pjrt.XlaRuntimeError):

@@ -233,25 +233,7 @@ class ExecutableMetadata:
             return None
 
     def _optimized_module_bytes(self) -> bytes | None:
-        api = self._handle.api
-        if not api.has("PJRT_Executable_OptimizedProgram"):
-            return None
-        program = ffi.new("PJRT_Program *")
-        program.struct_size = ffi.sizeof("PJRT_Program")
-        args = api.new_args("PJRT_Executable_OptimizedProgram_Args")
-        args.executable = self._executable
-        args.program = program
-        try:
-            api.call("PJRT_Executable_OptimizedProgram", args)  # asks for the size
-            buffer = ffi.new("char[]", max(program.code_size, 1))
-            program.code = buffer
-            api.call("PJRT_Executable_OptimizedProgram", args)
-        except XlaRuntimeError:
-            return None
-        serialized = ffi.unpack(buffer, program.code_size)
-        if to_str(program.format, program.format_size) == "hlo_with_config":
-            serialized = _hlo.module_from_module_with_config(serialized)
-        return serialized
+        return optimized_module_bytes(self._handle.api, self._executable)
 
     def _live_pointer(self):
         pointer = self._executable
@@ -460,14 +442,7 @@ class ExecutableMetadata:
             return self._layouts("outputs")
 
     def _layouts(self, which: str) -> list[layouts.PjRtLayout]:
-        api = self._handle.api
-        try:
-            return layouts.executable_layouts(api, self._executable_ptr(), which)
-        except UnsupportedFeatureError:
-            module = self._optimized_module_bytes()
-            if module is None:
-                raise
-            return list(layouts.module_layouts(module)[which == "outputs"])
+        return executable_layouts(self._handle.api, self._executable_ptr(), which)
 
     input_layouts = property(get_parameter_layouts, doc="The parameters' layouts.")
     output_layouts = property(get_output_layouts, doc="The outputs' layouts.")
@@ -510,3 +485,38 @@ class ExecutableMetadata:
             client = self._client
             return serialization.pack(payload, serialization.plugin_identity(
                 client.plugin, client.platform, client.platform_version))
+
+
+def optimized_module_bytes(api, executable) -> bytes | None:
+    """The optimised program of the ``PJRT_Executable`` ``executable`` as a serialised
+    ``xla.HloModuleProto``; None when the plugin cannot say."""
+    if not api.has("PJRT_Executable_OptimizedProgram"):
+        return None
+    program = ffi.new("PJRT_Program *")
+    program.struct_size = ffi.sizeof("PJRT_Program")
+    args = api.new_args("PJRT_Executable_OptimizedProgram_Args")
+    args.executable = executable
+    args.program = program
+    try:
+        api.call("PJRT_Executable_OptimizedProgram", args)  # asks for the size
+        buffer = ffi.new("char[]", max(program.code_size, 1))
+        program.code = buffer
+        api.call("PJRT_Executable_OptimizedProgram", args)
+    except XlaRuntimeError:
+        return None
+    serialized = ffi.unpack(buffer, program.code_size)
+    if to_str(program.format, program.format_size) == "hlo_with_config":
+        serialized = _hlo.module_from_module_with_config(serialized)
+    return serialized
+
+
+def executable_layouts(api, executable, which: str) -> list[layouts.PjRtLayout]:
+    """The layouts of the ``PJRT_Executable``'s ``"parameters"`` or ``"outputs"``: the
+    plugin's layouts extension, else the optimised module's program shape."""
+    try:
+        return layouts.executable_layouts(api, executable, which)
+    except UnsupportedFeatureError:
+        module = optimized_module_bytes(api, executable)
+        if module is None:
+            raise
+        return list(layouts.module_layouts(module)[which == "outputs"])
