@@ -11,7 +11,7 @@ call then never ended spun until the parent's time limit. Here:
   `RESEND_SECONDS` until the ``KeyboardInterrupt`` arrives, never after ``work()`` has
   returned, and prints a JSON line ``{"case": name, "interrupted": ..., "latency": ...}``
   where the latency counts from the **first** signal. The child also ends if the test process
-  dies (`pjrt._capi.parent_watch`).
+  dies (`pjrt._compile.parent_watch`).
 * `run_child_process` runs the child in a process group of its own and kills the group
   whatever happens, so nothing is left spinning after a failure or a time-out.
 * `run_cpu_child` puts the two together for a script that uses one of the CPU plugins.
@@ -41,7 +41,7 @@ RESEND_SECONDS = 3.0
 CHILD_SOURCE = '''
 import json as _ih_json, os as _ih_os, signal as _ih_signal, sys as _ih_sys
 import threading as _ih_threading, time as _ih_time
-from pjrt._capi.parent_watch import end_with_parent as _ih_end_with_parent
+from pjrt._compile.parent_watch import end_with_parent as _ih_end_with_parent
 
 _ih_end_with_parent(_ih_os.getppid())  # a killed test process leaves nothing spinning
 

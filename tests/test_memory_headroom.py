@@ -1,4 +1,4 @@
-"""Out of memory inside a plugin call (pjrt._capi.memory_headroom).
+"""Out of memory inside a plugin call (pjrt._runtime.memory_headroom).
 
 Under an address-space limit (``RLIMIT_AS``), a launch whose outputs and kernel workspace do
 not fit can end the process inside ``PJRT_LoadedExecutable_Execute`` (the 0.81 CPU build
@@ -37,7 +37,7 @@ CHILD = """
 import json, resource, sys
 import numpy as np
 import pjrt
-from pjrt._capi import memory_headroom
+from pjrt._runtime import memory_headroom
 
 name, path, headroom, which = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 program, size = (sys.argv[5], int(sys.argv[6])) if which == "product" else (sys.argv[7], 1024)
@@ -113,7 +113,7 @@ def test_a_limit_set_behind_pythons_back_is_seen_at_the_next_launch(plugin):
 
 
 def test_without_a_limit_there_is_no_headroom_to_check():
-    from pjrt._capi import memory_headroom
+    from pjrt._runtime import memory_headroom
 
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft != resource.RLIM_INFINITY:
@@ -179,7 +179,7 @@ f = pjrt.compile('''func.func public @main(%a: tensor<8xf32>) -> tensor<8xf32> {
   return %0 : tensor<8xf32>
 }''', pjrt.devices()[0])
 np.asarray(f(np.ones(8, np.float32)))
-from pjrt._capi import memory_headroom
+from pjrt._runtime import memory_headroom
 print(memory_headroom.address_space_used() >> 20)
 """,
     "jax": """

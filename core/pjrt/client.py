@@ -27,7 +27,7 @@ from .errors import ClosedClientError
 from ._capi.handles import ClientHandle, HostBufferSemantics, fork_generation
 from ._capi.options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types,
                             check_option_values)
-from ._capi import memory_headroom
+from ._runtime import memory_headroom
 from ._capi.waits import call_off_thread
 from ._runtime import handler_launches
 

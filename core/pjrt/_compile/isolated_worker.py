@@ -14,7 +14,7 @@ import re
 import threading
 
 from .. import compilation_cache
-from .._capi.parent_watch import end_with_parent
+from .parent_watch import end_with_parent
 from .._wire import mlir_bytecode
 from .._pjrt_cffi import ffi
 from ..client import make_c_api_client

@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 
-from .python_api import set_parent_death_signal
+from .._capi.python_api import set_parent_death_signal
 
 #: How often the watch thread looks at the parent (seconds).
 POLL_SECONDS = 0.5

@@ -22,7 +22,8 @@ import numpy as np
 from .. import compilation_cache
 from .._runtime import serialization
 from . import isolated_compile
-from .._capi import handles, memory_headroom
+from .._capi import handles
+from .._runtime import memory_headroom
 from .._capi.api import Api
 from .._profiling import recorder
 from .._wire import mlir_bytecode

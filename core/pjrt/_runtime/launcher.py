@@ -12,7 +12,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from .._capi import long_runs, memory_headroom
+from .._capi import long_runs
+from . import memory_headroom
 from .._capi.native_runtime import CallPlan
 from .._pjrt_cffi import ffi, lib
 from .._profiling import recorder
@@ -122,7 +123,7 @@ class Launcher:
                 recorder.launched(self.metadata, started, "python")
 
     def check_headroom(self, num_devices: int) -> None:
-        """The address-space check of a launch (`pjrt._capi.memory_headroom`). The need is
+        """The address-space check of a launch (`pjrt._runtime.memory_headroom`). The need is
         worked out at the first launch; one of `CHECKED_FROM_BYTES` or more per device leaves
         the per-call paths, so every launch comes here and is checked."""
         need = self.need

@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 
-from ..._capi.parent_watch import end_with_parent
+from ..._compile.parent_watch import end_with_parent
 from ...errors import XlaRuntimeError
 from ._context import Context, refused
 from ._registry import Skip, blocked_by
