@@ -55,6 +55,7 @@ class ArrayCore:
 class CallPlan:
     live: int
     inline: int
+    kept_gil: int  # read-only
 
     def __init__(self, handle: HandleCore, client: Any, devices: tuple, array_type: type,
                  ndarray_type: type, parameters: tuple, outputs: tuple, donated: tuple,
@@ -74,3 +75,5 @@ def configure(address_slot: Any, address_slot_address: int, *, buffer_destroy: i
 
 
 def set_array_site_recorder(recorder: Callable[[Any], object] | None) -> None: ...
+def programs_may_call_python() -> None: ...
+def launches_keep_gil() -> bool: ...

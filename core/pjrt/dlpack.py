@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from . import dtypes
 from ._capi import dlpack_structs as _dlpack
+from ._capi.native_runtime import programs_may_call_python
 from ._pjrt_cffi import ffi, lib
 from ._wire.shape_extents import check_extents
 from .array import Array, array_from_host
@@ -188,6 +189,9 @@ def _view(tensor: _dlpack.Consumed, target: Device, *, must: bool,
     args.device = target.pointer
     args.on_delete_callback = tensor.deleter
     args.on_delete_callback_arg = tensor.managed
+    # The producer's deleter takes the GIL on whichever thread the plugin frees the view:
+    # launches let the GIL go from now on (see CallPlan).
+    programs_may_call_python()
     if stream is not None:
         args.stream = stream
     with client.raw_handle.calling() as handle:

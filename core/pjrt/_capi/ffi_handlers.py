@@ -19,6 +19,7 @@ from .. import dtypes
 from .._pjrt_cffi import ffi, lib
 from ..errors import ErrorCode, XlaRuntimeError, carry_across_plugin
 from . import ffi_state as _state
+from .native_runtime import programs_may_call_python
 from .waits import handler_finished, handler_running_on_device
 
 logger = logging.getLogger("pjrt.ffi")
@@ -206,6 +207,7 @@ def python_handler(name: str, fn: Callable, stages: dict[str, Callable] | None =
     """A C ``XLA_FFI_Handler`` that calls ``fn(operands, results, attributes)``, or, for a
     bundle (``stages``: its other stages by name), runs the bundle's stages (see the module
     docstring) and ``fn(operands, results, attributes, state)`` when it has ``instantiate``."""
+    programs_may_call_python()  # launches let the GIL go from now on (CallPlan)
     stages = stages or {}
     instantiate = stages.get("instantiate")
     prepare = stages.get("prepare")
@@ -312,6 +314,7 @@ def _python_instance_state(frame, name: str, instantiate: Callable, attributes: 
 def c_bundle_handler(name: str, instantiate_address: int, execute_address: int):
     """A C ``XLA_FFI_Handler`` that runs the C ``instantiate`` handler once per call site
     (before its first execution) and the C ``execute`` handler at every execution."""
+    programs_may_call_python()  # the trampoline is Python: launches let the GIL go
     instantiate = ffi.cast("XLA_FFI_Handler *", instantiate_address)
     execute = ffi.cast("XLA_FFI_Handler *", execute_address)
 

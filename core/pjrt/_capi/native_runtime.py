@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._native_runtime import (MAX_DEVICES, ArrayCore, CallPlan, HandleCore, configure,
+                               launches_keep_gil, programs_may_call_python,
                                set_array_site_recorder)
 from .._pjrt_cffi import ffi, lib
 from .waits import wait_buffer_ready
@@ -25,7 +26,8 @@ from .waits import wait_buffer_ready
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["MAX_DEVICES", "ArrayCore", "CallPlan", "HandleCore", "set_array_site_recorder"]
+__all__ = ["MAX_DEVICES", "ArrayCore", "CallPlan", "HandleCore", "launches_keep_gil",
+           "programs_may_call_python", "set_array_site_recorder"]
 
 
 def _buffer_format(dtype: np.dtype) -> bytes | None:

@@ -34,6 +34,7 @@ from typing import Any, Callable, TypeVar
 
 from .api import HEADER_VERSION, Api, struct_size
 from .handles import ClientHandle, fork_generation
+from .native_runtime import programs_may_call_python
 from .python_api import keep_forever
 from .waits import WAIT_SLICE_MS, exit_began, exit_time_left
 from .._pjrt_cffi import ffi, lib
@@ -486,6 +487,9 @@ def create(handle: ClientHandle, specs: list[tuple[tuple[int, ...], int]],
         spec.element_type = buffer_type
     args = api.new_args("PJRT_Client_CreateBuffersForAsyncHostToDevice_Args")
     args.shape_specs = shape_specs if specs else _NULL
+    # Programs may wait on these buffers, which Python fills: launches let the GIL go from
+    # now on (see CallPlan).
+    programs_may_call_python()
     args.num_shape_specs = len(specs)
     args.memory = memory_pointer
     with handle.calling():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 
+from .._capi.native_runtime import programs_may_call_python
 from .._pjrt_cffi import ffi, lib
 from ..errors import ErrorCode
 from ..kv_store import KeyValueStore
@@ -65,6 +66,7 @@ class KeyValueCallbacks:
 
     def fill(self, args) -> None:
         """Set the callbacks in ``PJRT_Client_Create_Args`` ``args`` (all three)."""
+        programs_may_call_python()  # the plugin may call them from a program: see CallPlan
         args.kv_get_callback = lib.pjrt_kv_python_get
         args.kv_get_user_arg = self.user_arg
         args.kv_put_callback = lib.pjrt_kv_python_put

@@ -18,6 +18,8 @@ typedef struct {
   PyObject_HEAD
   int live;      /* cleared when the executable is unloaded */
   int inline_;   /* launches run on the calling thread (see pjrt._capi.long_runs) */
+  int brief;     /* the last launch was brief: the next keeps the GIL (BRIEF_LAUNCH_NS) */
+  Py_ssize_t kept_gil; /* launches that kept the GIL */
   Py_ssize_t num_parameters;
   Py_ssize_t num_outputs;
   Py_ssize_t num_devices;
@@ -335,6 +337,31 @@ static PyObject* adopt_outputs(CallPlan* plan, CallEntry* entry) {
   return NULL;
 }
 
+static int64_t now_ns(void) {
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return (int64_t)now.tv_sec * 1000000000 + now.tv_nsec;
+}
+
+/* A launch that took at most this long keeps the GIL the next time.
+ *
+ * Letting the GIL go around a launch of a few microseconds costs more than the
+ * launch when other threads want the GIL: one of them takes it, and this thread,
+ * back from the plugin, waits for it again (a hand-over each way per call, and
+ * CPython restarts that wait each time the holder lets go at its own launch).
+ * Keeping it is safe only while nothing the plugin may wait for during
+ * PJRT_LoadedExecutable_Execute needs the GIL: XLA's CPU client blocks a launch
+ * while a device has its maximum of computations in flight
+ * (max_inflight_computations_per_device), and a program inlined on this thread
+ * runs in the call. So a launch keeps the GIL only while no program can call
+ * into Python (hp_programs_call_python: no Python custom-call handler, DLPack
+ * view with a producer's deleter, host-to-device transfer manager or key-value
+ * store callback was ever made in this process; see programs_may_call_python),
+ * and only when the plan's last launch was brief: a program the plugin runs
+ * inline, or a launch that waited at the in-flight limit, lets the GIL go from
+ * then on, until a launch is brief again. */
+#define BRIEF_LAUNCH_NS 20000
+
 /* Runs the prepared call, donating what the program donates. Returns the
  * outputs, or NULL with an exception. */
 static PyObject* launch(CallPlan* plan, CallEntry* entry, PyObject* arguments) {
@@ -365,9 +392,21 @@ static PyObject* launch(CallPlan* plan, CallEntry* entry, PyObject* arguments) {
     call->num_non_donatable = (size_t)count;
   }
   int status;
-  Py_BEGIN_ALLOW_THREADS
-  status = hp_wiring.call_run(call);
-  Py_END_ALLOW_THREADS
+  int64_t took;
+  int keep_gil = plan->brief && !hp_programs_call_python;
+  if (keep_gil) {
+    int64_t started = now_ns();
+    status = hp_wiring.call_run(call);
+    took = now_ns() - started;
+  } else {
+    Py_BEGIN_ALLOW_THREADS
+    int64_t started = now_ns();
+    status = hp_wiring.call_run(call);
+    took = now_ns() - started;
+    Py_END_ALLOW_THREADS
+  }
+  plan->brief = took <= BRIEF_LAUNCH_NS;
+  plan->kept_gil += keep_gil;
   call->non_donatable = NULL;
   call->num_non_donatable = 0;
   let_go_of_host_values(plan, entry);
@@ -482,6 +521,8 @@ static PyMemberDef plan_members[] = {
      "cleared when the executable is unloaded: calls then take the full path"},
     {"inline", T_INT, offsetof(CallPlan, inline_), 0,
      "whether launches run on the calling thread (see pjrt._capi.long_runs)"},
+    {"kept_gil", T_PYSSIZET, offsetof(CallPlan, kept_gil), READONLY,
+     "how many launches kept the GIL (brief ones, while no program can call into Python)"},
     {NULL, 0, 0, 0, NULL}};
 
 /* The parameters' shapes and dtypes, and on one device where host values of

@@ -7,6 +7,7 @@ hp_names_t hp_names;
 PyTypeObject* hp_array_type;
 PyTypeObject* hp_handle_type;
 PyObject* hp_array_site_recorder;
+int hp_programs_call_python;
 
 /* configure(address_slot, address_slot_address, *, buffer_destroy,
  *           error_destroy, call_run, host_address, wait_ready, buffer_format):
@@ -70,7 +71,27 @@ static PyObject* set_array_site_recorder(PyObject* module, PyObject* recorder) {
   Py_RETURN_NONE;
 }
 
+/* programs_may_call_python(): from now on, launches let the GIL go (see
+ * BRIEF_LAUNCH_NS in call_plan.c). For good: what made a program able to call
+ * into Python may still be referenced by programs in flight. */
+static PyObject* programs_may_call_python(PyObject* module, PyObject* unused) {
+  hp_programs_call_python = 1;
+  Py_RETURN_NONE;
+}
+
+/* launches_keep_gil(): whether a brief launch keeps the GIL. */
+static PyObject* launches_keep_gil(PyObject* module, PyObject* unused) {
+  return PyBool_FromLong(!hp_programs_call_python);
+}
+
 static PyMethodDef module_methods[] = {
+    {"programs_may_call_python", programs_may_call_python, METH_NOARGS,
+     "programs_may_call_python(): a program the plugin runs may call into Python from now "
+     "on (a Python custom-call handler, a DLPack producer's deleter, a transfer manager, "
+     "key-value store callbacks): launches let the GIL go, for good"},
+    {"launches_keep_gil", launches_keep_gil, METH_NOARGS,
+     "launches_keep_gil() -> bool: whether a brief launch keeps the GIL (no program can "
+     "call into Python)"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(address_slot, address_slot_address, *, buffer_destroy, error_destroy, "
      "call_run, host_address, wait_ready, buffer_format): the cffi PJRT_Buffer*[1] used "

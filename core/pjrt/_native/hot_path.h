@@ -128,6 +128,10 @@ extern PyTypeObject* hp_handle_type;
  * where arrays are made with it. */
 extern PyObject* hp_array_site_recorder;
 
+/* Set once a program the plugin runs may call into Python: launches then let
+ * the GIL go (see BRIEF_LAUNCH_NS in call_plan.c). */
+extern int hp_programs_call_python;
+
 /* ---- handle_core.c ------------------------------------------------------- */
 
 /* The addresses behind an owner's buffer cdata, kept with the cdata they were
