@@ -3,7 +3,7 @@
 
 One run measures, on the same machine:
 
-  (a) per-call time of four models, each called and waited on, with its inputs either as
+  (a) per-call time of six models, each called and waited on, with its inputs either as
       numpy arrays (the library places them for the call) or already on the devices:
         * ``mlp``: an MLP forward pass, 784-512-512-10 on a batch of 128 (7 arguments);
         * ``transformer``: a 2-layer pre-norm transformer encoder forward pass, width 256,
@@ -11,6 +11,10 @@ One run measures, on the same machine:
         * ``data-parallel``: an SGD training step of an MLP on 8 devices, the batch split
           over them and the parameters replicated (8 arguments);
         * ``many-args``: a residual MLP with 247 blocks of 64x64 (742 arguments);
+        * ``adam``: a training step of the MLP above with Adam, the parameters and both
+          moments passed in and returned (21 arguments);
+        * ``residual-50``: a residual MLP with 50 blocks of 256x256 on a batch of 128
+          (101 arguments, each weight 256 KiB);
   (b) import + compile + first call of the transformer in fresh processes, with an empty
       persistent compilation cache (cold) and with one that holds it (warm).
 
@@ -21,7 +25,7 @@ writes the programs and is the reference.
 
 Usage::
 
-    python benchmarks/bench_models.py              # full run (about 2 minutes on 2 cores)
+    python benchmarks/bench_models.py              # full run (about 4 minutes on 2 cores)
     python benchmarks/bench_models.py --quick      # fewer, shorter repeats
     python benchmarks/bench_models.py --only a     # one section (a or b)
     python benchmarks/bench_models.py --markdown   # the table as Markdown (for the README)
@@ -50,7 +54,7 @@ import numpy as np  # noqa: E402
 from bench_core import QUICK, Settings, cpu_model, format_ratio, per_call_medians  # noqa: E402
 
 NUM_DEVICES = 8
-MODELS = ("mlp", "transformer", "data-parallel", "many-args")
+MODELS = ("mlp", "transformer", "data-parallel", "many-args", "adam", "residual-50")
 #: Goals for pjrt/jax: numpy inputs, device-resident inputs, warm/cold start.
 GOAL_NUMPY, GOAL_DEVICE, GOAL_WARM = 1.1, 1.05, 0.35
 
@@ -135,8 +139,47 @@ def build_many_args(jax, jnp, rng, blocks: int = 247, width: int = 64):
     return apply, (params, x), None
 
 
+def build_adam(jax, jnp, rng):
+    params = [_dense(rng, a, b) for a, b in ((784, 512), (512, 512), (512, 10))]
+    m = [(np.zeros_like(w), np.zeros_like(b)) for w, b in params]
+    v = [(np.zeros_like(w), np.zeros_like(b)) for w, b in params]
+    x = rng.standard_normal((128, 784)).astype(np.float32)
+    y = rng.integers(0, 10, 128).astype(np.int32)
+
+    def loss(params, x, y):
+        logits = jax.nn.log_softmax(_mlp_apply(jnp, params, x))
+        return -jnp.mean(jnp.take_along_axis(logits, y[:, None], axis=1))
+
+    def step(params, m, v, t, x, y):
+        value, grads = jax.value_and_grad(loss)(params, x, y)
+        t = t + 1
+        b1, b2, eps, rate = 0.9, 0.999, 1e-8, 1e-3
+        m = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, m, grads)
+        v = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, v, grads)
+        m_scale, v_scale = 1 / (1 - b1 ** t), 1 / (1 - b2 ** t)
+        params = jax.tree.map(
+            lambda p, m, v: p - rate * (m * m_scale) / (jnp.sqrt(v * v_scale) + eps),
+            params, m, v)
+        return params, m, v, t, value
+
+    return step, (params, m, v, np.zeros((), np.float32), x, y), None
+
+
+def build_residual_50(jax, jnp, rng, blocks: int = 50, width: int = 256):
+    params = [_dense(rng, width, width) for _ in range(blocks)]
+    x = rng.standard_normal((128, width)).astype(np.float32)
+
+    def apply(params, x):
+        for w, b in params:
+            x = x + jax.nn.relu(x @ w + b)
+        return x
+
+    return apply, (params, x), None
+
+
 BUILDERS = {"mlp": build_mlp, "transformer": build_transformer,
-            "data-parallel": build_data_parallel, "many-args": build_many_args}
+            "data-parallel": build_data_parallel, "many-args": build_many_args,
+            "adam": build_adam, "residual-50": build_residual_50}
 
 
 # --------------------------------------------------------------------------------------------

@@ -239,3 +239,81 @@ def test_a_donated_replicated_value_is_not_written_in_place(client, empty_pool):
         out = compiled(placed)
         for shard in out.addressable_shards:
             np.testing.assert_array_equal(np.asarray(shard.data), host + 1)
+
+
+def _on_boundary(values: np.ndarray, past: int) -> np.ndarray:
+    """A copy of ``values`` whose data starts ``past`` bytes after a 64-byte boundary (on one,
+    a CPU plugin could read the caller's memory in place instead of copying it)."""
+    raw = np.empty(values.nbytes + 128, np.uint8)
+    offset = (past - raw.ctypes.data) % 64
+    placed = raw[offset:offset + values.nbytes].view(values.dtype).reshape(values.shape)
+    placed[...] = values
+    return placed
+
+
+def _tripled(elements: int) -> str:
+    return f"""
+func.func public @main(%x: tensor<{elements}xf32>, %y: tensor<{elements}xf32>)
+    -> tensor<{elements}xf32> {{
+  %three = stablehlo.constant dense<3.0> : tensor<{elements}xf32>
+  %0 = stablehlo.multiply %x, %three : tensor<{elements}xf32>
+  %1 = stablehlo.add %0, %y : tensor<{elements}xf32>
+  return %1 : tensor<{elements}xf32>
+}}"""
+
+
+#: 4 KiB (copied by the plugin while the call waits), 256 KiB (above XLA's CPU plugin's own
+#: 100 KiB cut for copying on its threads) and 8 MiB (through staging memory).
+PROMISE_SIZES = [1 << 10, 1 << 16, staging.CALL_STAGING_THRESHOLD_BYTES // 4]
+
+
+@pytest.mark.parametrize("past", [0, 16], ids=["on-a-64-byte-boundary", "16-bytes-past"])
+@pytest.mark.parametrize("elements", PROMISE_SIZES, ids=["4KiB", "256KiB", "8MiB"])
+def test_a_numpy_argument_changed_as_the_call_returns_leaves_its_result(client, device,
+                                                                        elements, past):
+    """The guide's promise: the caller may change its numpy arguments as soon as the call
+    returns, even while the program still runs; the result is that of the values passed."""
+    compiled = pjrt.compile(_tripled(elements), device)
+    rng = np.random.default_rng(elements)
+    original = rng.standard_normal(elements).astype(np.float32)
+    for _ in range(3):
+        x, y = _on_boundary(original, past), _on_boundary(original[::-1].copy(), past)
+        out = compiled(x, y)
+        x[:] = 1e9
+        y[:] = -1e9
+        np.testing.assert_allclose(np.asarray(out), original * 3 + original[::-1], rtol=1e-6,
+                                   atol=1e-6)
+
+
+def _spmd_product(rows: int, columns: int) -> str:
+    """A replicated ``rows x columns`` float32 times one split over 8 devices by columns."""
+    shape = f"tensor<{rows}x{columns}xf32>"
+    return f"""
+module @product attributes {{mhlo.num_partitions = 8 : i32, mhlo.num_replicas = 1 : i32}} {{
+  sdy.mesh @mesh = <["x"=8]>
+  func.func public @main(
+      %r: {shape} {{sdy.sharding = #sdy.sharding<@mesh, [{{}}, {{}}]>}},
+      %c: {shape} {{sdy.sharding = #sdy.sharding<@mesh, [{{}}, {{"x"}}]>}})
+      -> ({shape} {{sdy.sharding = #sdy.sharding<@mesh, [{{}}, {{"x"}}]>}}) {{
+    %0 = stablehlo.multiply %r, %c : {shape}
+    return %0 : {shape}
+  }}
+}}"""
+
+
+@pytest.mark.parametrize("past", [0, 16], ids=["on-a-64-byte-boundary", "16-bytes-past"])
+@pytest.mark.parametrize("rows", [4, 64, 2048], ids=["8KiB", "256KiB", "8MiB"])
+def test_numpy_arguments_over_8_devices_changed_as_the_call_returns(client, rows, past):
+    """The same promise on 8 devices: a replicated value (staged once from 100 KiB) and one
+    split into 8 shards, both changed as soon as the call returns."""
+    mesh = pjrt.Mesh(np.array(client.devices()[:8]), ("x",))
+    compiled = pjrt.compile(_spmd_product(rows, 1024), mesh)
+    rng = np.random.default_rng(rows)
+    r0 = rng.standard_normal((rows, 1024)).astype(np.float32)
+    c0 = rng.standard_normal((rows, 1024)).astype(np.float32)
+    for _ in range(3):
+        r, c = _on_boundary(r0, past), _on_boundary(c0, past)
+        out = compiled(r, c)
+        r[:] = 1e9
+        c[:] = -1e9
+        np.testing.assert_allclose(np.asarray(out), r0 * c0, rtol=1e-6)
