@@ -1,7 +1,7 @@
 """A process that ends with work still in flight ends cleanly, with the status it asked for.
 
 Programs, transfers and compiles may still be running on the plugin's threads when a program
-ends. pjrt's exit waits for them within one budget (`pjrt._capi.waits.EXIT_WAIT_SECONDS`), then
+ends. pjrt's exit waits for them within one budget (`pjrt._capi.exit_guard.EXIT_WAIT_SECONDS`), then
 frees the clients; work that outlasts the budget is left running and the process ends without
 the plugins' teardown (docs/threads-and-processes.md, "Interpreter exit"). Each case runs many
 fresh interpreters, two at a time as a user's shell or a batch system would, and every one must
@@ -28,7 +28,7 @@ PRELUDE = """\
 import sys
 import numpy as np
 import pjrt
-from pjrt._capi import waits
+from pjrt._capi import exit_guard
 plugin = pjrt.load_pjrt_plugin_dynamically("cpu", sys.argv[1])
 client = pjrt.make_c_api_client("cpu", {"cpu_device_count": 2})
 device = client.devices()[0]
@@ -102,7 +102,7 @@ def _run_many(sources: list[tuple], parallel: int = 2) -> list[str]:
 
 
 def _case_runs(case: str, plugin: str, runs: int, budget: float | None = None):
-    source = PRELUDE + ("" if budget is None else f"waits.EXIT_WAIT_SECONDS = {budget}\n")
+    source = PRELUDE + ("" if budget is None else f"exit_guard.EXIT_WAIT_SECONDS = {budget}\n")
     source += CASES[case]
     return [(source, [cpu_plugin_path(plugin)], EXPECTED_STATUS.get(case, 0))] * runs
 
@@ -127,7 +127,7 @@ def test_exit_does_not_wait_past_its_budget(plugin):
     """A program running for many seconds does not hold the exit up past the budget."""
     source = PRELUDE + textwrap.dedent("""
         import time
-        waits.EXIT_WAIT_SECONDS = 0.5
+        exit_guard.EXIT_WAIT_SECONDS = 0.5
         long = client.compile_and_load(LONG, [device])
         out = long.execute([client.buffer_from_pyval(np.ones((256, 256), np.float32), device)])
         time.sleep(0.2)
@@ -195,7 +195,7 @@ def test_exit_waits_for_a_client_freed_by_a_daemon_thread(plugin):
     long program has run (it used to end as soon as the short one had, 1 run in 6 crashed)."""
     source = PRELUDE + textwrap.dedent("""
         import threading, time
-        waits.EXIT_WAIT_SECONDS = 60
+        exit_guard.EXIT_WAIT_SECONDS = 60
         first, second = client.devices()[:2]
         long = client.compile_and_load(LONG, [second])
         short = client.compile_and_load(SHORT, [first])

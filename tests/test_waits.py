@@ -405,17 +405,17 @@ def test_native_work_may_begin_while_the_count_is_being_changed_on_the_same_thre
     """The collector may run an Array's finaliser on a thread while that thread changes the
     count of native work in flight (an allocation under the count's lock), and the finaliser
     may free a client's objects, which counts itself as native work: that must not deadlock."""
-    from pjrt._capi import waits
+    from pjrt._capi import exit_guard
 
     finished = threading.Event()
 
     def count_inside_the_lock():
-        with waits._in_flight_lock:  # where the finaliser would run
-            with waits.native_work:
+        with exit_guard._in_flight_lock:  # where the finaliser would run
+            with exit_guard.native_work:
                 finished.set()
 
     thread = threading.Thread(target=count_inside_the_lock, daemon=True)
     thread.start()
     assert finished.wait(10), "native_work deadlocked under the count's own lock"
     thread.join(10)
-    assert waits.calls_in_flight() == 0
+    assert exit_guard.calls_in_flight() == 0

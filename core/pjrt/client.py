@@ -28,7 +28,7 @@ from ._capi.handles import ClientHandle, HostBufferSemantics, fork_generation
 from ._capi.options import (XLA_OPTION_TYPES, NamedValues, OptionValue, check_option_types,
                             check_option_values)
 from ._runtime import memory_headroom
-from ._capi.waits import call_off_thread
+from ._capi.off_thread import call_off_thread
 from ._runtime import handler_launches
 
 if TYPE_CHECKING:

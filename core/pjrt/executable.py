@@ -37,7 +37,7 @@ from ._runtime.numpy_arguments import HostCopies
 from ._runtime import global_calls
 from ._runtime.launcher import Launcher
 from ._runtime import handler_launches
-from ._capi.waits import handlers_of_asynchronous_programs as _handlers_running
+from ._capi.handler_devices import handlers_of_asynchronous_programs as _handlers_running
 from ._runtime.launches import (array_from_buffer, call_hooks, consume_donated,
                                 launch_on_device, new_call, not_row_major, prepare_donations,
                                 refuse_no_device, unpadded)

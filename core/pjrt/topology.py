@@ -23,7 +23,7 @@ from ._capi.handles import ClientHandle, TopologyHandle
 from .hlo_sharding import HloSharding
 from ._capi.options import NamedValues, named_values_to_dict
 from .plugin import Plugin, plugin_of_c_api
-from ._capi.waits import call_off_thread, run_on_compile_thread
+from ._capi.off_thread import call_off_thread, run_on_compile_thread
 
 if TYPE_CHECKING:
     from .compile_options import CompileOptions

@@ -20,7 +20,7 @@ from .._pjrt_cffi import ffi, lib
 from ..errors import ErrorCode, XlaRuntimeError, carry_across_plugin
 from . import ffi_state as _state
 from .native_runtime import programs_may_call_python
-from .waits import handler_finished, handler_running_on_device
+from .handler_devices import handler_finished, handler_running_on_device
 
 logger = logging.getLogger("pjrt.ffi")
 

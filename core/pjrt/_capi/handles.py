@@ -39,7 +39,7 @@ from .._pjrt_cffi import ffi, lib
 from ..errors import ClosedClientError, check
 from .native_runtime import HandleCore
 from .python_api import keep_forever
-from .waits import exit_began, exit_time_left, native_work, skip_native_teardown_at_exit
+from .exit_guard import exit_began, exit_time_left, native_work, skip_native_teardown_at_exit
 
 _NULL = ffi.NULL
 _destroy_buffer = lib.pjrt_shim_buffer_destroy
@@ -541,7 +541,7 @@ if hasattr(os, "register_at_fork"):
 def close_all_at_exit() -> None:
     """Close every client at interpreter exit, and free each once nothing of it still runs.
 
-    Within the exit's budget (`pjrt._capi.waits.EXIT_WAIT_SECONDS`), calls other threads are
+    Within the exit's budget (`pjrt._capi.exit_guard.EXIT_WAIT_SECONDS`), calls other threads are
     making may end, and programs and transfers the plugin is still computing may finish; a
     client is then freed (and with it the plugin's threads). A client with a call or a
     computation still running after that is leaked, and the process ends without the plugins'

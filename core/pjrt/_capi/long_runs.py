@@ -6,7 +6,7 @@ as long as the loop runs, deaf to Ctrl-C. Moving every launch to a worker thread
 call a thread hop (tens of microseconds, more than the rest of a small call), so an executable
 decides where to launch from what it has seen:
 
-* its **first** call is launched on a worker thread (see `pjrt._capi.waits.call_off_thread`)
+* its **first** call is launched on a worker thread (see `pjrt._capi.off_thread.call_off_thread`)
   while the caller waits in slices; when that launch returns within
   `INLINE_LIMIT_SECONDS`, later calls launch on the caller's thread, with no hop;
 * a launch on the caller's thread that takes longer than that sends the calls after it back to
@@ -26,7 +26,7 @@ from typing import Callable
 
 from .._pjrt_cffi import ffi, lib
 from ..errors import consume
-from .waits import call_off_thread, was_abandoned
+from .off_thread import call_off_thread, was_abandoned
 
 _NULL = ffi.NULL
 _POINTER_SIZE = ffi.sizeof("PJRT_Buffer*")

@@ -36,7 +36,8 @@ from .api import HEADER_VERSION, Api, struct_size
 from .handles import ClientHandle, fork_generation
 from .native_runtime import programs_may_call_python
 from .python_api import keep_forever
-from .waits import WAIT_SLICE_MS, exit_began, exit_time_left
+from .exit_guard import exit_began, exit_time_left
+from .waits import WAIT_SLICE_MS
 from .._pjrt_cffi import ffi, lib
 from ..errors import (ClosedClientError, ErrorCode, UnsupportedFeatureError, XlaRuntimeError,
                       check, consume)

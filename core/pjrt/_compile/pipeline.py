@@ -35,7 +35,7 @@ from ..errors import IncompatibleExecutableError, XlaRuntimeError
 from ..executable import LoadedExecutable
 from .program_facts import MAIN_ARGUMENTS, ProgramFacts
 from .target_preparation import prepare_targets
-from .._capi.waits import run_on_compile_thread
+from .._capi.off_thread import run_on_compile_thread
 
 if TYPE_CHECKING:
     from ..device import ClientView, Device

@@ -2,7 +2,7 @@
 
 A plugin may take minutes to make its first client (libtpu off Google Cloud asks a metadata
 server that is not there, over and over) or may never answer. The registry therefore runs each
-backend's factory on a worker thread (see `pjrt._capi.waits.call_off_thread`) and waits for it
+backend's factory on a worker thread (see `pjrt._capi.off_thread.call_off_thread`) and waits for it
 in slices:
 
 * after `SLOW_NOTICE_SECONDS` a line on stderr names the backend, what it is doing and
@@ -25,7 +25,8 @@ import threading
 import time
 from typing import Callable, ContextManager, TypeVar
 
-from .._capi.waits import WAIT_SLICE_MS, call_off_thread
+from .._capi.off_thread import call_off_thread
+from .._capi.waits import WAIT_SLICE_MS
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 A program that XLA's CPU plugin runs asynchronously (any program costly enough, such as one
 with a product before the custom call) calls its Python handlers on the plugin's own threads,
-and pjrt knows the device from the plugin (`pjrt._capi.waits.handler_running_on_device`). The
+and pjrt knows the device from the plugin (`pjrt._capi.handler_devices.handler_running_on_device`). The
 plugin runs one device's launches in order, each after the one before has ended, and the PJRT C
 API has no way to ask for another queue; so a program the handler launched on that device would
 start only after the program that waits for the handler: never.
@@ -30,7 +30,8 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from .._capi.waits import device_of_running_handler, handler_finished, handler_running_on_device
+from .._capi.handler_devices import (device_of_running_handler, handler_finished,
+                                      handler_running_on_device)
 
 if TYPE_CHECKING:
     import numpy as np

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from .. import dtypes
-from .._capi import long_runs, waits
+from .._capi import long_runs, off_thread
 from .._pjrt_cffi import ffi, lib
 from ..array import Array, array_from_host
 from ..errors import consume
@@ -188,9 +188,9 @@ def launch_on_device(handle, pointer, buffers, count: int, num_outputs: int, kee
             handle.end(ticket)
 
     try:
-        status = waits.call_off_thread(work, abandon)
+        status = off_thread.call_off_thread(work, abandon)
     except BaseException as interrupt:
-        if not waits.was_abandoned(interrupt):
+        if not off_thread.was_abandoned(interrupt):
             handle.end(ticket)
         raise
     handle.end(ticket)
