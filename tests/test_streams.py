@@ -12,7 +12,7 @@ import pytest
 
 import pjrt
 from pjrt._capi import stream_extension
-from pjrt._capi.dlpack_structs import _consumer_stream
+from pjrt._runtime.dlpack_export import _consumer_stream
 
 
 def test_cpu_device_has_no_stream_for_external_ready_events(device):

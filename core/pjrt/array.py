@@ -18,7 +18,7 @@ from typing import Any, Generator, Sequence
 import numpy as np
 
 from . import dtypes, layouts
-from ._capi import dlpack_structs as _dlpack
+from ._runtime import dlpack_export as _dlpack
 from ._runtime import host_reads
 from ._runtime.host_reads import buffer_to_host
 from ._capi.native_runtime import ArrayCore

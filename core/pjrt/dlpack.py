@@ -6,7 +6,7 @@ can). Importing is [`from_dlpack`][pjrt.dlpack.from_dlpack]: it wraps the produc
 plugin can view foreign memory on the target device (``PJRT_Client_CreateViewOfDeviceBuffer``;
 on CPU plugins host memory is device memory), and copies it otherwise.
 
-Lifetimes, both ways: an exported capsule keeps the Array's buffer (see `pjrt._capi.dlpack_structs`);
+Lifetimes, both ways: an exported capsule keeps the Array's buffer (see `pjrt._runtime.dlpack_export`);
 an imported view keeps the producer's tensor until the plugin frees the buffer, which happens
 only through the client's ownership rules (`pjrt._capi.handles`), at which point the plugin
 calls back and the producer's deleter runs.

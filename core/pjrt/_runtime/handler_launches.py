@@ -2,9 +2,10 @@
 
 A program that XLA's CPU plugin runs asynchronously (any program costly enough, such as one
 with a product before the custom call) calls its Python handlers on the plugin's own threads,
-and pjrt knows the device from the plugin (`pjrt._capi.handler_devices.handler_running_on_device`). The
-plugin runs one device's launches in order, each after the one before has ended, and the PJRT C
-API has no way to ask for another queue; so a program the handler launched on that device would
+and pjrt knows the device from the plugin
+(`pjrt._capi.handler_devices.handler_running_on_device`). The plugin runs one device's
+launches in order, each after the one before has ended, and the PJRT C API has no way to ask
+for another queue; so a program the handler launched on that device would
 start only after the program that waits for the handler: never.
 
 `LoadedExecutable.execute`, ``execute_with_token`` and ``execute_sharded`` send such a launch
