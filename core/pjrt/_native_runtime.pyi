@@ -69,7 +69,8 @@ class CallPlan:
 
 
 def configure(address_slot: Any, address_slot_address: int, *, buffer_destroy: int,
-              error_destroy: int, call_run: int, host_address: int,
+              error_destroy: int, call_run: int, host_address: int, buffer_wait: int,
+              waiter_finish: int, wait_slice_ms: int,
               wait_ready: Callable[[Any, Any], None],
               buffer_format: Callable[[np.dtype], bytes | None]) -> None: ...
 

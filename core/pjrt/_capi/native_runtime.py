@@ -21,7 +21,7 @@ from .._native_runtime import (MAX_DEVICES, ArrayCore, CallPlan, HandleCore, con
                                launches_keep_gil, programs_may_call_python,
                                set_array_site_recorder)
 from .._pjrt_cffi import ffi, lib
-from .waits import wait_buffer_ready
+from .waits import WAIT_SLICE_MS, wait_buffer_ready
 
 if TYPE_CHECKING:
     import numpy as np
@@ -60,4 +60,6 @@ configure(_address_slot, int(ffi.cast("uintptr_t", _address_slot)),
           error_destroy=_address("pjrt_shim_error_destroy"),
           call_run=_address("pjrt_shim_call_run"),
           host_address=_address("pjrt_host_address"),
+          buffer_wait=_address("pjrt_shim_buffer_wait"),
+          waiter_finish=_address("pjrt_shim_waiter_finish"), wait_slice_ms=WAIT_SLICE_MS,
           wait_ready=wait_buffer_ready, buffer_format=_buffer_format)

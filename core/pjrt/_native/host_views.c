@@ -175,7 +175,29 @@ static int raise_not_live(ArrayCore* array) {
  * RecursionError, pjrt.errors.carry_across_plugin): a second wait would find
  * only the plugin's error. A direct memoryview() raises it at once; the next
  * read on this thread forgets it. */
-static int wait_ready(ArrayCore* array, HandleCore* handle, PyObject* buffer) {
+static int wait_ready(ArrayCore* array, HandleCore* handle, PyObject* buffer,
+                      PJRT_Buffer* address) {
+  /* The first slice of the wait here, letting the GIL go once: a value computed
+   * within it (nearly every read of a brief program) is had without a Python
+   * frame. Anything else (an error to word, a wait long enough for Ctrl-C to
+   * matter) goes to the Python wait, which starts over. The memory stays while
+   * the GIL is let go: the owner is listed in buffer_exports. */
+  const PJRT_Api* api = (const PJRT_Api*)(uintptr_t)handle->table_address;
+  pjrt_shim_waiter* waiter = NULL;
+  PJRT_Error* error = NULL;
+  int fired;
+  Py_BEGIN_ALLOW_THREADS
+  fired = hp_wiring.buffer_wait(api, address, hp_wiring.wait_slice_ms, &waiter, &error);
+  if (!fired && waiter != NULL) {
+    error = hp_wiring.waiter_finish(waiter);
+  }
+  Py_END_ALLOW_THREADS
+  if (fired && error == NULL) {
+    return 0;
+  }
+  if (error != NULL) {
+    hp_wiring.error_destroy(api, error);
+  }
   PyObject* result =
       PyObject_CallFunctionObjArgs(hp_wiring.wait_ready, handle->api, buffer, NULL);
   if (result != NULL) {
@@ -239,7 +261,7 @@ static int find_host_memory(ArrayCore* array, HandleCore* handle, Py_ssize_t nby
       return -1;
     }
     Py_INCREF(buffer); /* the wait runs Python: the list may change meanwhile */
-    int waited = wait_ready(array, handle, buffer);
+    int waited = wait_ready(array, handle, buffer, address);
     Py_DECREF(buffer);
     if (waited < 0) {
       return -1;

@@ -10,29 +10,38 @@ PyObject* hp_array_site_recorder;
 int hp_programs_call_python;
 
 /* configure(address_slot, address_slot_address, *, buffer_destroy,
- *           error_destroy, call_run, host_address, wait_ready, buffer_format):
+ *           error_destroy, call_run, host_address, buffer_wait, waiter_finish,
+ *           wait_slice_ms, wait_ready, buffer_format):
  * the cffi PJRT_Buffer*[1] used to read a cdata's address, the addresses of
- * the cffi extension's functions this module calls, and the two Python
- * functions a host view needs (see hot_path.h). Called once, by
- * pjrt._capi.native_runtime. */
+ * the cffi extension's functions this module calls, how long a host view's
+ * first wait (in C) may last, and the two Python functions a host view needs
+ * (see hot_path.h). Called once, by pjrt._capi.native_runtime. */
 static PyObject* configure(PyObject* module, PyObject* args, PyObject* kwargs) {
   static char* keywords[] = {"address_slot", "address_slot_address", "buffer_destroy",
-                             "error_destroy", "call_run", "host_address", "wait_ready",
-                             "buffer_format", NULL};
+                             "error_destroy", "call_run", "host_address", "buffer_wait",
+                             "waiter_finish", "wait_slice_ms", "wait_ready", "buffer_format",
+                             NULL};
   PyObject *slot, *wait_ready, *buffer_format;
-  PyObject* addresses[5];
-  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!$O!O!O!O!OO", keywords, &slot,
+  PyObject* addresses[7];
+  long long wait_slice_ms;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!$O!O!O!O!O!O!LOO", keywords, &slot,
                                    &PyLong_Type, &addresses[0], &PyLong_Type, &addresses[1],
                                    &PyLong_Type, &addresses[2], &PyLong_Type, &addresses[3],
-                                   &PyLong_Type, &addresses[4], &wait_ready, &buffer_format)) {
+                                   &PyLong_Type, &addresses[4], &PyLong_Type, &addresses[5],
+                                   &PyLong_Type, &addresses[6], &wait_slice_ms, &wait_ready,
+                                   &buffer_format)) {
+    return NULL;
+  }
+  if (wait_slice_ms < 0) {
+    PyErr_SetString(PyExc_ValueError, "wait_slice_ms must not be negative");
     return NULL;
   }
   if (!PyCallable_Check(wait_ready) || !PyCallable_Check(buffer_format)) {
     PyErr_SetString(PyExc_TypeError, "wait_ready and buffer_format must be callable");
     return NULL;
   }
-  void* pointers[5];
-  for (int i = 0; i < 5; ++i) {
+  void* pointers[7];
+  for (int i = 0; i < 7; ++i) {
     pointers[i] = PyLong_AsVoidPtr(addresses[i]);
     if (pointers[i] == NULL) {
       if (!PyErr_Occurred()) {
@@ -52,6 +61,9 @@ static PyObject* configure(PyObject* module, PyObject* args, PyObject* kwargs) {
   hp_wiring.error_destroy = (error_destroy_fn)pointers[2];
   hp_wiring.call_run = (call_run_fn)pointers[3];
   hp_wiring.host_address = (host_address_fn)pointers[4];
+  hp_wiring.buffer_wait = (buffer_wait_fn)pointers[5];
+  hp_wiring.waiter_finish = (waiter_finish_fn)pointers[6];
+  hp_wiring.wait_slice_ms = (int64_t)wait_slice_ms;
   Py_RETURN_NONE;
 }
 
@@ -94,9 +106,10 @@ static PyMethodDef module_methods[] = {
      "call into Python)"},
     {"configure", (PyCFunction)(void (*)(void))configure, METH_VARARGS | METH_KEYWORDS,
      "configure(address_slot, address_slot_address, *, buffer_destroy, error_destroy, "
-     "call_run, host_address, wait_ready, buffer_format): the cffi PJRT_Buffer*[1] used "
-     "to read a cdata's address, the addresses of the cffi extension's functions this "
-     "module calls, and the Python functions a host view needs"},
+     "call_run, host_address, buffer_wait, waiter_finish, wait_slice_ms, wait_ready, "
+     "buffer_format): the cffi PJRT_Buffer*[1] used to read a cdata's address, the "
+     "addresses of the cffi extension's functions this module calls, how long a host "
+     "view's first wait may last, and the Python functions a host view needs"},
     {"set_array_site_recorder", set_array_site_recorder, METH_O,
      "set_array_site_recorder(recorder): call recorder(array) with each new Array that "
      "owns its buffers (None: stop)"},

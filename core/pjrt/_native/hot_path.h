@@ -95,6 +95,9 @@ typedef int (*call_run_fn)(pjrt_shim_call*);
 typedef intptr_t (*host_address_fn)(const PJRT_Api*, PJRT_Buffer*, size_t, uintptr_t*);
 typedef void (*buffer_destroy_fn)(const PJRT_Api*, PJRT_Buffer*);
 typedef void (*error_destroy_fn)(const PJRT_Api*, PJRT_Error*);
+typedef int (*buffer_wait_fn)(const PJRT_Api*, PJRT_Buffer*, int64_t, pjrt_shim_waiter**,
+                              PJRT_Error**);
+typedef PJRT_Error* (*waiter_finish_fn)(pjrt_shim_waiter*);
 
 /* The cffi extension's functions this one calls, set once by configure(). */
 typedef struct {
@@ -104,6 +107,9 @@ typedef struct {
   error_destroy_fn error_destroy;    /* pjrt_shim_error_destroy */
   call_run_fn call_run;              /* pjrt_shim_call_run, the one launcher */
   host_address_fn host_address;      /* pjrt_host_address */
+  buffer_wait_fn buffer_wait;        /* pjrt_shim_buffer_wait: a host view's first wait */
+  waiter_finish_fn waiter_finish;    /* pjrt_shim_waiter_finish */
+  int64_t wait_slice_ms;             /* how long that first wait may last */
   PyObject* wait_ready;    /* (api, buffer cdata): waits for its value, raises its error */
   PyObject* buffer_format; /* (dtype) -> its buffer-protocol format as bytes, or None */
 } hp_wiring_t;
