@@ -276,8 +276,8 @@ program = pjrt.compile(_direct_program(rows, cols, k, len(data), "f64", "i32"), 
 cpu_sparse.set_max_threads(4)
 expected = np.asarray(program(data, indptr, indices, rhs))
 assert cpu_sparse._threads_started() == 3
-# A child forked after threaded products finds the kernel's state free (no thread or lock of
-# the kernel outlives a product) and sets and reads it.
+# A child forked after threaded products finds the kernel's state usable (no product's
+# thread writes after its call, and calls share no lock) and sets and reads it.
 pid = os.fork()
 if pid == 0:
     cpu_sparse.set_max_threads(2)

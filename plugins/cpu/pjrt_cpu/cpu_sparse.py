@@ -9,11 +9,13 @@ or int64 indices), and checks every index before it reads a value: a malformed m
 error of the program, never a read outside its buffers.
 
 A large product (about 2^17 multiply-adds per thread at the least) splits its rows over
-threads, up to the cores the process may run on: contiguous slices of about equal work, the
-first on the calling thread, the others on threads started for the call and joined before it
-returns (none outlives a call, so concurrent calls, ``fork`` and exit need nothing more). Each
-output row is summed by one thread in stored order, so results are the same, bit for bit, on
-any number of threads. [`set_max_threads`][pjrt_cpu.cpu_sparse.set_max_threads] caps the
+threads, up to the cores the process may run on: contiguous chunks of about equal work, four
+per thread, which the calling thread and helper threads started for the call claim one at a
+time. The call returns once every chunk is done (no thread writes its result afterwards), and
+on a busy machine the calling thread takes over the chunks of helpers not yet running, so a
+product is not held up by a thread waiting for a core. Calls share no state, so concurrent
+calls need no lock. Each output row is summed by one thread in stored order, so results are
+the same, bit for bit, on any number of threads. [`set_max_threads`][pjrt_cpu.cpu_sparse.set_max_threads] caps the
 threads (1: the calling thread alone). Figures next to jax: ``benchmarks/bench_sparse.py`` and
 pjrt-cpu's README.
 

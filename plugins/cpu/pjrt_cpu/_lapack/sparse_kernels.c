@@ -20,15 +20,20 @@
  * a read outside the buffers.
  *
  * Threads: a product of enough work (stored values plus rows, times the dense
- * operand's columns: MIN_WORK_PER_THREAD each) splits its rows into
- * contiguous slices of about equal work, one per thread, up to the cores the
- * process may run on (or as many as pjrt_cpu_sparse_set_max_threads says). The
- * calling thread takes the first slice and joins the others before it
- * returns: no thread outlives a call and no state is shared between calls, so
- * concurrent calls, fork and exit need nothing more. Each output row is
- * written by one thread, adding its entries in stored order, so the result is
- * the same, bit for bit, on any number of threads. A thread that cannot be
- * started leaves its slice to the calling thread.
+ * operand's columns: MIN_WORK_PER_THREAD each) runs on up to as many threads
+ * as the process has cores (or as pjrt_cpu_sparse_set_max_threads says): its
+ * rows are cut into contiguous chunks of about equal work, CHUNKS_PER_THREAD
+ * per thread, which the calling thread and the helpers it starts claim one at
+ * a time. The calling thread returns once every chunk is done, so no thread
+ * touches the product's buffers after the call; on a busy machine it claims
+ * the chunks of helpers the scheduler has not run yet, and a helper that
+ * starts after the last chunk was claimed only lets go of the job (heap
+ * memory of its own, freed by its last user). No state is shared between
+ * calls, so concurrent calls need no lock; a forked child has none of the
+ * helpers and needs none. Each output row is written by one thread, adding
+ * its entries in stored order, so the result is the same, bit for bit, on any
+ * number of threads. A helper that cannot be started leaves its share to the
+ * others.
  */
 #if !defined(_WIN32)
 #define _GNU_SOURCE /* sched_getaffinity */
@@ -43,6 +48,7 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if !defined(_WIN32)
@@ -231,20 +237,60 @@ static int usable_cores(void) {
 #endif
 }
 
+/* The rows of a product, cut into chunks of about equal work that the calling
+   thread and its helpers claim one at a time. The job lives on the heap until
+   its last user lets go: a helper that starts late (the machine is busy) finds
+   every chunk claimed and leaves without touching the product's buffers. */
 typedef struct {
   product_fn* product;
   const void *data, *indptr, *indices, *rhs;
   void* out;
-  int64_t first, last, k;
-} row_slice;
+  int64_t k;
+  int chunks;
+  int next;      /* the next chunk to claim (atomic) */
+  int users;     /* the calling thread and each helper started (atomic) */
+#if !defined(_WIN32)
+  pthread_mutex_t lock;
+  pthread_cond_t all_done;
+#endif
+  int done;      /* chunks finished (under lock) */
+  int64_t bounds[]; /* chunk c is rows [bounds[c], bounds[c + 1]) */
+} product_job;
 
-static void run_slice(const row_slice* s) {
-  s->product(s->data, s->indptr, s->indices, s->rhs, s->out, s->first, s->last, s->k);
+/* Claims and runs chunks until none is left; returns how many it ran. */
+static int run_chunks(product_job* job) {
+  int ran = 0;
+  for (;;) {
+    int c = __atomic_fetch_add(&job->next, 1, __ATOMIC_RELAXED);
+    if (c >= job->chunks) return ran;
+    job->product(job->data, job->indptr, job->indices, job->rhs, job->out, job->bounds[c],
+                 job->bounds[c + 1], job->k);
+    ++ran;
+  }
 }
 
 #if !defined(_WIN32)
-static void* slice_thread(void* argument) {
-  run_slice((const row_slice*)argument);
+static void let_go(product_job* job) {
+  if (__atomic_sub_fetch(&job->users, 1, __ATOMIC_ACQ_REL) == 0) {
+    pthread_mutex_destroy(&job->lock);
+    pthread_cond_destroy(&job->all_done);
+    free(job);
+  }
+}
+
+/* Adds `ran` finished chunks; wakes the calling thread when they are all done. */
+static void finished(product_job* job, int ran) {
+  if (ran == 0) return;
+  pthread_mutex_lock(&job->lock);
+  job->done += ran;
+  if (job->done == job->chunks) pthread_cond_signal(&job->all_done);
+  pthread_mutex_unlock(&job->lock);
+}
+
+static void* helper_thread(void* argument) {
+  product_job* job = (product_job*)argument;
+  finished(job, run_chunks(job));
+  let_go(job);
   return NULL;
 }
 #endif
@@ -264,11 +310,14 @@ static int64_t row_at_work(const void* indptr, int wide, int64_t lo, int64_t hi,
   return lo;
 }
 
+/* Chunks per thread: a helper the machine is slow to run holds up at most
+   one small chunk, and the calling thread claims the rest. */
+#define CHUNKS_PER_THREAD 4
+
 /* out = A @ rhs over rows [0, rows), on as many threads as the work warrants. */
 static void run_product(product_fn* product, const void* data, const void* indptr,
                         const void* indices, const void* rhs, void* out, int wide,
                         int64_t rows, int64_t k) {
-  row_slice whole = {product, data, indptr, indices, rhs, out, 0, rows, k};
   int threads = pjrt_cpu_sparse_max_threads();
   if (threads == 0) threads = usable_cores();
   /* The values the rows use (indptr is checked: it ends within nnz). */
@@ -281,44 +330,61 @@ static void run_product(product_fn* product, const void* data, const void* indpt
 #if defined(_WIN32)
   threads = 1;
 #endif
-  if (threads <= 1 || k <= 0) {
-    run_slice(&whole);
+  int chunks = threads * CHUNKS_PER_THREAD;
+  if ((int64_t)chunks > rows) chunks = (int)rows;
+  product_job* job = threads > 1 && k > 0
+      ? (product_job*)malloc(sizeof(product_job) + sizeof(int64_t) * (size_t)(chunks + 1))
+      : NULL;
+  if (job == NULL) {
+    product(data, indptr, indices, rhs, out, 0, rows, k);
     return;
   }
 #if !defined(_WIN32)
-  row_slice slices[MAX_THREADS];
-  pthread_t ids[MAX_THREADS];
-  int started[MAX_THREADS];
-  int64_t first = 0;
-  for (int t = 0; t < threads; ++t) {
-    int64_t last = t == threads - 1
-        ? rows : row_at_work(indptr, wide, first, rows, k, work * (t + 1) / threads);
-    slices[t] = whole;
-    slices[t].first = first;
-    slices[t].last = last;
-    first = last;
+  job->product = product;
+  job->data = data;
+  job->indptr = indptr;
+  job->indices = indices;
+  job->rhs = rhs;
+  job->out = out;
+  job->k = k;
+  job->chunks = chunks;
+  job->next = 0;
+  job->done = 0;
+  job->users = 1;
+  job->bounds[0] = 0;
+  for (int c = 1; c < chunks; ++c) {
+    job->bounds[c] = row_at_work(indptr, wide, job->bounds[c - 1], rows, k,
+                                 work * c / chunks);
   }
-  /* Slice 0 is the calling thread's; a thread that cannot start leaves its
-     slice to the calling thread too. The threads start with every signal
-     blocked, so that signals for the process go to the threads that handle
-     them (Python's, for one). */
+  job->bounds[chunks] = rows;
+  pthread_mutex_init(&job->lock, NULL);
+  pthread_cond_init(&job->all_done, NULL);
+  /* The helpers start with every signal blocked, so that signals for the
+     process go to the threads that handle them (Python's, for one). A helper
+     that cannot start leaves its share to the others. */
   sigset_t all, previous;
   sigfillset(&all);
   int masked = pthread_sigmask(SIG_SETMASK, &all, &previous) == 0;
-  for (int t = 1; t < threads; ++t) {
-    started[t] = slices[t].first < slices[t].last &&
-                 pthread_create(&ids[t], NULL, slice_thread, &slices[t]) == 0;
-  }
-  if (masked) pthread_sigmask(SIG_SETMASK, &previous, NULL);
-  run_slice(&slices[0]);
-  for (int t = 1; t < threads; ++t) {
-    if (started[t]) {
-      __atomic_add_fetch(&threads_started, 1, __ATOMIC_RELAXED);
-      pthread_join(ids[t], NULL);
-    } else {
-      run_slice(&slices[t]);
+  pthread_attr_t attributes;
+  int detached = pthread_attr_init(&attributes) == 0;
+  if (detached) pthread_attr_setdetachstate(&attributes, PTHREAD_CREATE_DETACHED);
+  for (int t = 1; t < threads && detached; ++t) {
+    pthread_t id;
+    __atomic_add_fetch(&job->users, 1, __ATOMIC_ACQ_REL);
+    if (pthread_create(&id, &attributes, helper_thread, job) != 0) {
+      __atomic_sub_fetch(&job->users, 1, __ATOMIC_ACQ_REL);
+      break;
     }
+    __atomic_add_fetch(&threads_started, 1, __ATOMIC_RELAXED);
   }
+  if (detached) pthread_attr_destroy(&attributes);
+  if (masked) pthread_sigmask(SIG_SETMASK, &previous, NULL);
+  finished(job, run_chunks(job));
+  /* Every chunk is claimed now; wait for those a helper is still running. */
+  pthread_mutex_lock(&job->lock);
+  while (job->done < job->chunks) pthread_cond_wait(&job->all_done, &job->lock);
+  pthread_mutex_unlock(&job->lock);
+  let_go(job);
 #endif
 }
 
