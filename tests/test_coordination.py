@@ -22,6 +22,7 @@ grpc = pytest.importorskip("grpc", reason="pjrt[distributed] (grpcio) is not ins
 
 from pjrt import xla_client  # noqa: E402
 from pjrt.errors import ErrorCode  # noqa: E402
+from pjrt._distributed import coordination_server  # noqa: E402
 from pjrt._distributed.coordination_errors import (DistributedRuntimeError,  # noqa: E402
                                                    DistributedTimeoutError)
 
@@ -42,9 +43,22 @@ def _jaxlib():
 
 
 def start_service(kind: str, address: str, num_nodes: int, **options):
+    """jaxlib's service, pjrt's, or pjrt's on grpcio's asyncio server (``pjrt-asyncio``: the
+    transport where grpcio's Cython layer is not the one pjrt drives)."""
     if kind == "jaxlib":
         return _jaxlib().get_distributed_runtime_service(address, num_nodes, **options)
-    return xla_client.get_distributed_runtime_service(address, num_nodes, **options)
+    if kind == "pjrt-asyncio":
+        original = coordination_server._core_layer
+        coordination_server._core_layer = lambda: None
+        try:
+            service = xla_client.get_distributed_runtime_service(address, num_nodes, **options)
+        finally:
+            coordination_server._core_layer = original
+        assert type(service._server._transport).__name__ == "_AsyncServer"
+        return service
+    service = xla_client.get_distributed_runtime_service(address, num_nodes, **options)
+    assert type(service._server._transport).__name__ == "_CoreServer"
+    return service
 
 
 def connect_all(clients) -> None:
@@ -94,7 +108,7 @@ def pjrt_clients(address: str, n: int, **options):
 
 # -- the key-value store and barriers, the same on both services ---------------------------
 
-@pytest.mark.parametrize("kind", ["pjrt", "jaxlib"])
+@pytest.mark.parametrize("kind", ["pjrt", "pjrt-asyncio", "jaxlib"])
 def test_store_semantics_match_jaxlib_service(kind):
     address = f"127.0.0.1:{free_port()}"
     service = start_service(kind, address, 2, heartbeat_timeout=10)
@@ -174,7 +188,7 @@ JAXLIB_CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("kind", ["pjrt", "jaxlib"])
+@pytest.mark.parametrize("kind", ["pjrt", "pjrt-asyncio", "jaxlib"])
 def test_mixed_job_of_jaxlib_and_pjrt_clients(kind):
     """A job of a jaxlib client and a pjrt client, on pjrt's service and on jaxlib's."""
     _jaxlib()
