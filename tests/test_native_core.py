@@ -248,3 +248,22 @@ def test_release_frees_at_once_when_no_call_runs(client, device):
 
 def test_the_plan_spans_at_most_the_c_limit_of_devices():
     assert native_runtime.MAX_DEVICES == 64
+
+
+def test_a_buffer_query_kept_on_the_array_is_asked_once_and_a_deleted_array_still_raises(
+        client, device):
+    """``_queries`` is the one place an Array keeps a buffer query's answer (a kept query
+    needs no C field of its own): ``memory_kind`` is asked of the plugin at the first read,
+    agrees with a fresh answer and is the same answer afterwards, and a deleted Array raises
+    as before."""
+    import pjrt
+
+    array = client.buffer_from_pyval(np.ones(8, np.float32), device)
+    assert array._queries is None  # nothing asked yet: every way of making one leaves it so
+    kind = array.memory_kind
+    assert kind == pjrt.array._ask_memory_kind(array) == device.default_memory().kind
+    assert array._queries == {"memory_kind": kind}
+    assert array.memory_kind is kind  # the kept answer, not a new one
+    array.delete()
+    with pytest.raises(pjrt.errors.DeletedArrayError):
+        array.memory_kind

@@ -35,6 +35,7 @@ class ArrayCore:
     _parent: Any
     _shared: bool
     _physical_order: tuple | None
+    _queries: dict | None
 
     def __init__(self, client: Any, handle: HandleCore, buffers: list, devices: tuple,
                  shape: tuple, dtype: np.dtype, sharding: Any = ..., parent: Any = ...,

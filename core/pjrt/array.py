@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Generator, Sequence
+from typing import Any, Callable, Generator, Sequence
 
 import numpy as np
 
@@ -301,9 +301,7 @@ class Array(ArrayCore):
     @property
     def memory_kind(self) -> str:
         """The kind of memory the array lives in (e.g. ``"device"``)."""
-        with self._handle.calling() as handle:
-            args = handle.api.call_new("PJRT_Buffer_Memory", buffer=self.live_buffers()[0])
-            return self._client.memory_from_pointer(args.memory).kind
+        return _kept(self, "memory_kind", _ask_memory_kind)
 
     @property
     def committed(self) -> bool:
@@ -491,6 +489,31 @@ class Array(ArrayCore):
             return f"Array(<{self._deleted_reason or 'deleted'}>, shape={self.shape}, dtype={self.dtype})"
         where = ", ".join(str(d) for d in self._devices)
         return f"Array({np.array2string(np.asarray(self), separator=', ')}, dtype={self.dtype}, device={where})"
+
+
+def _kept(array: Array, name: str, ask: Callable[[Array], Any]) -> Any:
+    """The answer of the buffer query ``name``: ``ask(array)`` the first time, kept on the Array
+    afterwards (in ``_queries``), since what a buffer reports of itself never changes.
+
+    The one place a query's answer is kept: a new query kept this way is a property of `Array`
+    and an ``ask`` function here, with no field of its own in C. A deleted array raises as
+    ``live_buffers`` does, kept answer or not.
+    """
+    queries = array._queries
+    if queries is None:
+        queries = array._queries = {}
+    elif name in queries:
+        array.live_buffers()
+        return queries[name]
+    answer = queries[name] = ask(array)
+    return answer
+
+
+def _ask_memory_kind(array: Array) -> str:
+    client = array.client
+    with client.raw_handle.calling() as handle:
+        args = handle.api.call_new("PJRT_Buffer_Memory", buffer=array.live_buffers()[0])
+        return client.memory_from_pointer(args.memory).kind
 
 
 def _copy_to(array: Array, device: "Device", memory: "Memory | None") -> Array:

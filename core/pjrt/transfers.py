@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import enum
 import os
-import weakref
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
@@ -260,18 +259,11 @@ def is_placed_as(array: Array, sharding: Sharding) -> bool:
              and _same_memory(array, sharding)) or mine == sharding)
 
 
-#: The memory kind each Array's buffers report, read once: an Array's buffers never move.
-_buffer_memory_kinds: "weakref.WeakKeyDictionary[Array, str]" = weakref.WeakKeyDictionary()
-
-
 def _same_memory(array: Array, sharding: Sharding) -> bool:
     kind = sharding.memory_kind
     if kind is None:
         return True
-    actual = _buffer_memory_kinds.get(array)
-    if actual is None:
-        actual = _buffer_memory_kinds[array] = array.memory_kind
-    return actual == kind
+    return array.memory_kind == kind  # (asked of the plugin once, then kept on the Array)
 
 
 def _reshard(array: Array, sharding: Sharding) -> Array:

@@ -94,6 +94,7 @@ static int fill(ArrayCore* self, PyObject* client, PyObject* handle, PyObject* b
   SET(parent, parent);
   SET(shared, Py_False);
   SET(physical_order, physical_order);
+  SET(queries, Py_None);
   if (parent == Py_None) {
     PyObject* owner_id = PyLong_FromVoidPtr(self);
     int status = owner_id != NULL

@@ -198,14 +198,17 @@ extern PyType_Spec hp_handle_spec;
 
 /* An Array's fields: (C name, Python name). The one list: the struct, the
  * member table, the collector's walk and the constructor are made from it,
- * and tests/test_native_core.py checks _native_runtime.pyi's stubs against it. */
+ * and tests/test_native_core.py checks _native_runtime.pyi's stubs against it.
+ * `_queries` keeps the answers of buffer queries an Array asks once (None
+ * until the first; see _kept in pjrt/array.py), so that a query kept
+ * on the Array needs no field of its own here. */
 #define HP_ARRAY_FIELDS(apply)                                                  \
   apply(client, "_client") apply(handle, "_handle") apply(buffers, "_buffers")  \
   apply(devices, "_devices") apply(shape, "shape") apply(dtype, "dtype")        \
   apply(host_copy, "_host_copy") apply(host_view, "_host_view")                 \
   apply(deleted_reason, "_deleted_reason") apply(sharding, "_sharding")         \
   apply(parent, "_parent") apply(shared, "_shared")                             \
-  apply(physical_order, "_physical_order")
+  apply(physical_order, "_physical_order") apply(queries, "_queries")
 
 typedef struct {
   PyObject_HEAD
