@@ -318,9 +318,10 @@ class LoadedExecutable:
           XlaRuntimeError: the plugin failed to launch the program.
         """
         # The per-call path (pjrt._capi.native_runtime's CallPlan.run): live single-device
-        # Arrays and small numpy arrays that are what the parameters are go straight into one C call (checks,
-        # ticket, host copies, launch, output Arrays). It answers None for anything else, having
-        # done nothing, and the full path below checks everything and reports every error.
+        # Arrays and small numpy arrays that are what the parameters are go straight into one C
+        # call (checks, ticket, host copies, launch, output Arrays). It answers None for
+        # anything else, having done nothing, and the full path below checks everything and
+        # reports every error.
         if _handlers_running and self._launch_waits_for_its_handler(device):
             return self._execute_on_stand_in([arguments], device, copy_host_values)[0]
         plan = self._launcher.plan
