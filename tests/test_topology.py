@@ -75,6 +75,7 @@ def test_compile_only_devices(make_client):
     assert compile_only.device_count() == 4 and [d.id for d in compile_only.devices()] == [
         0, 1, 2, 3]
     assert compile_only.local_devices() == [] and compile_only.local_device_count() == 0
+    assert compile_only.process_index() == client.process_index() == 0
 
 
 def test_compile_only_devices_are_checked_before_compiling(make_client):
