@@ -147,8 +147,11 @@ def test_an_spmd_program_for_compile_only_devices(make_client):
     client = make_client(devices=4)
     topology = xla_client.get_topology_for_devices(client.devices())
     devices = topology._make_compile_only_devices()
-    executable = devices[0].client.compile(SPMD_PRODUCT, executable_devices=[devices[3],
-                                                                             devices[1]])
+    # As jax's ahead-of-time path passes them: a DeviceList of compile-only devices.
+    chosen = xla_client.DeviceList((devices[3], devices[1]))
+    assert not chosen.is_fully_addressable and chosen.device_kind == "cpu"
+    assert chosen.process_indices == {0} and chosen.default_memory_kind is None
+    executable = devices[0].client.compile(SPMD_PRODUCT, executable_devices=chosen)
     split, replicated = HloSharding.from_string("{devices=[2,1]<=[2]}"), HloSharding.replicate()
     assert executable.get_parameter_shardings() == [split, replicated]
     assert executable.get_output_shardings() == [split]

@@ -11,7 +11,8 @@ from .device import Device
 
 
 class DeviceList:
-    """An ordered, immutable tuple of distinct devices of one client.
+    """An ordered, immutable tuple of distinct devices of one client (or compile-only devices
+    of one topology, none of them addressable).
 
     Raises:
       ValueError (on construction): the list is empty, has a device twice, or mixes clients.
@@ -25,7 +26,8 @@ class DeviceList:
         if not devices:
             raise ValueError("a DeviceList needs at least one device")
         for device in devices:
-            if not isinstance(device, Device):
+            # A topology's compile-only devices too, as jaxlib's ahead-of-time path lists them.
+            if not isinstance(device, Device) and not getattr(device, "is_compile_only", False):
                 raise TypeError(f"a DeviceList holds Devices, not {type(device).__name__}")
         if len(set(devices)) != len(devices):
             repeated = sorted({str(d) for d in devices if devices.count(d) > 1})

@@ -41,6 +41,11 @@ class CompileOnlyDevice:
     device_kind: str
     topology: "DeviceTopology" = dataclasses.field(repr=False)
 
+    #: It runs nothing, so this process cannot address it (jaxlib's attribute).
+    is_addressable = False
+    #: A compile-only device (a `DeviceList` may hold them).
+    is_compile_only = True
+
     @property
     def client(self) -> "CompileOnlyClient":
         """The topology's [`CompileOnlyClient`][pjrt.topology.CompileOnlyClient] (jaxlib's
