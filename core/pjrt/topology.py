@@ -181,7 +181,8 @@ class DeviceTopology:
             # pjrt._wire.shape_extents), as for a client's compile.
             check_static_extents(facts.code)
             program_struct, keepalive = program_argument(facts)
-            options = serialize_with_jax_defaults(self.platform, compile_options)
+            options = serialize_with_jax_defaults(self.platform, compile_options,
+                                                  self._plugin.api_version[1])
             options_buffer = ffi.new("char[]", options)
             args = api.new_args("PJRT_Compile_Args")
             args.topology = pointer

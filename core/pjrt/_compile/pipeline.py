@@ -75,27 +75,46 @@ def default_compile_options(devices: Sequence["Device"], program: ProgramFacts, 
 #: "fast min/max", returns the other operand: max(nan, 1) is 1 there, nan in jax).
 JAX_CPU_DEFAULTS = (("xla_cpu_enable_fast_min_max", False),)
 
+#: The first PJRT C API minor version of XLA's CPU plugin whose XNNPACK fusions give right
+#: answers. Older builds (xla-cpu-pjrt 0.0.1 speaks 0.81) keep the weights a dot packed at its
+#: last call and reuse them whenever the weight's buffer has the same address, whatever its
+#: values now: an Array freed and another placed where it was, or a numpy argument copied into
+#: recycled memory, gets the old weights' product (benchmarks/README.md, "Real models"). On
+#: them pjrt compiles without XNNPACK unless the caller chose (`XNNPACK_OFF`).
+XNNPACK_RIGHT_FROM_MINOR = 106
+XNNPACK_OFF = ("xla_cpu_use_xnnpack", False)
 
-def serialize_with_jax_defaults(platform: str, options: CompileOptions) -> bytes:
+
+def serialize_with_jax_defaults(platform: str, options: CompileOptions,
+                                api_minor: int | None = None) -> bytes:
     """``options`` serialised with `JAX_CPU_DEFAULTS` on the CPU for each option the caller
-    left unset (neither a ``debug_options`` field nor an ``env_option_overrides`` entry);
-    ``options`` itself is left as it was."""
+    left unset (neither a ``debug_options`` field nor an ``env_option_overrides`` entry), and
+    with `XNNPACK_OFF` on a CPU plugin older than `XNNPACK_RIGHT_FROM_MINOR` (``api_minor``:
+    the plugin's PJRT C API minor version, when known) unless the caller set it; ``options``
+    itself is left as it was."""
     if platform != "cpu":
         return options.SerializeAsString()
     debug = options.executable_build_options.debug_options
-    chosen = {key for key, _ in options.env_option_overrides}
+    given_overrides = list(options.env_option_overrides)
+    chosen = {key for key, _ in given_overrides}
     filled = [name for name, _ in JAX_CPU_DEFAULTS
               if name not in chosen and getattr(debug, name) is None]
-    if not filled:
+    xnnpack_off = (api_minor is not None and api_minor < XNNPACK_RIGHT_FROM_MINOR
+                   and XNNPACK_OFF[0] not in chosen)
+    if not filled and not xnnpack_off:
         return options.SerializeAsString()
     defaults = dict(JAX_CPU_DEFAULTS)
     try:
         for name in filled:
             setattr(debug, name, defaults[name])
+        if xnnpack_off:
+            options.env_option_overrides = given_overrides + [XNNPACK_OFF]
         return options.SerializeAsString()
     finally:
         for name in filled:
             setattr(debug, name, None)
+        if xnnpack_off:
+            options.env_option_overrides = given_overrides
 
 
 #: A static tensor type in program text: its dimensions and its element type.
@@ -292,7 +311,8 @@ def _compile(client: "ClientView", program: ProgramFacts, executable_devices,
             raise ValueError(f"executable_devices (ids {given}) and the device assignment in "
                              f"compile_options (ids {assigned}) disagree; pass one of them")
     check_structure(program, compile_options.executable_build_options.num_partitions)
-    serialized_options = serialize_with_jax_defaults(client.platform, compile_options)
+    serialized_options = serialize_with_jax_defaults(client.platform, compile_options,
+                                                    client.pjrt_c_api_minor_version)
     declared = program.result_shapes
     prepare_targets(client.platform, program.code)
 
