@@ -359,11 +359,17 @@ static void run_product(product_fn* product, const void* data, const void* indpt
   job->bounds[chunks] = rows;
   pthread_mutex_init(&job->lock, NULL);
   pthread_cond_init(&job->all_done, NULL);
-  /* The helpers start with every signal blocked, so that signals for the
-     process go to the threads that handle them (Python's, for one). A helper
+  /* The helpers start with the signals sent to the process blocked, so that
+     they go to the threads that handle them (Python's, for one); the signals
+     of a fault stay as they were, for a crash handler to report. A helper
      that cannot start leaves its share to the others. */
   sigset_t all, previous;
   sigfillset(&all);
+  sigdelset(&all, SIGSEGV);
+  sigdelset(&all, SIGBUS);
+  sigdelset(&all, SIGFPE);
+  sigdelset(&all, SIGILL);
+  sigdelset(&all, SIGABRT);
   int masked = pthread_sigmask(SIG_SETMASK, &all, &previous) == 0;
   pthread_attr_t attributes;
   int detached = pthread_attr_init(&attributes) == 0;
