@@ -16,8 +16,8 @@ on a busy machine the calling thread takes over the chunks of helpers not yet ru
 product is not held up by a thread waiting for a core. Calls share no state, so concurrent
 calls need no lock. Each output row is summed by one thread in stored order, so results are
 the same, bit for bit, on any number of threads. [`set_max_threads`][pjrt_cpu.cpu_sparse.set_max_threads] caps the
-threads (1: the calling thread alone). Figures next to jax: ``benchmarks/bench_sparse.py`` and
-pjrt-cpu's README.
+threads (1: the calling thread alone). Figures next to jax: ``benchmarks/bench_sparse.py``, and
+benchmarks/README.md ("Sparse products").
 
 pjrt-cpu registers it with pjrt for the ``cpu`` platform whenever it registers the LAPACK
 kernels (before a client of the plugin is made).
