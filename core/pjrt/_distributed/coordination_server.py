@@ -10,8 +10,9 @@ call costs about what one costs jaxlib's C++ service; grpcio's thread-pool and a
 took 1.5-2.5x that, most of it moving each call between threads). A handler that waits (a
 registration, a barrier, a blocking get, error polling) hands the service a ``done`` callback
 and returns; whichever thread calls ``done`` later starts the answer, so a job of many
-processes holds no thread per wait, and a caller that goes away (its deadline passed, or it
-cancelled) is seen when gRPC closes its call.
+processes holds no thread per wait. A blocking get whose caller goes away (its deadline
+passed, or it cancelled) is forgotten when gRPC closes its call; a later answer to any other
+call whose caller went away is dropped by gRPC.
 
 Where grpcio's Cython layer is not what this module expects (a grpcio far from the versions
 tested), the service runs on grpcio's public asyncio server instead, with the same handlers.
@@ -314,7 +315,11 @@ class _CoreCall:
             pass
 
     def hold(self, on_cancel: Callable | None = None) -> None:
-        """The answer comes later: watch for the caller going away meanwhile."""
+        """The answer comes later; with ``on_cancel``, watch for the caller going away
+        meanwhile (without, an answer to a caller that went away is dropped by gRPC: one
+        completion fewer per barrier call)."""
+        if on_cancel is None:
+            return
         with self._lock:
             if self._answered:
                 return
