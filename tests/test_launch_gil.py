@@ -113,7 +113,8 @@ print("ok")
 def test_transfer_managers_and_dlpack_views_turn_it_off():
     """Each thing that lets a program in flight wait on Python turns the kept GIL off, in a
     process of its own: a host-to-device transfer manager (Python fills its buffers), a DLPack
-    view of foreign memory (the producer's deleter takes the GIL)."""
+    view of foreign memory (the producer's deleter takes the GIL), a handler given as a C
+    address (which may be a trampoline into Python, as this one is)."""
     cases = {
         "transfer manager": """
 memory = devices[0].default_memory()
@@ -126,6 +127,12 @@ foreign = raw[start:start + 256].view(np.float32).reshape(8, 8)
 foreign[...] = np.arange(64, dtype=np.float32).reshape(8, 8)
 view = pjrt.dlpack.from_dlpack(foreign, device=devices[0], copy=False)
 np.testing.assert_array_equal(np.asarray(view), foreign)
+""",
+        "C handler address": """
+import ctypes
+handler = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(lambda frame: None)
+address = ctypes.cast(handler, ctypes.c_void_p).value
+pjrt.register_custom_call_target("launch_gil_c_address", address, platform="cpu")
 """,
     }
     for name, source in cases.items():

@@ -55,6 +55,7 @@ from typing import Any
 from ._capi import api as _c
 from ._capi import ffi_state as _state
 from ._capi import python_api as _python_api
+from ._capi.native_runtime import programs_may_call_python
 from ._capi.ffi_handlers import (HANDLER_FFI_VERSION, INSTANCE_STATE_TYPE_ID,
                                  INSTANCE_STATE_TYPE_NAME, c_bundle_handler,
                                  instance_state_deleter, keep_object, python_handler)
@@ -219,6 +220,9 @@ def _register_with_plugin(plugin: plugin_module.Plugin, registration: _Registrat
     if done.get(key) == registration.address:
         return
     extension = ffi_extension(plugin)
+    # Any handler may call into Python, a C address too (a ctypes or cffi trampoline): from
+    # now on no launch keeps the GIL, which a handler of a program in flight may need.
+    programs_may_call_python()
     if registration.keeps_state and plugin not in _knows_instance_state_type:
         _state.register_type(plugin.api, extension, INSTANCE_STATE_TYPE_NAME,
                              INSTANCE_STATE_TYPE_ID, instance_state_deleter)

@@ -99,7 +99,7 @@ static PyObject* launches_keep_gil(PyObject* module, PyObject* unused) {
 static PyMethodDef module_methods[] = {
     {"programs_may_call_python", programs_may_call_python, METH_NOARGS,
      "programs_may_call_python(): a program the plugin runs may call into Python from now "
-     "on (a Python custom-call handler, a DLPack producer's deleter, a transfer manager, "
+     "on (a custom-call handler, a DLPack producer's deleter, a transfer manager, "
      "key-value store callbacks): launches let the GIL go, for good"},
     {"launches_keep_gil", launches_keep_gil, METH_NOARGS,
      "launches_keep_gil() -> bool: whether a brief launch keeps the GIL (no program can "
