@@ -113,8 +113,8 @@ print("ok")
 def test_transfer_managers_and_dlpack_views_turn_it_off():
     """Each thing that lets a program in flight wait on Python turns the kept GIL off, in a
     process of its own: a host-to-device transfer manager (Python fills its buffers), a DLPack
-    view of foreign memory (the producer's deleter takes the GIL), a handler given as a C
-    address (which may be a trampoline into Python, as this one is)."""
+    view of foreign memory (the producer's deleter takes the GIL), a handler given as a ctypes
+    function pointer (which may be a trampoline into Python, as this one is)."""
     cases = {
         "transfer manager": """
 memory = devices[0].default_memory()
@@ -128,11 +128,10 @@ foreign[...] = np.arange(64, dtype=np.float32).reshape(8, 8)
 view = pjrt.dlpack.from_dlpack(foreign, device=devices[0], copy=False)
 np.testing.assert_array_equal(np.asarray(view), foreign)
 """,
-        "C handler address": """
+        "ctypes handler": """
 import ctypes
 handler = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(lambda frame: None)
-address = ctypes.cast(handler, ctypes.c_void_p).value
-pjrt.register_custom_call_target("launch_gil_c_address", address, platform="cpu")
+pjrt.register_custom_call_target("launch_gil_ctypes", handler, platform="cpu")
 """,
     }
     for name, source in cases.items():
@@ -143,3 +142,16 @@ print(native_runtime.launches_keep_gil())
 """, check=False)
         assert result.returncode == 0, (name, result.stderr[-3000:])
         assert result.stdout.strip() == "False", (name, result.stdout)
+
+
+def test_the_plugins_own_c_kernels_leave_it_on():
+    """The CPU plugin package's LAPACK kernels, registered by address when its backend comes
+    up, are taken to be C: launches go on keeping the GIL."""
+    result = run_python(PRELUDE + """
+a = np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)
+x = pjrt.device_put(a)
+kernels = [t for t in pjrt.custom_call_targets("cpu") if "lapack" in t]
+assert kernels, "no LAPACK kernel registered"
+print(native_runtime.launches_keep_gil())
+""")
+    assert result.stdout.strip() == "True", result.stdout

@@ -214,15 +214,26 @@ def _register_type_with_plugin(plugin: plugin_module.Plugin,
     done.add(key)
 
 
+def _may_call_python(fn) -> bool:
+    """Whether a handler may call into Python as it runs, as far as its form tells: a Python
+    callable, or a ctypes or cffi function pointer (either may be a trampoline into Python: a
+    ``CFUNCTYPE`` of a Python function, an ``ffi.callback``). An int address or a PyCapsule,
+    the forms C kernels ship in (jaxlib's, the plugin packages' LAPACK kernels), is taken to
+    be C."""
+    stages = fn.values() if isinstance(fn, dict) else (fn,)
+    return not all((isinstance(stage, numbers.Integral) and not isinstance(stage, bool))
+                   or type(stage).__name__ == "PyCapsule" for stage in stages)
+
+
 def _register_with_plugin(plugin: plugin_module.Plugin, registration: _Registration) -> None:
     key = (registration.platform, registration.name)
     done = _applied.setdefault(plugin, {})
     if done.get(key) == registration.address:
         return
     extension = ffi_extension(plugin)
-    # Any handler may call into Python, a C address too (a ctypes or cffi trampoline): from
-    # now on no launch keeps the GIL, which a handler of a program in flight may need.
-    programs_may_call_python()
+    if _may_call_python(registration.fn):
+        # From now on no launch keeps the GIL, which a handler of a program in flight may need.
+        programs_may_call_python()
     if registration.keeps_state and plugin not in _knows_instance_state_type:
         _state.register_type(plugin.api, extension, INSTANCE_STATE_TYPE_NAME,
                              INSTANCE_STATE_TYPE_ID, instance_state_deleter)

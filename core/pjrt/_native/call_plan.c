@@ -354,10 +354,11 @@ static int64_t now_ns(void) {
  * while a device has its maximum of computations in flight
  * (max_inflight_computations_per_device), and a program inlined on this thread
  * runs in the call. So a launch keeps the GIL only while no program can call
- * into Python (hp_programs_call_python: no custom-call handler, whose C address
- * may be a trampoline into Python, DLPack view with a producer's deleter,
- * host-to-device transfer manager or key-value store callback was ever made in
- * this process; see programs_may_call_python),
+ * into Python (hp_programs_call_python: no custom-call handler in Python or
+ * given as a ctypes or cffi function pointer, which may be a trampoline into
+ * Python, no DLPack view with a producer's deleter, host-to-device transfer
+ * manager or key-value store callback was ever made in this process; see
+ * programs_may_call_python),
  * and only when the plan's last launch was brief: a program the plugin runs
  * inline, or a launch that waited at the in-flight limit, lets the GIL go from
  * then on, until a launch is brief again. */
