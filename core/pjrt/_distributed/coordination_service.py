@@ -517,8 +517,7 @@ class CoordinationService:
                 f"instance {barrier.counter}: a process or the service restarted, or one "
                 f"process ran ahead of the others"))
             return None
-        if barrier.passed and counter == barrier.counter and not barrier.tasks:
-            # Cancelled before anyone arrived: each arrival at this instance fails at once.
+        if barrier.passed and counter == barrier.counter and not barrier.tasks:  # cancelled
             return barrier.callbacks.pop(task)(barrier.result, barrier.counter)
         if not self._check_barrier_tasks(barrier, task, tasks):
             return None
@@ -620,9 +619,7 @@ class CoordinationService:
             if barrier.passed:
                 return make_status(ErrorCode.FAILED_PRECONDITION,
                                f"barrier {barrier.name()} has already passed")
-            # A barrier nobody has reached yet is cancelled all the same: whoever reaches this
-            # instance later is told at once (jaxlib's service refuses them too).
-            barrier.initialized = True
+            barrier.initialized = True  # cancelled before anyone came: later arrivals fail
             self._pass_barrier(barrier, make_status(ErrorCode.CANCELLED,
                                                 f"barrier {barrier.name()} was cancelled by "
                                                 f"process {task}"))
