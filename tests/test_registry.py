@@ -503,7 +503,11 @@ def test_module_level_api_uses_the_installed_cpu_plugin():
     assert pjrt.device_count() == len(devices) == pjrt.local_device_count()
     assert pjrt.local_devices() == devices
     assert pjrt.process_index() == 0 and pjrt.process_count() == 1
-    assert pjrt.backend_pjrt_c_api_version() == pjrt.get_backend().plugin.api_version == (0, 81)
+    # The build pjrt-cpu chooses (pjrt_cpu.PREFERENCE, or PJRT_CPU_BUILD) and its API version.
+    build = pjrt_cpu.chosen_build()
+    assert pjrt.get_backend().plugin.library_path == pjrt_cpu.library_path()
+    assert pjrt.backend_pjrt_c_api_version() == pjrt.get_backend().plugin.api_version == (
+        0, build.api_minor)
     assert pjrt.registry.is_known_platform("cpu") and pjrt.registry.canonicalize_platform("cpu") == "cpu"
 
     compiled = pjrt.compile(TINY.read_text())  # no device: the default backend's first

@@ -237,7 +237,9 @@ def test_a_name_taken_by_the_operators_own_library_leads_the_error():
     name. The error leads with that, backend_errors() holds it, stderr says it once."""
     from conftest import child_env, run_python
 
-    result = run_python(_CONFLICT_CHILD, LIB_106, "load", env=child_env(drop=("PJRT_",)))
+    # pjrt-cpu's own build is xla-cpu-pjrt (0.81); the operator's library is the other build.
+    result = run_python(_CONFLICT_CHILD, LIB_106, "load",
+                        env=child_env(drop=("PJRT_",), PJRT_CPU_BUILD="xla-cpu-pjrt"))
     error = _lines(result.stdout, "error: ")
     assert error.startswith("no PJRT backend could be started:")
     assert f"cpu: ValueError: plugin 'cpu' is already loaded from {LIB_106}" in error

@@ -1,8 +1,11 @@
 """XLA's CPU PJRT plugin, packaged for the pjrt host.
 
-The plugin library itself comes from the ``xla-cpu-pjrt`` distribution; this package finds it
-and registers it with pjrt's backend registry when pjrt discovers installed plugins (through
-the ``jax_plugins`` entry point, which calls [`initialize`][pjrt_cpu.initialize]).
+The plugin library itself comes from another distribution: one of the builds in `BUILDS`
+(``xla-cpu-pjrt``, installed with this package, or ``fastatomstruct-xla-cpu``, installed by
+``pip install pjrt-cpu[fast]``), chosen by PJRT_CPU_BUILD or else by `PREFERENCE`. This
+package finds it and registers it with pjrt's backend registry when pjrt discovers installed
+plugins (through the ``jax_plugins`` entry point, which calls
+[`initialize`][pjrt_cpu.initialize]).
 """
 from __future__ import annotations
 
@@ -26,17 +29,141 @@ PRIORITY = plugin_api.PLATFORM_PRIORITIES[PLATFORM]
 #: Environment variable with the number of CPU devices a client exposes.
 DEVICE_COUNT_ENV = "PJRT_CPU_DEVICE_COUNT"
 
-_LIBRARY_MODULE = "xla_plugins.xla_cpu_pjrt"
-_LIBRARY_FILE = "xla_cpu_pjrt.so"
+#: Environment variable choosing the build of XLA's CPU plugin: a name in `BUILDS`, or the
+#: path of a plugin library. Read each time the library is looked for (when pjrt discovers the
+#: plugin, or a client of this package's own is made).
+BUILD_ENV = "PJRT_CPU_BUILD"
 
 
-def library_path() -> str:
-    """Absolute path of XLA's CPU plugin library.
+class Build:
+    """A build of XLA's CPU plugin published on PyPI: where its library lies once installed.
+
+    Attributes:
+      name: the distribution's name, which PJRT_CPU_BUILD and ``build=`` take.
+      module: the package holding the library (found without importing it).
+      filename: the library's file name in that package.
+      install: the pip requirement that installs it.
+      api_minor: the PJRT C API minor version its library reports.
+    """
+
+    __slots__ = ("name", "module", "filename", "install", "api_minor")
+
+    def __init__(self, name: str, module: str, filename: str, install: str, api_minor: int):
+        self.name = name
+        self.module = module
+        self.filename = filename
+        self.install = install
+        self.api_minor = api_minor
+
+    def __repr__(self) -> str:
+        return f"Build({self.name!r}, PJRT API 0.{self.api_minor})"
+
+    def library_path(self) -> str:
+        """Absolute path of this build's library.
+
+        Raises:
+          FileNotFoundError: the build is not installed (the message names the pip command),
+            or its library is missing from it.
+        """
+        try:
+            return plugin_api.find_module_library(self.module, self.filename, self.name)
+        except FileNotFoundError as error:
+            if "is not installed" not in str(error):
+                raise
+            raise FileNotFoundError(
+                f"the {self.name} build of XLA's CPU plugin is not installed; "
+                f"pip install {self.install!r}") from None
+
+
+#: The builds this package knows by name (plugins/cpu/README.md compares them).
+BUILDS = {build.name: build for build in (
+    # By the OpenXLA authors; PJRT 0.81. A dependency of this package. Its XNNPACK fusions
+    # reuse packed weights by buffer address, so pjrt compiles for it without XNNPACK.
+    Build("xla-cpu-pjrt", "xla_plugins.xla_cpu_pjrt", "xla_cpu_pjrt.so",
+          "xla-cpu-pjrt==0.0.1", 81),
+    # XLA of June 2026 repackaged by fastatomstruct; PJRT 0.106; right answers with XNNPACK.
+    Build("fastatomstruct-xla-cpu", "fastatomstruct_xla_cpu", "libpjrt_cpu.so",
+          "pjrt-cpu[fast]", 106),
+    # jaxlib 0.11.2's XLA repackaged by lammps-jax; PJRT 0.115; its wheel requires jax<=0.11.2
+    # (``pip install --no-deps`` leaves jax out). Loaded only when chosen.
+    Build("lammps-jax-pjrt-cpu", "lammps_jax_pjrt_cpu", "pjrt_c_api_cpu_plugin.so",
+          "lammps-jax-pjrt-cpu==0.11.2", 115),
+)}
+
+#: The builds loaded when PJRT_CPU_BUILD is unset, the first installed one winning.
+PREFERENCE = ("fastatomstruct-xla-cpu", "xla-cpu-pjrt")
+
+
+def _chosen(build: str | None) -> str:
+    if build is not None:
+        return os.fspath(build)
+    return os.environ.get(BUILD_ENV, "").strip()
+
+
+def library_path(build: str | os.PathLike | None = None) -> str:
+    """Absolute path of the XLA CPU plugin library pjrt loads.
+
+    Args:
+      build: a name in `BUILDS` or a library's path; None: PJRT_CPU_BUILD, and when that is
+        unset or empty, the first installed build of `PREFERENCE`.
 
     Raises:
-      FileNotFoundError: ``xla-cpu-pjrt`` is not installed, or its library is missing.
+      FileNotFoundError: the named build is not installed (the message names the pip
+        command), the name is none of `BUILDS`, the path is no file, or no build of
+        `PREFERENCE` is installed.
     """
-    return plugin_api.find_module_library(_LIBRARY_MODULE, _LIBRARY_FILE, "xla-cpu-pjrt")
+    chosen = _chosen(build)
+    source = "build=" if build is not None else f"{BUILD_ENV}="
+    if chosen:
+        if chosen in BUILDS:
+            return BUILDS[chosen].library_path()
+        if os.sep in chosen or chosen.endswith(".so"):
+            if not os.path.isfile(chosen):
+                raise FileNotFoundError(
+                    f"{source}{chosen!r}: no plugin library is there; name an existing file, "
+                    f"or a build: {', '.join(BUILDS)}")
+            return os.path.abspath(chosen)
+        raise FileNotFoundError(
+            f"{source}{chosen!r} names no build of XLA's CPU plugin; name one of "
+            f"{', '.join(BUILDS)}, or the path of a plugin library")
+    for name in PREFERENCE:
+        try:
+            return BUILDS[name].library_path()
+        except FileNotFoundError:
+            continue
+    raise FileNotFoundError(
+        f"no build of XLA's CPU plugin is installed (looked for {', '.join(PREFERENCE)}); "
+        f"pip install {BUILDS[PREFERENCE[0]].install!r}, or set {BUILD_ENV} to a library's path")
+
+
+def chosen_build(build: str | os.PathLike | None = None) -> Build | None:
+    """The build of `BUILDS` that [`library_path`][pjrt_cpu.library_path] would load for
+    ``build``; None when a library is named by its path and is none of theirs.
+
+    Raises:
+      FileNotFoundError: as `library_path`.
+    """
+    path = os.path.realpath(library_path(build))
+    for candidate in BUILDS.values():
+        try:
+            if os.path.realpath(candidate.library_path()) == path:
+                return candidate
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def installed_builds() -> list[str]:
+    """The names of `BUILDS` installed here, in `PREFERENCE` order, then the rest."""
+    order = list(PREFERENCE) + [name for name in BUILDS if name not in PREFERENCE]
+    found = []
+    for name in order:
+        try:
+            BUILDS[name].library_path()
+        except FileNotFoundError:
+            continue
+        found.append(name)
+    return found
 
 
 #: The most CPU devices a client is made with: client creation in XLA's CPU plugin is
@@ -96,15 +223,33 @@ def _new_client(plugin, num_devices: int | None = None):
     return _create(plugin, client_options(num_devices))
 
 
-def make_cpu_client(num_devices: int | None = None):
+def _load(build: str | os.PathLike | None):
+    path = library_path(build)
+    if build is None:
+        return plugin_api.load_plugin(PLATFORM, path)
+    try:
+        return plugin_api.load_plugin(PLATFORM, path)
+    except ValueError:
+        # This process already has another build as "cpu": this one gets a name of its own.
+        return plugin_api.load_plugin(f"{PLATFORM}:{os.fspath(build)}", path)
+
+
+def make_cpu_client(num_devices: int | None = None, *,
+                    build: str | os.PathLike | None = None):
     """A new client of XLA's CPU plugin with ``num_devices`` devices (else
     PJRT_CPU_DEVICE_COUNT, else the plugin's own default).
 
+    Args:
+      num_devices: the number of CPU devices.
+      build: the build of XLA's CPU plugin, as for [`library_path`][pjrt_cpu.library_path]
+        (None: PJRT_CPU_BUILD, else `PREFERENCE`). A build other than the one this process
+        already loaded as ``cpu`` is loaded under the plugin name ``cpu:<build>``.
+
     Raises:
-      FileNotFoundError: ``xla-cpu-pjrt`` is not installed.
+      FileNotFoundError: the build is not installed (see `library_path`).
       ValueError: ``num_devices`` (or the variable) is not a positive integer.
     """
-    return _new_client(plugin_api.load_plugin(PLATFORM, library_path()), num_devices)
+    return _new_client(_load(build), num_devices)
 
 
 #: The plugin, as pjrt and JAX discover it. JAX has a CPU backend of its own, so under JAX
