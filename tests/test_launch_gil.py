@@ -114,7 +114,9 @@ def test_transfer_managers_and_dlpack_views_turn_it_off():
     """Each thing that lets a program in flight wait on Python turns the kept GIL off, in a
     process of its own: a host-to-device transfer manager (Python fills its buffers), a DLPack
     view of foreign memory (the producer's deleter takes the GIL), a handler given as a ctypes
-    function pointer (which may be a trampoline into Python, as this one is)."""
+    function pointer (which may be a trampoline into Python, as this one is), and such a
+    trampoline's address given as an int (it is in libffi's anonymous memory, not in a
+    library's code)."""
     cases = {
         "transfer manager": """
 memory = devices[0].default_memory()
@@ -132,6 +134,19 @@ np.testing.assert_array_equal(np.asarray(view), foreign)
 import ctypes
 handler = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(lambda frame: None)
 pjrt.register_custom_call_target("launch_gil_ctypes", handler, platform="cpu")
+""",
+        "ctypes handler by address": """
+import ctypes
+handler = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p)(lambda frame: None)
+address = ctypes.cast(handler, ctypes.c_void_p).value
+pjrt.register_custom_call_target("launch_gil_ctypes_int", address, platform="cpu")
+""",
+        "cffi callback by address": """
+import cffi
+ffi = cffi.FFI()
+handler = ffi.callback("void *(void *)", lambda frame: ffi.NULL)
+address = int(ffi.cast("uintptr_t", handler))
+pjrt.register_custom_call_target("launch_gil_cffi_int", address, platform="cpu")
 """,
     }
     for name, source in cases.items():
