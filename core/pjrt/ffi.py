@@ -66,6 +66,7 @@ from .errors import UnsupportedFeatureError, XlaRuntimeError, check
 # Deferred set-up of targets lives apart from the handler registry, so that the compile path
 # reaches it without this module; it is part of this module's interface.
 from ._compile.target_preparation import canonical_platform as _canonical_platform
+from ._loading import library_code
 from ._compile.target_preparation import prepare_targets, register_target_preparation
 
 logger = logging.getLogger(__name__)
@@ -214,52 +215,13 @@ def _register_type_with_plugin(plugin: plugin_module.Plugin,
     done.add(key)
 
 
-class _LibraryCode:
-    """Which addresses lie in a shared library's file-backed mapping (``/proc/self/maps``).
-
-    A trampoline into Python (a ``CFUNCTYPE`` of a Python function, an ``ffi.callback``) lives
-    in anonymous executable memory that libffi maps; a C kernel lives in the library it was
-    loaded from. The ranges are read once and again only for an address they do not hold
-    (a library loaded since)."""
-
-    def __init__(self):
-        self._ranges: list[tuple[int, int]] | None = None
-
-    @staticmethod
-    def _read() -> list[tuple[int, int]]:
-        ranges = []
-        with open("/proc/self/maps", encoding="ascii", errors="replace") as maps:
-            for line in maps:
-                fields = line.split(None, 5)
-                path = fields[5].strip() if len(fields) == 6 else ""
-                if not path.startswith("/") or path.endswith("(deleted)"):
-                    continue  # anonymous, [heap], memfd: or a file gone: nothing to trust
-                low, high = fields[0].split("-")
-                ranges.append((int(low, 16), int(high, 16)))
-        return ranges
-
-    def holds(self, address: int) -> bool:
-        for fresh in (False, True):
-            if fresh or self._ranges is None:
-                try:
-                    self._ranges = self._read()
-                except OSError:  # no /proc: nothing can be told apart, so trust nothing
-                    return False
-            if any(low <= address < high for low, high in self._ranges):
-                return True
-        return False
-
-
-_library_code = _LibraryCode()
-
-
 def _may_call_python(fn) -> bool:
     """Whether a handler may call into Python as it runs, as far as can be told before it
     does: a Python callable, a ctypes or cffi function pointer (either may be a trampoline
     into Python), or an int address or PyCapsule whose address is not in a loaded library's
-    code (`_LibraryCode`: a ctypes trampoline's address passed as an int). The forms C kernels
-    ship in (jaxlib's capsules, the plugin packages' LAPACK kernels by address) are taken to
-    be C."""
+    code (`pjrt._loading.library_code`: a ctypes trampoline's address passed as an int). The
+    forms C kernels ship in (jaxlib's capsules, the plugin packages' LAPACK kernels by
+    address) are taken to be C."""
     stages = fn.values() if isinstance(fn, dict) else (fn,)
     for stage in stages:
         plain = ((isinstance(stage, numbers.Integral) and not isinstance(stage, bool))
@@ -267,7 +229,7 @@ def _may_call_python(fn) -> bool:
         if not plain:
             return True
         address = _c_address(stage)
-        if address is None or not _library_code.holds(address):
+        if address is None or not library_code.holds(address):
             return True
     return False
 
