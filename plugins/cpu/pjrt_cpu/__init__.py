@@ -94,7 +94,7 @@ BUILDS = {build.name: build for build in (
 PREFERENCE = ("fastatomstruct-xla-cpu", "xla-cpu-pjrt")
 
 
-def _chosen(build: str | None) -> str:
+def _chosen(build: str | os.PathLike | None) -> str:
     if build is not None:
         return os.fspath(build)
     return os.environ.get(BUILD_ENV, "").strip()
