@@ -312,7 +312,7 @@ def _compile(client: "ClientView", program: ProgramFacts, executable_devices,
                              f"compile_options (ids {assigned}) disagree; pass one of them")
     check_structure(program, compile_options.executable_build_options.num_partitions)
     serialized_options = serialize_with_jax_defaults(client.platform, compile_options,
-                                                    client.pjrt_c_api_minor_version)
+                                                    client.plugin.api_version[1])
     declared = program.result_shapes
     prepare_targets(client.platform, program.code)
 
