@@ -277,7 +277,10 @@ void hp_end_call(HandleCore* handle, PyObject* ticket) {
    * last call running) can make something parked free to go, since whatever
    * is parked while a call runs is parked after that call began. */
   int oldest = 1;
-  if (handle->active != NULL && PyDict_CheckExact(handle->active)) {
+  int parked_now = handle->parked != NULL && PyList_CheckExact(handle->parked) &&
+                   PyList_Size(handle->parked) != 0;
+  if (parked_now && handle->active != NULL && PyDict_CheckExact(handle->active)) {
+    /* Asked only when something is parked: most calls end with nothing parked. */
     PyObject* first = oldest_active(handle);
     oldest = first == NULL || first == ticket ||
              PyObject_RichCompareBool(first, ticket, Py_EQ) != 0;
