@@ -34,17 +34,16 @@ class LibraryCode:
         return ranges
 
     def holds(self, address: int) -> bool:
-        for fresh in (False, True):
-            if fresh or self._ranges is None:
-                try:
-                    self._ranges = self._read()
-                except OSError:  # no /proc: nothing can be told apart, so trust nothing
-                    return False
-            if any(low <= address < high for low, high in self._ranges):
-                return True
-        return False
+        if self._ranges is not None and self._within(address):
+            return True
+        try:  # not known yet, or a library loaded since the last read
+            self._ranges = self._read()
+        except OSError:  # no /proc: nothing can be told apart, so trust nothing
+            return False
+        return self._within(address)
 
-
+    def _within(self, address: int) -> bool:
+        return any(low <= address < high for low, high in self._ranges or ())
 
 
 _code = LibraryCode()
