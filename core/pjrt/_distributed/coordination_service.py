@@ -517,7 +517,14 @@ class CoordinationService:
                 f"instance {barrier.counter}: a process or the service restarted, or one "
                 f"process ran ahead of the others"))
             return None
-        if barrier.passed and counter == barrier.counter and not barrier.tasks:  # cancelled
+        if barrier.passed and counter == barrier.counter and not barrier.tasks:
+            # Cancelled before anyone reached it: the service knows no participants, so no
+            # call's agree (XLA's service answers INVALID_ARGUMENT here too).
+            if barrier.result is not None and barrier.result[0] == ErrorCode.CANCELLED:
+                barrier.result = make_status(
+                    ErrorCode.INVALID_ARGUMENT, f"{barrier.result[1]} before any process "
+                                                f"reached it: this instance of the barrier "
+                                                f"has no participants; use the next one")
             return barrier.callbacks.pop(task)(barrier.result, barrier.counter)
         if not self._check_barrier_tasks(barrier, task, tasks):
             return None
