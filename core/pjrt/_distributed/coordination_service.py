@@ -517,14 +517,8 @@ class CoordinationService:
                 f"instance {barrier.counter}: a process or the service restarted, or one "
                 f"process ran ahead of the others"))
             return None
-        if barrier.passed and counter == barrier.counter and not barrier.tasks:
-            # Cancelled before anyone reached it: the service knows no participants, so no
-            # call's agree (XLA's service answers INVALID_ARGUMENT here too).
-            if barrier.result is not None and barrier.result[0] == ErrorCode.CANCELLED:
-                barrier.result = make_status(
-                    ErrorCode.INVALID_ARGUMENT, f"{barrier.result[1]} before any process "
-                                                f"reached it: this instance of the barrier "
-                                                f"has no participants; use the next one")
+        if barrier.passed and counter == barrier.counter and not barrier.tasks:  # as XLA's:
+            barrier.result = _cancelled_early(barrier.result)  # no participants known
             return barrier.callbacks.pop(task)(barrier.result, barrier.counter)
         if not self._check_barrier_tasks(barrier, task, tasks):
             return None
@@ -670,3 +664,12 @@ class CoordinationService:
                                                "the coordination service is shutting down"))
         self._aliveness.stop()
         self.store.stop()
+
+
+def _cancelled_early(result: Status | None) -> Status | None:
+    """The answer to a call of a barrier instance cancelled before any process reached it."""
+    if result is None or result[0] != ErrorCode.CANCELLED:
+        return result
+    return make_status(ErrorCode.INVALID_ARGUMENT,
+                       f"{result[1]} before any process reached it: this instance of the "
+                       f"barrier has no participants; use the next one")
