@@ -272,6 +272,10 @@ class Case:
                 for _ in range(n):
                     out = compiled(*args)
                     pjrt.block_until_ready(list(out) if isinstance(out, tuple) else [out])
+                    # Freed before the next call, as jax's loop frees its result: outputs
+                    # kept across the next call cost either library up to 15 % more
+                    # (the Adam step's 8 MB of outputs; see benchmarks/README.md).
+                    del out
                 return perf() - start
             return run
 
