@@ -22,7 +22,7 @@ grpc = pytest.importorskip("grpc", reason="pjrt[distributed] (grpcio) is not ins
 
 from pjrt import xla_client  # noqa: E402
 from pjrt.errors import ErrorCode  # noqa: E402
-from pjrt._distributed import coordination_server  # noqa: E402
+from pjrt._distributed import coordination_channel, coordination_server  # noqa: E402
 from pjrt._distributed.coordination_errors import (DistributedRuntimeError,  # noqa: E402
                                                    DistributedTimeoutError)
 
@@ -100,19 +100,33 @@ def in_threads(*calls):
     return results
 
 
-def pjrt_clients(address: str, n: int, **options):
+def pjrt_clients(address: str, n: int, public: bool = False, **options):
+    """pjrt's clients, driving gRPC's core channel through grpcio's Cython layer, or with
+    ``public`` on grpcio's public API (where that layer is not the one pjrt drives)."""
     options.setdefault("init_timeout", 30)
     options.setdefault("heartbeat_timeout", 10)
-    return [xla_client.get_distributed_runtime_client(address, i, **options) for i in range(n)]
+    original = coordination_channel.core_layer
+    if public:
+        coordination_channel.core_layer = lambda: None
+    try:
+        clients = [xla_client.get_distributed_runtime_client(address, i, **options)
+                   for i in range(n)]
+    finally:
+        coordination_channel.core_layer = original
+    for client in clients:
+        assert type(client._channel).__name__ == ("PublicChannel" if public else "CoreChannel")
+    return clients
 
 
 # -- the key-value store and barriers, the same on both services ---------------------------
 
-@pytest.mark.parametrize("kind", ["pjrt", "pjrt-asyncio", "jaxlib"])
-def test_store_semantics_match_jaxlib_service(kind):
+@pytest.mark.parametrize("kind,client", [
+    ("pjrt", "core"), ("pjrt-asyncio", "core"), ("jaxlib", "core"), ("pjrt", "public"),
+    ("jaxlib", "public")])
+def test_store_semantics_match_jaxlib_service(kind, client):
     address = f"127.0.0.1:{free_port()}"
     service = start_service(kind, address, 2, heartbeat_timeout=10)
-    a, b = pjrt_clients(address, 2)
+    a, b = pjrt_clients(address, 2, public=client == "public")
     try:
         connect_all([a, b])
         a.key_value_set("job/config", "one")
@@ -286,10 +300,15 @@ def test_dead_peer_ends_the_others_waits_naming_it():
 INTERRUPTED_CHILD = textwrap.dedent("""
     import sys, time
     from pjrt import xla_client
+    from pjrt._distributed import coordination_channel
     address = sys.argv[1]
+    if sys.argv[2] == "public":
+        coordination_channel.core_layer = lambda: None
     service = xla_client.get_distributed_runtime_service(address, 2)
     c = xla_client.get_distributed_runtime_client(address, 0, init_timeout=30)
     c2 = xla_client.get_distributed_runtime_client(address, 1, init_timeout=30)
+    assert type(c._channel).__name__ == {"public": "PublicChannel"}.get(sys.argv[2],
+                                                                       "CoreChannel")
     import threading
     t = threading.Thread(target=c2.connect); t.start(); c.connect(); t.join()
     print("waiting", flush=True)
@@ -307,9 +326,10 @@ INTERRUPTED_CHILD = textwrap.dedent("""
 """)
 
 
-def test_ctrl_c_interrupts_a_barrier_and_a_blocking_get():
+@pytest.mark.parametrize("client", ["core", "public"])
+def test_ctrl_c_interrupts_a_barrier_and_a_blocking_get(client):
     address = f"127.0.0.1:{free_port()}"
-    child = subprocess.Popen([sys.executable, "-c", INTERRUPTED_CHILD, address],
+    child = subprocess.Popen([sys.executable, "-c", INTERRUPTED_CHILD, address, client],
                              env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True)
     try:
@@ -389,10 +409,13 @@ def test_two_processes_with_one_id():
         refused = [o for o in outcomes.values() if isinstance(o, DistributedRuntimeError)]
         assert sorted(map(str, outcomes.values())).count("joined") == 1, outcomes
         assert len(refused) == 1 and "two processes" in str(refused[0])
-        # Once the job runs, a third process with id 0 sets the job in error.
-        third = xla_client.get_distributed_runtime_client(address, 0, init_timeout=5)
+        # Once the job runs, a third process with id 0 sets the job in error, and is told so
+        # at once (asking again cannot succeed).
+        third = xla_client.get_distributed_runtime_client(address, 0, init_timeout=20)
+        start = time.monotonic()
         with pytest.raises(DistributedRuntimeError, match="second process was started with id 0"):
             third.connect()
+        assert time.monotonic() - start < 10
         with pytest.raises(DistributedRuntimeError, match="second process"):
             other.wait_at_barrier("after", 30_000)
     finally:

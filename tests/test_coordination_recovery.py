@@ -32,10 +32,7 @@ KINDS = ["pjrt", "jaxlib"]
 def send(client, method: str, timeout: float = 10, **fields) -> bytes:
     """One request of ``method`` from a connected pjrt client; the response bytes, or the
     service's answer as a `DistributedRuntimeError`."""
-    try:
-        return client._calls[method](client._request(method, **fields), timeout=timeout)
-    except grpc.RpcError as error:
-        raise client._error_of(error) from None
+    return client._send(method, client._request(method, **fields), timeout)
 
 
 def watch(client, version: int, timeout: float = 10) -> tuple[dict[int, tuple], int]:
@@ -150,9 +147,11 @@ def test_watch_tasks_and_poll_for_error_see_a_lost_process(kind):
         assert newer > version
         assert tasks[2] == (msg.ERROR, ErrorCode.UNAVAILABLE)
         assert tasks[0] == tasks[1] == (msg.CONNECTED, 0)
-        # The pending error polls of the others answered: each client holds the error.
+        # The pending error polls of the others answered: each client holds the error (and
+        # then calls its callback, on the thread that polled).
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and not all(c._error for c in clients[:2]):
+        while time.monotonic() < deadline and not (all(c._error for c in clients[:2])
+                                                   and len(called) >= 2):
             time.sleep(0.05)
         for client in clients[:2]:
             assert client._error is not None and client._error.code == ErrorCode.UNAVAILABLE
@@ -247,3 +246,65 @@ def test_a_process_of_a_recoverable_job_restarts_and_rejoins(service_kind, clien
                 child.wait()
         survivor.close()
         service.shutdown()
+
+
+# -- a job that is not recoverable -------------------------------------------------------------
+
+@pytest.mark.parametrize("service_kind", KINDS)
+def test_a_restarted_process_of_a_job_that_is_not_recoverable_is_refused_at_once(service_kind):
+    """Process 1 is killed and started again while the job runs: the service refuses the new
+    incarnation (ABORTED, naming process 1) and sets the job in error; pjrt's client raises
+    that at once (jaxlib's asks again until init_timeout, then ends its process)."""
+    _jaxlib()
+    address = f"127.0.0.1:{free_port()}"
+    service = start_service(service_kind, address, 2, heartbeat_timeout=10)
+    seen: list = []
+    survivor = xla_client.get_distributed_runtime_client(address, 0, init_timeout=30,
+                                                         heartbeat_timeout=10,
+                                                         missed_heartbeat_callback=seen.append)
+    first = _child("pjrt", address, "first")
+    again = None
+    try:
+        survivor.connect()
+        assert first.stdout.readline().strip() == "connected"
+        first.kill()
+        first.wait()
+        start = time.monotonic()
+        again = subprocess.Popen([sys.executable, "-c", REFUSED_CHILD, address],
+                                 env=child_env(JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+        out, err = again.communicate(timeout=60)
+        took = time.monotonic() - start
+        assert again.returncode == 0, err[-3000:]
+        code, message = out.strip().split(" ", 1)
+        assert code == "ABORTED", out
+        assert "process 1 cannot join the job" in message and "recoverable" in message
+        assert took < 20  # not init_timeout's 30 s (an interpreter starts within it)
+        # The job is in error, as on jaxlib's service: the survivor's waits end naming 1.
+        with pytest.raises(DistributedRuntimeError) as lost:
+            survivor.wait_at_barrier("after", 20_000)
+        assert lost.value.code == ErrorCode.ABORTED
+        if service_kind == "pjrt":
+            assert lost.value.lost_process == 1
+        assert seen and seen[0].code == ErrorCode.ABORTED
+    finally:
+        for child in (first, again):
+            if child is not None and child.poll() is None:
+                child.kill()
+                child.wait()
+        survivor.close()
+        service.shutdown()
+
+
+REFUSED_CHILD = textwrap.dedent("""
+    import sys
+    from pjrt import xla_client
+    from pjrt._distributed.coordination_errors import DistributedRuntimeError
+    c = xla_client.get_distributed_runtime_client(sys.argv[1], 1, init_timeout=30,
+                                                  heartbeat_timeout=10)
+    try:
+        c.connect()
+        print("JOINED joined", flush=True)
+    except DistributedRuntimeError as error:
+        print(error.code.name, error, flush=True)
+""")

@@ -24,6 +24,7 @@ from typing import Callable, Sequence
 
 from ..errors import ErrorCode
 from . import coordination_messages as msg
+from .coordination_channel import RpcFailure, open_channel
 from .coordination_errors import DistributedRuntimeError, make_error
 from .coordination_server import import_grpc
 
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 #: The longest call of a long wait: how soon it sees an error of the job (a lost process).
 _SLICE_S = 1.0
+_PATHS = {name: msg.method_path(name).encode() for name in msg.METHODS}
 
 
 def _seconds(value, default: float) -> float:
@@ -70,7 +72,6 @@ class DistributedRuntimeClient:
         self.service_incarnation = 0
         self._grpc = import_grpc()
         self._channel = None
-        self._calls: dict = {}
         self._incarnations = b""
         self._lock = threading.Lock()
         self._connected = False
@@ -78,59 +79,62 @@ class DistributedRuntimeClient:
         self._stop = threading.Event()
         self._heartbeats: threading.Thread | None = None
         self._poll = None
+        self._poll_thread: threading.Thread | None = None
         self._barrier_counters: dict[str, int] = {}
         self._open()
 
     # -- transport -------------------------------------------------------------------------------
 
     def _open(self) -> None:
-        grpc = self._grpc
-        options = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1),
-                   # Reconnect quickly while the service starts (the default backs off to 120 s).
-                   ("grpc.initial_reconnect_backoff_ms", 100),
-                   ("grpc.max_reconnect_backoff_ms", 1000),
-                   ("grpc.enable_http_proxy", 0)]
-        compression = grpc.Compression.Gzip if self.use_compression else None
-        self._channel = grpc.insecure_channel(self.address, options=options,
-                                              compression=compression)
-        self._calls = {name: self._channel.unary_unary(msg.method_path(name))
-                       for name in msg.METHODS}
+        self._channel = open_channel(self._grpc, self.address, self.use_compression)
 
     def _request(self, method: str, **fields) -> bytes:
         if method != "RegisterTask":
             fields["incarnations"] = self._incarnations
         return msg.encode_request(method, fields)
 
-    def _error_of(self, error) -> DistributedRuntimeError:
-        """A gRPC error as a `DistributedRuntimeError`."""
-        code = error.code() if callable(getattr(error, "code", None)) else None
-        number = code.value[0] if code is not None else ErrorCode.UNKNOWN
-        details = (error.details() if callable(getattr(error, "details", None)) else None) or ""
-        lost = None
-        try:
-            trailing = error.trailing_metadata() or ()
-        except Exception:  # noqa: BLE001 - a cancelled call has none
-            trailing = ()
-        for key, value in trailing:
+    @staticmethod
+    def _payloads(failure: RpcFailure) -> dict:
+        for key, value in failure.trailing:
             if key == msg.STATUS_DETAILS_KEY:
-                payloads = msg.decode_payloads(value)
-                if msg.COORDINATION_ERROR_KEY in payloads:
-                    lost = msg.source_task_of(payloads[msg.COORDINATION_ERROR_KEY])
-                if msg.SERVICE_MISMATCH_KEY in payloads and not details:
-                    details = "the coordination service restarted"
+                return msg.decode_payloads(value)
+        return {}
+
+    def _source_of(self, failure: RpcFailure):
+        """The process the service's error names (its coordination payload), or None."""
+        payload = self._payloads(failure).get(msg.COORDINATION_ERROR_KEY)
+        return None if payload is None else msg.source_task_of(payload)
+
+    def _error_of(self, failure: RpcFailure) -> DistributedRuntimeError:
+        """A failed call as a `DistributedRuntimeError`."""
+        number, details = failure.code, failure.details
+        payloads = self._payloads(failure) if failure.trailing else {}
+        lost = None
+        if msg.COORDINATION_ERROR_KEY in payloads:
+            lost = msg.source_task_of(payloads[msg.COORDINATION_ERROR_KEY])
+        if msg.SERVICE_MISMATCH_KEY in payloads and not details:
+            details = "the coordination service restarted"
         if number == ErrorCode.UNAVAILABLE and not lost and "heartbeat" not in details:
             details = (f"the coordination service at {self.address} cannot be reached "
                        f"({details})")
         return make_error(number, details, lost if lost != self.node_id else None)
 
+    def _send(self, method: str, request: bytes, timeout: float | None) -> bytes:
+        """One call of ``method``, its error as a `DistributedRuntimeError`."""
+        try:
+            return self._channel.unary(_PATHS[method], request, timeout)
+        except RpcFailure as failure:
+            raise self._error_of(failure) from None
+
     def _call(self, method: str, request: bytes, timeout: float | None = None) -> bytes:
         """A call that ends quickly (a set, a try-get): one blocking RPC."""
-        self._check_usable()
+        if self._error is not None or not self._connected:
+            self._check_usable()
         try:
-            return self._calls[method](request, timeout=self.rpc_timeout if timeout is None
-                                       else timeout)
-        except self._grpc.RpcError as error:
-            raise self._error_of(error) from None
+            return self._channel.unary(_PATHS[method], request,
+                                       self.rpc_timeout if timeout is None else timeout)
+        except RpcFailure as failure:
+            raise self._error_of(failure) from None
 
     def _wait(self, method: str, request: bytes, timeout: float | None,
               what: str, check_error: bool = True) -> bytes:
@@ -139,53 +143,27 @@ class DistributedRuntimeClient:
         barrier's) ends it at once."""
         if check_error:
             self._check_usable()
-        grpc = self._grpc
-        call = self._calls[method]
+        unary, path = self._channel.unary, _PATHS[method]
         deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
         while True:
             left = _SLICE_S if deadline is None else deadline - time.monotonic()
             piece = min(_SLICE_S, max(0.0, left))
             try:
-                return call(request, timeout=piece)
-            except grpc.RpcError as error:
-                if error.code() != grpc.StatusCode.DEADLINE_EXCEEDED or \
-                        self._is_answer(error) or left <= piece:
-                    if check_error and self._error is not None and \
-                            error.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                return unary(path, request, piece)
+            except RpcFailure as failure:
+                late = failure.code == ErrorCode.DEADLINE_EXCEEDED
+                if not late or self._is_answer(failure) or left <= piece:
+                    if check_error and self._error is not None and not late:
                         raise self._job_error(what) from None
-                    raise self._error_of(error) from None
+                    raise self._error_of(failure) from None
             if check_error and self._error is not None:
                 raise self._job_error(what)
 
-    @staticmethod
-    def _is_answer(error) -> bool:
-        """Whether an error is the service's answer (it carries the coordination payload),
+    def _is_answer(self, failure: RpcFailure) -> bool:
+        """Whether a failure is the service's answer (it carries the coordination payload),
         not the transport's."""
-        try:
-            trailing = error.trailing_metadata() or ()
-        except Exception:  # noqa: BLE001
-            return False
-        return any(key == msg.STATUS_DETAILS_KEY and
-                   msg.COORDINATION_ERROR_KEY in msg.decode_payloads(value)
-                   for key, value in trailing)
-
-    def _wait_future(self, method: str, request: bytes, timeout: float | None,
-                     what: str) -> bytes:  # noqa: ARG002 - named as _wait's
-        """One call waited on as a future (the registration, which must not be asked twice
-        by one incarnation while it waits), in slices that Ctrl-C interrupts."""
-        grpc = self._grpc
-        future = self._calls[method].future(request, timeout=timeout)
-        try:
-            while True:
-                try:
-                    return future.result(timeout=_SLICE_S)
-                except grpc.FutureTimeoutError:
-                    continue
-                except grpc.RpcError as error:
-                    raise self._error_of(error) from None
-        except BaseException:
-            future.cancel()
-            raise
+        return bool(failure.trailing) and \
+            msg.COORDINATION_ERROR_KEY in self._payloads(failure)
 
     def _job_error(self, what: str) -> DistributedRuntimeError:
         error = self._error
@@ -230,9 +208,11 @@ class DistributedRuntimeClient:
                 break
             attempt += 1
             try:
-                reply = self._wait_future("RegisterTask", request, left, "registration")
-            except DistributedRuntimeError as error:
-                last = error
+                reply = self._register(request, left)
+            except RpcFailure as failure:
+                error = last = self._error_of(failure)
+                if error.code == ErrorCode.ABORTED and self._source_of(failure) == self.node_id:
+                    raise self._restarted_error(error) from None
                 retry = error.code in (ErrorCode.UNAVAILABLE, ErrorCode.ABORTED) or (
                     error.code == ErrorCode.DEADLINE_EXCEEDED and
                     deadline - time.monotonic() > 0.05)
@@ -269,20 +249,47 @@ class DistributedRuntimeClient:
                                             name=f"pjrt-heartbeats-{self.node_id}")
         self._heartbeats.start()
 
+    def _register(self, request: bytes, timeout: float) -> bytes:
+        """One registration call, waited on whole (an incarnation must not ask twice while
+        it waits); Ctrl-C interrupts it and cancels the call."""
+        call = self._channel.start(_PATHS["RegisterTask"], request, timeout)
+        try:
+            return call.result()
+        except RpcFailure:
+            raise
+        except BaseException:
+            call.cancel()
+            raise
+
+    def _restarted_error(self, error: DistributedRuntimeError) -> DistributedRuntimeError:
+        """The service refused this process's registration as a second incarnation of its
+        id (ABORTED naming it): asking again cannot succeed against this service."""
+        me = self.node_id
+        return make_error(ErrorCode.ABORTED,
+                          f"process {me} cannot join the job at {self.address}: the service "
+                          f"already had process {me} (this process restarted into a running "
+                          f"job that is not recoverable, or a second process was started with "
+                          f"id {me}), and has set it in error. Start the whole job again, "
+                          f"service included, or make the job recoverable (recoverable=True "
+                          f"for the service and every client). The service said: "
+                          f"{error.plugin_message}")
+
     def _start_polling(self) -> None:
         request = self._request("PollForError", source_task_id=self.node_id)
-        self._poll = self._calls["PollForError"].future(request)
-        self._poll.add_done_callback(self._polled)
+        self._poll = self._channel.start(_PATHS["PollForError"], request)
+        self._poll_thread = threading.Thread(target=self._polling, args=(self._poll,),
+                                             daemon=True, name=f"pjrt-errors-{self.node_id}")
+        self._poll_thread.start()
 
-    def _polled(self, future) -> None:
-        if future.cancelled() or self._stop.is_set():
-            return
-        error = future.exception()
-        if error is None:
-            return
-        if error.code() == self._grpc.StatusCode.CANCELLED:
-            return  # the service or this client is shutting down
-        self._fail(self._error_of(error))
+    def _polling(self, call) -> None:
+        """Wait for the answer of the error poll (it only ever answers with an error)."""
+        try:
+            call.result()
+        except RpcFailure as failure:
+            if failure.code != ErrorCode.CANCELLED and not self._stop.is_set():
+                self._fail(self._error_of(failure))  # CANCELLED: a shutdown, here or there
+        except BaseException:  # noqa: BLE001 - the channel closed under it at exit
+            pass
 
     def _fail(self, error: DistributedRuntimeError) -> None:
         with self._lock:
@@ -304,8 +311,8 @@ class DistributedRuntimeClient:
         failing_since = None
         while not self._stop.wait(interval):
             try:
-                reply = self._calls["Heartbeat"](request, timeout=interval)
-            except self._grpc.RpcError as error:
+                reply = self._channel.unary(_PATHS["Heartbeat"], request, interval)
+            except RpcFailure as error:
                 if self._stop.is_set():
                     return
                 failure = self._error_of(error)
@@ -365,9 +372,11 @@ class DistributedRuntimeClient:
         poll, self._poll = self._poll, None
         if poll is not None:
             poll.cancel()
-        thread, self._heartbeats = self._heartbeats, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(5.0)
+        for name in ("_heartbeats", "_poll_thread"):
+            thread = getattr(self, name)
+            setattr(self, name, None)
+            if thread is not None and thread is not threading.current_thread():
+                thread.join(5.0)
         channel, self._channel = self._channel, None
         if channel is not None:
             channel.close()
