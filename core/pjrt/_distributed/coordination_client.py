@@ -7,9 +7,15 @@ methods. Where jaxlib's client ends the process on a lost peer, this one raises:
 [`DistributedRuntimeError`][pjrt._distributed.coordination_errors.DistributedRuntimeError] naming the lost process as
 soon as the service reports it, and ``missed_heartbeat_callback`` is called when given.
 
-A long wait is a series of calls of at most a second each (a get, a barrier and a
-registration may be asked again without harm), so that between two an error of the job ends
-it; gRPC checks for signals while it waits, so Ctrl-C interrupts one (``KeyboardInterrupt``).
+A long wait is a series of calls of at most a second each (a get and a barrier may be asked
+again without harm), so that between two an error of the job ends it; gRPC checks for signals
+while it waits, so Ctrl-C interrupts one (``KeyboardInterrupt``). The calls go through
+`pjrt._distributed.coordination_channel` (gRPC's core channel driven below grpcio's public
+API, that API where grpcio differs); the error poll waits on a thread of its own.
+
+A registration the service refuses as a second incarnation of this process's id (ABORTED,
+naming this process: it restarted into a running job that is not recoverable, or two
+processes have its id) raises at once: asking again could not succeed against that service.
 """
 from __future__ import annotations
 
