@@ -6,7 +6,10 @@ process 0 of a 2-process job; the time of one barrier across 2, 8, 32 and 64 pro
 (the mean of ``--barriers`` barriers after one warm-up); the time for 64 processes, already
 started and imported, to join (process 0's ``connect()``, which returns once every process
 has registered). Every process is a fresh interpreter on 127.0.0.1; process 0 also runs the
-service. The ratio column is pjrt / jaxlib (the goal: at most 1.5).
+service. Under each row, its CPU time: process 0's per call (its client and the service) for
+the key-value rows, the sum over the job's processes per barrier for a barrier row (each
+process measures its own and writes it to the store); on a loaded machine these move less than
+the times. The ratio column is pjrt / jaxlib (the goal: at most 1.5).
 
     python benchmarks/bench_distributed.py                 # ~1-2 min on 2 cores
     python benchmarks/bench_distributed.py --sizes 2,8 --ops 300 --barriers 20   # quick
@@ -38,6 +41,9 @@ def worker(impl: str, n: int, rank: int, port: int, ops: int, barriers: int) -> 
         from jaxlib import _jax as runtime  # pyright: ignore[reportMissingImports]
     else:
         from pjrt import xla_client as runtime
+        if impl == "pjrt-public":  # the client on grpcio's public API (its fallback)
+            from pjrt._distributed import coordination_channel
+            coordination_channel.core_layer = lambda: None
     address = f"127.0.0.1:{port}"
     service = None
     if rank == 0:
@@ -51,10 +57,13 @@ def worker(impl: str, n: int, rank: int, port: int, ops: int, barriers: int) -> 
     joined = time.perf_counter() - start
     result: dict = {"join_s": joined}
     client.wait_at_barrier("warm-up", 600_000)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     for i in range(barriers):
         client.wait_at_barrier(f"b{i}", 600_000)
     result["barrier_s"] = (time.perf_counter() - start) / max(1, barriers)
+    # This process's CPU time per barrier (its client, and for process 0 the service too);
+    # process 0 adds up the job's.
+    client.key_value_set(f"cpu/{rank}", repr((time.process_time() - cpu) / max(1, barriers)))
     if rank == 0 and ops:
         value = b"x" * 64
         client.key_value_set_bytes("bench/key", value, allow_overwrite=True)
@@ -64,11 +73,14 @@ def worker(impl: str, n: int, rank: int, port: int, ops: int, barriers: int) -> 
                 ("try_get_s", lambda: client.key_value_try_get_bytes("bench/key"))):
             for _ in range(min(ops, 50)):
                 call()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             for _ in range(ops):
                 call()
             result[name] = (time.perf_counter() - start) / ops
+            result[name + "_cpu"] = (time.process_time() - cpu) / ops
     client.wait_at_barrier("done", 600_000)
+    if rank == 0:
+        result["barrier_cpu_s"] = sum(float(v) for _, v in client.key_value_dir_get("cpu"))
     client.shutdown()
     if service is not None:
         service.shutdown()
@@ -111,6 +123,9 @@ def main() -> int:
     parser.add_argument("--ops", type=int, default=1000)
     parser.add_argument("--barriers", type=int, default=50)
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--public", action="store_true",
+                        help="add a column: pjrt's client on grpcio's public API (the fallback "
+                             "where grpcio's Cython layer is not the one it drives)")
     parser.add_argument("--worker", nargs=6, metavar="ARG")
     args = parser.parse_args()
     if args.worker:
@@ -118,12 +133,12 @@ def main() -> int:
         worker(impl, int(n), int(rank), int(port), int(ops), int(barriers))
         return 0
     sizes = [int(s) for s in args.sizes.split(",")]
-    impls = ["jaxlib", "pjrt"]
+    impls = ["jaxlib", "pjrt"] + (["pjrt-public"] if args.public else [])
     try:
         import jaxlib  # noqa: F401  pyright: ignore[reportMissingImports]
     except ImportError:
         print("# SKIPPED jaxlib: not installed")
-        impls = ["pjrt"]
+        impls = impls[1:]
     rows: list[tuple[str, dict[str, float]]] = []
     results: dict[tuple[str, int], dict] = {}
     for n in sizes:
@@ -135,28 +150,40 @@ def main() -> int:
                        ("try_get_s", "key_value_try_get")):
         rows.append((f"{label} (job of {first})",
                      {impl: results[impl, first][key] for impl in impls}))
+        rows.append(("  CPU, process 0", {impl: results[impl, first][key + "_cpu"]
+                                           for impl in impls}))
     for n in sizes:
         rows.append((f"barrier, {n} processes", {impl: results[impl, n]["barrier_s"]
                                                  for impl in impls}))
+        rows.append((f"  CPU, all {n} processes", {impl: results[impl, n]["barrier_cpu_s"]
+                                                   for impl in impls}))
     last = sizes[-1]
     rows.append((f"join, {last} processes", {impl: results[impl, last]["join_s"]
                                              for impl in impls}))
     worst = 0.0
+    public = args.public
     if args.markdown:
-        print("| | jaxlib (C++) | pjrt | pjrt / jaxlib |\n| --- | ---: | ---: | ---: |")
+        print("| | jaxlib (C++) | pjrt | pjrt / jaxlib |" + (" pjrt, public API | ratio |\n"
+              if public else "\n") + "| --- | ---: | ---: | ---: |" + (" ---: | ---: |"
+                                                                         if public else ""))
     else:
-        print(f"{'':34} {'jaxlib (C++)':>14} {'pjrt':>12} {'ratio':>8}")
+        print(f"{'':34} {'jaxlib (C++)':>14} {'pjrt':>12} {'ratio':>8}"
+              + (f" {'pjrt, public API':>17} {'ratio':>8}" if public else ""))
+
+    def fmt(seconds):
+        return "-" if seconds is None else (f"{seconds * 1e6:.0f} us" if seconds < 0.01
+                                            else f"{seconds * 1e3:.1f} ms")
     for label, cells in rows:
-        j, p = cells.get("jaxlib"), cells["pjrt"]
+        j, p, q = cells.get("jaxlib"), cells["pjrt"], cells.get("pjrt-public")
         ratio = p / j if j else float("nan")
+        other = q / j if j and q else float("nan")
         worst = max(worst, ratio) if j else worst
-        def fmt(seconds):
-            return "-" if seconds is None else (f"{seconds * 1e6:.0f} us" if seconds < 0.01
-                                                else f"{seconds * 1e3:.1f} ms")
         if args.markdown:
-            print(f"| {label} | {fmt(j)} | {fmt(p)} | {ratio:.2f} |")
+            print(f"| {label} | {fmt(j)} | {fmt(p)} | {ratio:.2f} |"
+                  + (f" {fmt(q)} | {other:.2f} |" if public else ""))
         else:
-            print(f"{label:34} {fmt(j):>14} {fmt(p):>12} {ratio:>8.2f}")
+            print(f"{label:34} {fmt(j):>14} {fmt(p):>12} {ratio:>8.2f}"
+                  + (f" {fmt(q):>17} {other:>8.2f}" if public else ""))
     print(f"# worst ratio {worst:.2f} (goal <= {GOAL})")
     return 0
 

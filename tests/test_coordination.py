@@ -349,6 +349,47 @@ def test_ctrl_c_interrupts_a_barrier_and_a_blocking_get(client):
             child.wait()
 
 
+REGISTERING_CHILD = textwrap.dedent("""
+    import sys, time
+    from pjrt import xla_client
+    from pjrt._distributed import coordination_channel
+    address = sys.argv[1]
+    if sys.argv[2] == "public":
+        coordination_channel.core_layer = lambda: None
+    service = xla_client.get_distributed_runtime_service(address, 2)
+    c = xla_client.get_distributed_runtime_client(address, 0, init_timeout=600)
+    print("registering", flush=True)
+    start = time.monotonic()
+    try:
+        c.connect()  # process 1 never comes
+    except KeyboardInterrupt:
+        print("interrupted after %.1f" % (time.monotonic() - start), flush=True)
+    service.shutdown()
+    print("done", flush=True)
+""")
+
+
+@pytest.mark.parametrize("client", ["core", "public"])
+def test_ctrl_c_interrupts_the_registration(client):
+    address = f"127.0.0.1:{free_port()}"
+    child = subprocess.Popen([sys.executable, "-c", REGISTERING_CHILD, address, client],
+                             env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "registering"
+        time.sleep(1.0)
+        child.send_signal(signal.SIGINT)
+        line = child.stdout.readline().strip()
+        assert line.startswith("interrupted after"), line
+        assert float(line.split()[-1]) < 10
+        out, err = child.communicate(timeout=30)
+        assert out.strip() == "done", err[-3000:]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_port_in_use_is_refused():
     address = f"127.0.0.1:{free_port()}"
     service = xla_client.get_distributed_runtime_service(address, 1)
