@@ -16,6 +16,9 @@ Usage::
     python benchmarks/bench_threads.py --sizes 8 --threads 1,2 --markdown
     # fixed work for counting system calls (perf stat -e syscalls:sys_enter_futex ...):
     python benchmarks/bench_threads.py --count pjrt --threads 2 --calls 20000 --size 8 --read
+    # the calls alone (no imports, compiles or warm-up), with perf's control FIFOs:
+    mkfifo ctl ack; perf stat --delay=-1 --control=fifo:ctl,ack -e task-clock,... \
+        python benchmarks/bench_threads.py --count pjrt --threads 2 --perf-control ctl,ack
 
 Ratios: "xN/x1" is a library's N-thread throughput over its own 1-thread throughput; "pjrt/jax"
 is pjrt's over jax's with as many threads. "CPU µs/call" is the process's CPU time (every
@@ -57,9 +60,15 @@ class Pjrt:
         pjrt.load_pjrt_plugin_dynamically("cpu", pjrt_cpu.library_path())
         self.client = pjrt.make_c_api_client("cpu", {"cpu_device_count": DEVICES})
         self.devices = self.client.local_devices()[:DEVICES]
+        self.executables = []
+
+    def kept_gil(self) -> int:
+        """Launches so far that kept the GIL (CallPlan.kept_gil, all executables)."""
+        return sum(getattr(exe._launcher.plan, "kept_gil", 0) for exe in self.executables)
 
     def caller(self, size: int, device: int, read: bool):
         exe = self.client.compile_and_load(program_text(size), [self.devices[device]])
+        self.executables.append(exe)
         host = np.random.default_rng(device).standard_normal((size, size), np.float32)
         a = self.client.buffer_from_pyval(host, self.devices[device])
         b = self.client.buffer_from_pyval(host, self.devices[device])
@@ -206,12 +215,29 @@ def table(results, libs, sizes, thread_counts, placements, reads, markdown):
             print("  ".join(c.rjust(w) for c, w in zip(row, widths)))
 
 
-def count(lib_name, threads, calls, size, several, read):
-    """Fixed work for a system-call count: `calls` calls in all, split over the threads."""
+def count(lib_name, threads, calls, size, several, read, control=None):
+    """Fixed work for a system-call count: `calls` calls in all, split over the threads.
+
+    `control`: perf stat's control FIFOs ("CTL[,ACK]", as `perf stat --delay=-1
+    --control=fifo:CTL,ACK` takes them); the calls are counted alone, between an "enable"
+    and a "disable" sent there (the imports, compiles and warm-up are left out). Prints the
+    calls' CPU time (every thread's) and wall time per call."""
     lib = Pjrt() if lib_name == "pjrt" else Jax()
     callers = make_callers(lib, size, threads, several, read) if calls else []
     share = calls // threads if threads else 0
     print("ready", file=sys.stderr, flush=True)
+    ctl = ack = None
+    if control:
+        names = control.split(",")
+        ctl = open(names[0], "w")
+        ack = open(names[1]) if len(names) > 1 else None
+
+    def tell(command):
+        if ctl is not None:
+            ctl.write(command + "\n")
+            ctl.flush()
+            if ack is not None:
+                ack.readline()
 
     def work(call):
         value = None
@@ -220,10 +246,19 @@ def count(lib_name, threads, calls, size, several, read):
         lib.wait(value)
 
     workers = [threading.Thread(target=work, args=(c,)) for c in callers]
+    kept = lib.kept_gil() if isinstance(lib, Pjrt) else 0
+    tell("enable")
+    begun, cpu = time.perf_counter(), time.process_time()
     for t in workers:
         t.start()
     for t in workers:
         t.join()
+    cpu, wall = time.process_time() - cpu, time.perf_counter() - begun
+    tell("disable")
+    done = max(share * len(callers), 1)
+    kept = f", {(lib.kept_gil() - kept) / done:.3f} kept the GIL" if isinstance(lib, Pjrt) else ""
+    print(f"{lib_name} {threads} thread(s): {cpu / done * 1e6:.2f} µs CPU, "
+          f"{wall / done * 1e6:.2f} µs wall per call{kept}", file=sys.stderr, flush=True)
 
 
 def main():
@@ -242,9 +277,12 @@ def main():
     parser.add_argument("--size", type=int, default=8)
     parser.add_argument("--several", action="store_true")
     parser.add_argument("--read", action="store_true")
+    parser.add_argument("--perf-control", metavar="CTL[,ACK]",
+                        help="with --count: perf stat's control FIFOs, enabled around the calls")
     args = parser.parse_args()
     if args.count:
-        count(args.count, int(args.threads), args.calls, args.size, args.several, args.read)
+        count(args.count, int(args.threads), args.calls, args.size, args.several, args.read,
+              args.perf_control)
         return
     if args.quick:
         args.seconds, args.repeats = 0.2, 3
