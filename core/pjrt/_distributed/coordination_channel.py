@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from typing import Any, Sequence
 
 from ..errors import ErrorCode
 
@@ -32,7 +33,7 @@ _GZIP = 2  # grpc_compression_algorithm's GRPC_COMPRESS_GZIP
 class RpcFailure(Exception):
     """A call that ended with a status other than OK."""
 
-    def __init__(self, code: int, details: str, trailing=()):
+    def __init__(self, code: int, details: str, trailing: Sequence[Any] | None = ()):
         super().__init__(code, details)
         self.code = code
         self.details = details
@@ -107,7 +108,7 @@ class CoreChannel:
                                       if compression else ())
         self._channel = core.Channel(address.encode(), options, None)
         self._flags = core.PropagationConstants.GRPC_PROPAGATE_DEFAULTS
-        self._handles: dict[bytes, object] = {}
+        self._handles: dict[bytes, Any] = {}
         register = getattr(self._channel, "get_registered_call_handle", None)
         self._register = register if "registered_call_handle" in inspect.signature(
             core.Channel.segregated_call).parameters else None
@@ -191,7 +192,7 @@ class PublicChannel:
         self._channel = grpc.insecure_channel(
             address, options=list(_CHANNEL_OPTIONS),
             compression=grpc.Compression.Gzip if compression else None)
-        self._calls: dict[bytes, object] = {}
+        self._calls: dict[bytes, Any] = {}
 
     def _callable(self, path: bytes):
         call = self._calls.get(path)
