@@ -390,6 +390,40 @@ def test_ctrl_c_interrupts_the_registration(client):
             child.wait()
 
 
+def _connections_to(port: int) -> int:
+    """Established TCP connections of this machine to ``port``."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in rows.read().splitlines()[1:]:
+                fields = row.split()
+                count += fields[2].endswith(f":{port:04X}") and fields[3] == "01"
+    return count
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads Linux's /proc/net/tcp")
+@pytest.mark.parametrize("client", ["core", "public"])
+def test_a_client_dropped_unconnected_closes_its_connection(client):
+    import gc
+
+    port = free_port()
+    address = f"127.0.0.1:{port}"
+    service = xla_client.get_distributed_runtime_service(address, 2)
+    try:
+        dropped, = pjrt_clients(address, 1, public=client == "public")
+        with pytest.raises(DistributedRuntimeError):  # a call before connect(): NOT_FOUND
+            dropped._send("TryGetKeyValue", dropped._request("TryGetKeyValue", key="k"), 10)
+        assert _connections_to(port) == 1
+        del dropped
+        gc.collect()
+        deadline = time.monotonic() + 10
+        while _connections_to(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _connections_to(port) == 0
+    finally:
+        service.shutdown()
+
+
 def test_port_in_use_is_refused():
     address = f"127.0.0.1:{free_port()}"
     service = xla_client.get_distributed_runtime_service(address, 1)

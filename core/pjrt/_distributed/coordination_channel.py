@@ -14,10 +14,12 @@ the details and the trailing metadata.
 from __future__ import annotations
 
 import inspect
+import sys
 import time
 from typing import Any, Sequence
 
 from ..errors import ErrorCode
+from . import coordination_messages as msg
 
 #: How long one wait of `PublicChannel` lasts before it looks for a signal again.
 _SLICE_S = 1.0
@@ -28,6 +30,7 @@ _CHANNEL_OPTIONS = (
     ("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.enable_http_proxy", 0))
 _GZIP = 2  # grpc_compression_algorithm's GRPC_COMPRESS_GZIP
+_METHOD_PATHS = tuple(msg.method_path(name).encode() for name in msg.METHODS)
 
 
 class RpcFailure(Exception):
@@ -108,10 +111,14 @@ class CoreChannel:
                                       if compression else ())
         self._channel = core.Channel(address.encode(), options, None)
         self._flags = core.PropagationConstants.GRPC_PROPAGATE_DEFAULTS
-        self._handles: dict[bytes, Any] = {}
+        # Each method registered with the channel once, here (registering is not
+        # thread-safe): a call of a registered method skips looking up its path.
         register = getattr(self._channel, "get_registered_call_handle", None)
-        self._register = register if "registered_call_handle" in inspect.signature(
-            core.Channel.segregated_call).parameters else None
+        if register is None or "registered_call_handle" not in inspect.signature(
+                core.Channel.segregated_call).parameters:
+            self._handles = None
+        else:
+            self._handles = {path: register(path) for path in _METHOD_PATHS}
 
     def _start(self, path: bytes, request: bytes, timeout: float | None) -> _CoreCall:
         core = self._core
@@ -123,13 +130,11 @@ class CoreChannel:
                       core.ReceiveStatusOnClientOperation(0))
         deadline = None if timeout is None else time.time() + max(0.0, timeout)
         batch = ((operations, None),)
-        if self._register is None:
+        handle = None if self._handles is None else self._handles.get(path)
+        if handle is None:
             call = self._channel.segregated_call(self._flags, path, None, deadline, None, None,
                                                  batch)
         else:
-            handle = self._handles.get(path)
-            if handle is None:
-                handle = self._handles[path] = self._register(path)
             call = self._channel.segregated_call(self._flags, path, None, deadline, None, None,
                                                  batch, None, handle)
         return _CoreCall(call, operations)
@@ -145,8 +150,17 @@ class CoreChannel:
         return self._start(path, request, timeout)
 
     def close(self) -> None:
-        """Cancel the calls in flight and close the channel."""
+        """Cancel the calls in flight and close the channel (again: nothing)."""
         self._channel.close(ErrorCode.CANCELLED, "the client closed its channel")
+
+    def __del__(self):
+        # grpcio's core channel object does not close itself: without this, a client
+        # dropped unclosed (one that never connected) would keep its connection.
+        try:
+            if not sys.is_finalizing():
+                self.close()
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
+            pass
 
 
 class _PublicCall:
