@@ -94,6 +94,27 @@ def test_a_global_array_is_ready_once_every_shard_is(client):
         out.block_until_ready()
 
 
+def test_block_until_ready_of_several_arrays_waits_for_every_one(client):
+    """`pjrt.block_until_ready` of a list of arrays still being computed (the arrays of one
+    client are waited on together, in one native wait): when it returns every one is ready
+    and holds its value; it returns the list; a deleted array among them raises jaxlib's
+    error."""
+    executable = client.compile_and_load(matmul_loop(200))
+    x = client.buffer_from_pyval(np.full((256, 256), 0.01, np.float32))
+    outs = [executable.execute([x])[0] for _ in range(3)]
+    # 600 dependent 256^3 matmuls take far longer than launching them.
+    assert not outs[-1].is_ready()
+    assert pjrt.block_until_ready(outs) == outs
+    assert all(out.is_ready() for out in outs)
+    first = np.asarray(outs[0])
+    assert np.isfinite(first).all()
+    for out in outs[1:]:
+        np.testing.assert_array_equal(np.asarray(out), first)
+    outs[1].delete()
+    with pytest.raises(pjrt.DeletedArrayError, match="BlockHostUntilReady"):
+        pjrt.block_until_ready(outs)
+
+
 def _release_once_waiting(gate: threading.Event, function: str, seconds: float = 60) -> None:
     """Set ``gate`` once the main thread is inside ``function`` (seen from its current frame),
     or after ``seconds`` in any case."""
@@ -162,6 +183,10 @@ def test_a_failed_shard_raises_its_error_from_the_wait_on_a_global_array(client)
         out.block_until_ready()
     with pytest.raises(pjrt.XlaRuntimeError, match="shard 2 refused on purpose"):
         np.asarray(out)
+    # Waited on together with arrays that are fine (shards 0 and 1), the same error.
+    with pytest.raises(pjrt.XlaRuntimeError, match="shard 2 refused on purpose"):
+        pjrt.block_until_ready([out.addressable_shards[0].data, out,
+                                out.addressable_shards[1].data])
     shards = [shard.data for shard in out.addressable_shards]
     np.testing.assert_array_equal(np.asarray(shards[0]), np.zeros((256, 256), np.float32))
     np.testing.assert_allclose(np.asarray(shards[1]), np.ones((256, 256), np.float32), rtol=1e-6)

@@ -384,17 +384,18 @@ class Array(ArrayCore):
           XlaRuntimeError: the computation failed.
         """
         started = recorder.now() if recorder.active else 0  # a trace records the wait
-        handle = self._handle
-        with handle.calling(closed_ok=True):
-            try:
-                buffers = self.live_buffers()  # raises once the client is closed
-            except DeletedArrayError as deleted:  # in jaxlib's words, which its users match
-                raise DeletedArrayError("BlockHostUntilReady() called on deleted or donated "
-                                        f"buffer: {deleted.plugin_message}") from None
-            wait_buffers_ready(handle.api, buffers)
+        self._wait_with((self,))
         if started:
             recorder.waited(started, self)
         return self
+
+    def _wait_with(self, arrays: Sequence["Array"]) -> None:
+        """Wait for every buffer of ``arrays`` (Arrays of this one's client) in one native
+        wait; raise the error of the first failed one, in order."""
+        handle = self._handle
+        with handle.calling(closed_ok=True):
+            wait_buffers_ready(handle.api, [buffer for array in arrays
+                                            for buffer in _buffers_to_wait(array)])
 
     def __await__(self) -> Generator[Any, None, "Array"]:
         """``await array``: wait, without blocking the event loop, until the computation
@@ -653,6 +654,31 @@ def put_buffer(client: ClientView, host: np.ndarray, device: "Device",
         recorder.transferred(started, host, device, memory)
     return out[0], ((host, done[0]) if semantics >= HostBufferSemantics.ZERO_COPY
                        else None)
+
+
+def _buffers_to_wait(array: Array) -> list:
+    """``array``'s buffers, for a wait (raises as jaxlib does for a deleted array)."""
+    try:
+        return array.live_buffers()  # raises once the client is closed
+    except DeletedArrayError as deleted:  # in jaxlib's words, which its users match
+        raise DeletedArrayError("BlockHostUntilReady() called on deleted or donated "
+                                f"buffer: {deleted.plugin_message}") from None
+
+
+def block_arrays_until_ready(arrays: Sequence[Array]) -> None:
+    """Wait until every one of ``arrays`` is computed: those of one client with one native
+    wait for all their buffers (a program's outputs become ready together, so this wakes
+    once rather than once per output); the error of the first failed buffer, in the order of
+    ``arrays``, is raised. With a trace running, or arrays of several clients, each array
+    waits on its own (`Array.block_until_ready`)."""
+    if not arrays:
+        return
+    client = arrays[0].client
+    if recorder.active or any(array.client is not client for array in arrays):
+        for array in arrays:
+            array.block_until_ready()
+        return
+    arrays[0]._wait_with(arrays)
 
 
 def check_device_sets(arguments: Sequence[Array], devices: tuple, *,

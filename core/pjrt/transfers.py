@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from ._pjrt_cffi import lib
-from .array import Array, array_from_host, native_host, put_buffer
+from .array import Array, array_from_host, block_arrays_until_ready, native_host, put_buffer
 from ._capi.handles import HostBufferSemantics
 from ._capi.staging import (TRANSFER_THREAD_PREFIX, SharedStaging, adoptable_copy, should_stage,
                       staging_pool, staging_size)
@@ -335,10 +335,19 @@ def shard_along_axis(x, devices: Sequence[Device], axis: int = 0) -> Array:
 
 
 def batched_block_until_ready(arrays: Sequence[Array]) -> list[Array]:
-    """Wait until every array's value is computed; returns them."""
-    for array in arrays:
-        array.block_until_ready()
-    return list(arrays)
+    """Wait until every array's value is computed; returns them.
+
+    Arrays of one client are waited on together, in one native wait (see
+    `pjrt.array.block_arrays_until_ready`); any other value by its own
+    ``block_until_ready()``.
+    """
+    arrays = list(arrays)
+    if all(type(array) is Array for array in arrays):
+        block_arrays_until_ready(arrays)
+    else:
+        for array in arrays:
+            array.block_until_ready()
+    return arrays
 
 
 block_until_ready = batched_block_until_ready
