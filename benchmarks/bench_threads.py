@@ -277,9 +277,16 @@ def main():
     parser.add_argument("--size", type=int, default=8)
     parser.add_argument("--several", action="store_true")
     parser.add_argument("--read", action="store_true")
+    parser.add_argument("--release-gil", action="store_true",
+                        help="every pjrt launch lets the GIL go (as once a program may call "
+                             "Python), for comparison with brief launches keeping it")
     parser.add_argument("--perf-control", metavar="CTL[,ACK]",
                         help="with --count: perf stat's control FIFOs, enabled around the calls")
     args = parser.parse_args()
+    if args.release_gil:
+        from pjrt._capi.native_runtime import programs_may_call_python
+
+        programs_may_call_python()
     if args.count:
         count(args.count, int(args.threads), args.calls, args.size, args.several, args.read,
               args.perf_control)
