@@ -267,3 +267,59 @@ def test_a_buffer_query_kept_on_the_array_is_asked_once_and_a_deleted_array_stil
     array.delete()
     with pytest.raises(pjrt.errors.DeletedArrayError):
         array.memory_kind
+
+
+DONOR = """
+module @donor {
+  func.func public @main(%x: tensor<8xf32> {tf.aliasing_output = 0 : i32},
+                         %y: tensor<8xf32>) -> tensor<8xf32> {
+    %0 = stablehlo.add %x, %y : tensor<8xf32>
+    return %0 : tensor<8xf32>
+  }
+}"""
+
+
+def test_a_release_during_a_call_parks_only_what_the_call_passes(client, device, monkeypatch):
+    """A CallPlan call running (held here in its donation hook, its arguments placed) makes a
+    release park only buffers the call passes: another array's buffers are freed at once, and
+    an argument of the call deleted meanwhile waits until the call ends. Before, with several
+    threads calling, one call preempted in its launch parked every output the others let go."""
+    from pjrt._runtime import launches
+
+    handle = client.raw_handle
+    during = []
+    prepare = launches.prepare_call_donations
+
+    def holding(donated, arguments):
+        for step in during:
+            step()
+        return prepare(donated, arguments)
+
+    monkeypatch.setattr(launches, "prepare_call_donations", holding)
+    executable = client.compile_and_load(DONOR)
+    x_host = np.arange(8, dtype=np.float32)
+    y = client.buffer_from_pyval(np.full(8, 2.0, np.float32), device)
+    for _ in range(2):  # the first launch decides where launches run; then the plan is made
+        executable.execute([client.buffer_from_pyval(x_host, device), y])
+    plan = executable._launcher.plan
+    assert plan is not None and not handle.parked
+    seen = {}
+
+    def release_others_and_an_argument():
+        other = client.buffer_from_pyval(np.ones(8, np.float32), device)
+        owner = id(other)
+        parked = len(handle.parked)
+        assert len(handle.active) == 1  # this call
+        del other
+        assert owner not in handle.buffers
+        seen["other parked"] = len(handle.parked) - parked
+        y.delete()  # passed by this call: it must outlive the launch
+        seen["argument parked"] = len(handle.parked) - parked
+
+    during.append(release_others_and_an_argument)
+    x = client.buffer_from_pyval(x_host, device)
+    (out,) = plan.run([x, y], False)
+    during.clear()
+    assert seen == {"other parked": 0, "argument parked": 1}
+    assert not handle.parked and not handle.active
+    np.testing.assert_array_equal(np.asarray(out), x_host + 2)

@@ -500,6 +500,16 @@ static PyObject* plan_run(PyObject* op, PyObject* const* args, Py_ssize_t nargs)
     Py_DECREF(arguments);
     return NULL;
   }
+  /* Listed before any address is read: whatever it holds until placed is an
+   * earlier call's, which can only make a release park. */
+  HpRunningCall* running = NULL;
+  for (int s = 0; s < HP_RUNNING_CALLS && running == NULL; ++s) {
+    if (handle->running_calls[s].count == 0) {
+      running = &handle->running_calls[s];
+      running->arguments = entry->call->arguments;
+      running->count = plan->num_devices * plan->num_parameters;
+    }
+  }
   int placed = 1;
   for (Py_ssize_t i = 0; i < count && placed > 0; ++i) {
     placed = place_argument(plan, entry, i, PyTuple_GetItem(arguments, i), copy_host_values);
@@ -512,6 +522,10 @@ static PyObject* plan_run(PyObject* op, PyObject* const* args, Py_ssize_t nargs)
     let_go_of_host_values(plan, entry);
     Py_INCREF(Py_None);
     result = Py_None;
+  }
+  if (running != NULL) {
+    running->count = 0;
+    running->arguments = NULL;
   }
   put_entry(plan, entry);
   hp_end_call(handle, ticket);

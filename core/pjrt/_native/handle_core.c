@@ -375,6 +375,28 @@ static PyObject* pop_item(PyObject* dict, PyObject* key) {
   return value;
 }
 
+/* How many running calls may be using one of `addresses`: those in `active`
+ * but this release's own, less the listed CallPlan calls that pass none of
+ * them. With the GIL held: a listed call writes its addresses holding it. */
+static Py_ssize_t calls_that_may_use(HandleCore* handle, PJRT_Buffer* const* addresses,
+                                     Py_ssize_t count) {
+  Py_ssize_t others = PyDict_Size(handle->active) - 1;
+  for (int s = 0; s < HP_RUNNING_CALLS && others > 0; ++s) {
+    const HpRunningCall* running = &handle->running_calls[s];
+    if (running->count == 0) {
+      continue;
+    }
+    int passes = 0;
+    for (Py_ssize_t a = 0; a < running->count && !passes; ++a) {
+      for (Py_ssize_t d = 0; d < count && !passes; ++d) {
+        passes = running->arguments[a] == addresses[d];
+      }
+    }
+    others -= !passes;
+  }
+  return others;
+}
+
 /* Frees `buffers` (taken out of the registry by this call, `ticket`) now if no
  * other call is running, or parks them with the host memory they may read.
  * Returns 0, or -1 with an exception set. */
@@ -390,11 +412,12 @@ static int free_or_park(HandleCore* handle, PyObject* ticket, PyObject* buffers,
   }
   /* Read after the addresses, whose reading may allocate and so let other
    * threads run: with no other call running none can be using the buffers
-   * (calls that start from now on find their owner released). A closed
+   * (calls that start from now on find their owner released), nor with only
+   * CallPlan calls running that do not pass them (calls_that_may_use). A closed
    * client (or one inherited through fork, which is closed too) parks: its
    * settling decides what may still be freed. */
-  now = now && PyDict_Size(handle->active) == 1 && PyList_Size(handle->parked) == 0 &&
-        handle->closed == Py_False && handle->table_address != 0;
+  now = now && PyList_Size(handle->parked) == 0 && handle->closed == Py_False &&
+        handle->table_address != 0 && calls_that_may_use(handle, addresses, count) == 0;
   if (now) {
     const PJRT_Api* api = (const PJRT_Api*)(uintptr_t)handle->table_address;
     for (Py_ssize_t d = 0; d < count; ++d) {

@@ -160,6 +160,15 @@ int hp_addresses_of(AddressCache* cache, PyObject* buffers, Py_ssize_t count,
                     PJRT_Buffer** out, Py_ssize_t stride);
 void hp_address_cache_clear(AddressCache* cache);
 
+/* A CallPlan call running on a client: the buffers it passes to its launch
+ * (see HandleCore.running_calls). */
+typedef struct {
+  PJRT_Buffer** arguments;
+  Py_ssize_t count;
+} HpRunningCall;
+
+#define HP_RUNNING_CALLS 16
+
 typedef struct {
   PyObject_HEAD
   PyObject* api;
@@ -181,6 +190,14 @@ typedef struct {
   PyObject* keep_alive;
   PyObject* lock;
   unsigned long long table_address; /* the PJRT_Api* behind `table` */
+  /* CallPlan calls in `active` and the buffers each passes (an empty slot has
+   * count 0): a release need not park for a running call that does not pass
+   * its buffers. Without this, one call waiting (a thread preempted in its
+   * launch) parked every output the GIL's holder let go meanwhile: hundreds
+   * of entries, a collection of the young generation now and then, and their
+   * buffers freed in a burst. A call not listed here (its slots all taken,
+   * or not a CallPlan's) counts as using every buffer, as before. */
+  HpRunningCall running_calls[HP_RUNNING_CALLS];
 } HandleCore;
 
 /* The start of a call: its ticket (a new reference), registered as active. */
