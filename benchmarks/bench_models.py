@@ -55,8 +55,9 @@ from bench_core import QUICK, Settings, calibrate, cpu_model, format_ratio  # no
 
 NUM_DEVICES = 8
 MODELS = ("mlp", "transformer", "data-parallel", "many-args", "adam", "residual-50")
-#: Goals for pjrt/jax: numpy inputs, device-resident inputs, warm/cold start.
-GOAL_NUMPY, GOAL_DEVICE, GOAL_WARM = 1.1, 1.05, 0.35
+#: Goals for pjrt/jax: numpy inputs, device-resident inputs (of the CPU time, which the other
+#: work on a shared machine sways less than wall time), warm/cold start.
+GOAL_NUMPY, GOAL_DEVICE, GOAL_WARM = 1.0, 1.0, 0.35
 
 
 # --------------------------------------------------------------------------------------------
@@ -324,7 +325,7 @@ def bench_calls(plugin_path: str, settings: Settings, models) -> list[list[str]]
             rows.append([f"{name} ({len(case.leaves)} args), {label}", f"{j:.0f}", f"{p:.0f}",
                          format_ratio(ratio), format_ratio(cpu_ratio),
                          "-" if goal is None else f"<= {goal}",
-                         "-" if goal is None else "met" if ratio <= goal else "NOT met"])
+                         "-" if goal is None else "met" if cpu_ratio <= goal else "NOT met"])
         del case
     client.close()
     return rows
@@ -389,8 +390,8 @@ def bench_start(plugin_path: str, settings: Settings) -> list[list[str]]:
 # --------------------------------------------------------------------------------------------
 
 
-CALL_HEADERS = ("measurement", "jax (us)", "pjrt (us)", "pjrt/jax", "CPU time pjrt/jax", "goal",
-                "status")
+CALL_HEADERS = ("measurement", "jax (us)", "pjrt (us)", "pjrt/jax", "CPU time pjrt/jax",
+                "goal (CPU time)", "status")
 START_HEADERS = ("pjrt, persistent compilation cache", "cold (ms)", "warm (ms)", "warm/cold",
                  "goal", "status")
 
