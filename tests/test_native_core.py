@@ -206,8 +206,9 @@ def test_parked_buffers_are_freed_when_the_oldest_call_ends_without_python(
 
 
 def test_threads_calling_one_client_leave_nothing_parked(client, device, monkeypatch):
-    """Two threads calling at once: each release while the other's call runs is parked, and
-    freed in C as calls end (before, each call's end ran settle() in Python)."""
+    """Two threads calling at once: a release while the other's call runs is freed at once
+    when that call does not pass its buffers, and anything parked is freed in C as calls end
+    (before, each call's end ran settle() in Python)."""
     import threading
 
     handle = client.raw_handle

@@ -4,7 +4,8 @@
  * The ownership rules are pjrt._capi.handles's: a call holds a ticket on its
  * client while the GIL is released around the plugin; a buffer is freed by
  * whoever takes its list out of the handle's registry, and only when no other
- * call is running (otherwise it is parked until the older calls end). This
+ * call that may pass it is running (otherwise it is parked until the older
+ * calls end; see calls_that_may_use). This
  * file is the one place those two rules are carried out; Python's handle
  * decides what a closed client raises, and settles what is parked. */
 #include "hot_path.h"
