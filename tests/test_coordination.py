@@ -177,6 +177,26 @@ def test_store_semantics_match_jaxlib_service(kind, client):
         service.shutdown()
 
 
+@pytest.mark.parametrize("kind,client", [("pjrt", "core"), ("jaxlib", "core"),
+                                         ("jaxlib", "public")])
+def test_use_compression(kind, client):
+    """``use_compression`` (gzip on the channel): values and barriers as without it."""
+    address = f"127.0.0.1:{free_port()}"
+    service = start_service(kind, address, 2, heartbeat_timeout=10)
+    a, b = pjrt_clients(address, 2, public=client == "public", use_compression=True)
+    try:
+        connect_all([a, b])
+        value = bytes(range(256)) * 4096 + b"end"  # 1 MiB and 3 bytes
+        a.key_value_set_bytes("big", value)
+        assert b.blocking_key_value_get_bytes("big", 5_000) == value
+        in_threads((a.wait_at_barrier, ("z", 10_000)), (b.wait_at_barrier, ("z", 10_000)))
+        in_threads((a.shutdown, ()), (b.shutdown, ()))
+    finally:
+        for c in (a, b):
+            c.close()
+        service.shutdown()
+
+
 # -- jaxlib's client against pjrt's service, pjrt's client against jaxlib's -----------------
 
 JAXLIB_CHILD = textwrap.dedent("""
