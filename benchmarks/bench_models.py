@@ -325,7 +325,8 @@ def bench_calls(plugin_path: str, settings: Settings, models) -> list[list[str]]
             rows.append([f"{name} ({len(case.leaves)} args), {label}", f"{j:.0f}", f"{p:.0f}",
                          format_ratio(ratio), format_ratio(cpu_ratio),
                          "-" if goal is None else f"<= {goal}",
-                         "-" if goal is None else "met" if cpu_ratio <= goal else "NOT met"])
+                         "-" if goal is None else "met" if round(cpu_ratio, 2) <= goal
+                         else "NOT met"])
         del case
     client.close()
     return rows
