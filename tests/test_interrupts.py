@@ -224,8 +224,11 @@ def test_backend_init_timeout_is_read_and_checked():
 # -- libtpu, a plugin that stalls at start-up off a TPU host ----------------------------------
 
 def _libtpu_env(**extra: str) -> dict:
-    # Without the switches a user might have set: the quirks must come from pjrt.
-    return child_env(drop=("TPU_", "ALLOW_MULTIPLE_LIBTPU_LOAD", "PJRT_"), **extra)
+    # Without the switches a user might have set: the quirks must come from pjrt. Only the CPU
+    # backend and libtpu under its other name come up: pjrt-tpu's own backend, where it is
+    # installed, would bring libtpu up first, with its quirks set for the whole process.
+    return child_env(drop=("TPU_", "ALLOW_MULTIPLE_LIBTPU_LOAD", "PJRT_"),
+                     PJRT_PLATFORMS="cpu,mytpu", **extra)
 
 
 @pytest.mark.vendor
@@ -233,15 +236,21 @@ def test_libtpu_under_another_name_gets_its_quirks():
     library = vendor_library("libtpu", "libtpu.so")
     result, elapsed, reports = run_child("""
         start = time.monotonic()
-        devices = pjrt.devices("cpu")
+        # A plugin named in PJRT_NAMES_AND_LIBRARY_PATHS must come up: its failure is raised.
+        try:
+            pjrt.devices("cpu")
+            raised = ""
+        except RuntimeError as error:
+            raised = str(error)
         report(case="up", seconds=time.monotonic() - start, errors=pjrt.backend_errors(),
-               skip=os.environ.get("TPU_SKIP_MDS_QUERY"))
+               raised=raised, skip=os.environ.get("TPU_SKIP_MDS_QUERY"))
     """, env=_libtpu_env(PJRT_NAMES_AND_LIBRARY_PATHS=f"mytpu:{library}"))
     assert result.returncode == 0, result.stderr[-3000:]
     up = reports["up"]
     # libtpu says at once that there is no TPU, instead of asking the metadata server.
     assert up["skip"] == "1" and up["seconds"] < 20, up
     assert "TPU initialization failed" in up["errors"]["mytpu"], up
+    assert "'mytpu'" in up["raised"] and "TPU initialization failed" in up["raised"], up
 
 
 @pytest.mark.vendor
@@ -252,8 +261,13 @@ def test_ctrl_c_and_the_time_limit_reach_a_stalled_libtpu():
         from pjrt._loading import vendor_quirks
         vendor_quirks.QUIRKS.clear()
         start = time.monotonic()
-        pjrt.devices("cpu")
-        report(case="up", seconds=time.monotonic() - start, errors=pjrt.backend_errors())
+        try:
+            pjrt.devices("cpu")
+            raised = ""
+        except RuntimeError as error:
+            raised = str(error)
+        report(case="up", seconds=time.monotonic() - start, errors=pjrt.backend_errors(),
+               raised=raised)
         pjrt.load_pjrt_plugin_dynamically("tpu2", sys.argv[3])
         interrupt("create", lambda: pjrt.make_c_api_client("tpu2"), inside="worker")
     """, env=_libtpu_env(PJRT_NAMES_AND_LIBRARY_PATHS=f"mytpu:{library}",
@@ -262,6 +276,7 @@ def test_ctrl_c_and_the_time_limit_reach_a_stalled_libtpu():
     assert result.returncode == 0, result.stderr[-3000:]
     assert reports["up"]["seconds"] < 15, reports["up"]
     assert "did not come up within 3 s" in reports["up"]["errors"]["mytpu"], reports["up"]
+    assert "did not come up within 3 s" in reports["up"]["raised"], reports["up"]
     assert_case_interrupted(reports, "create")
     assert elapsed < 45, elapsed
 

@@ -41,6 +41,18 @@ def _vendor_environment() -> str:
     return text.split("[testenv:vendor]", 1)[1].split("\n[", 1)[0]
 
 
+def test_the_vendor_environment_runs_every_file_with_vendor_tests():
+    """The other environments deselect ``vendor`` tests: a file the vendor environment does not
+    name would have its vendor tests run nowhere."""
+    commands = re.search(r"^commands = pytest (.*)$", _vendor_environment(), re.M)
+    assert commands, "the vendor environment has no pytest command"
+    named = {pathlib.PurePosixPath(word).name for word in commands.group(1).split()
+             if word.endswith(".py")}
+    marked = {path.name for path in (ROOT / "tests").glob("test_*.py")
+              if re.search(r"pytest\.mark\.vendor\b", path.read_text())}
+    assert marked <= named, sorted(marked - named)
+
+
 @pytest.mark.parametrize("project, distributions", [
     ("plugins/cuda", ["jax-cuda13-pjrt", "jax-cuda12-pjrt"]),
     ("plugins/rocm", ["jax-rocm10-pjrt", "jax-rocm7-pjrt"]),
