@@ -283,8 +283,9 @@ module @donor {
 def test_a_release_during_a_call_parks_only_what_the_call_passes(client, device, monkeypatch):
     """A CallPlan call running (held here in its donation hook, its arguments placed) makes a
     release park only buffers the call passes: another array's buffers are freed at once, and
-    an argument of the call deleted meanwhile waits until the call ends. Before, with several
-    threads calling, one call preempted in its launch parked every output the others let go."""
+    an argument of the call deleted meanwhile waits until the call ends, without making the
+    releases after it park. Before, with several threads calling, one call preempted in its
+    launch parked every output the others let go."""
     from pjrt._runtime import launches
 
     handle = client.raw_handle
@@ -316,11 +317,14 @@ def test_a_release_during_a_call_parks_only_what_the_call_passes(client, device,
         seen["other parked"] = len(handle.parked) - parked
         y.delete()  # passed by this call: it must outlive the launch
         seen["argument parked"] = len(handle.parked) - parked
+        third = client.buffer_from_pyval(np.ones(8, np.float32), device)
+        del third  # freed at once, though something else is parked
+        seen["then"] = len(handle.parked) - parked
 
     during.append(release_others_and_an_argument)
     x = client.buffer_from_pyval(x_host, device)
     (out,) = plan.run([x, y], False)
     during.clear()
-    assert seen == {"other parked": 0, "argument parked": 1}
+    assert seen == {"other parked": 0, "argument parked": 1, "then": 1}
     assert not handle.parked and not handle.active
     np.testing.assert_array_equal(np.asarray(out), x_host + 2)

@@ -414,10 +414,12 @@ static int free_or_park(HandleCore* handle, PyObject* ticket, PyObject* buffers,
   /* Read after the addresses, whose reading may allocate and so let other
    * threads run: with no other call running none can be using the buffers
    * (calls that start from now on find their owner released), nor with only
-   * CallPlan calls running that do not pass them (calls_that_may_use). A closed
-   * client (or one inherited through fork, which is closed too) parks: its
-   * settling decides what may still be freed. */
-  now = now && PyList_Size(handle->parked) == 0 && handle->closed == Py_False &&
+   * CallPlan calls running that do not pass them (calls_that_may_use), whatever
+   * is parked: those entries wait for their own calls (while one was parked,
+   * every later release used to park too, 0.06-0.17 per call with 4 threads on
+   * 2 devices). A closed client (or one inherited through fork, which is closed
+   * too) parks: its settling decides what may still be freed. */
+  now = now && handle->closed == Py_False &&
         handle->table_address != 0 && calls_that_may_use(handle, addresses, count) == 0;
   if (now) {
     const PJRT_Api* api = (const PJRT_Api*)(uintptr_t)handle->table_address;
