@@ -231,12 +231,10 @@ def _libtpu_env(**extra: str) -> dict:
                      PJRT_PLATFORMS="cpu,mytpu", **extra)
 
 
-@pytest.mark.vendor
-def test_libtpu_under_another_name_gets_its_quirks():
-    library = vendor_library("libtpu", "libtpu.so")
-    result, elapsed, reports = run_child("""
+#: The child brings its backends up and reports how long it took, each backend's error, the
+#: error raised (a plugin named in PJRT_NAMES_AND_LIBRARY_PATHS must come up) and libtpu's switch.
+_BRING_UP = """
         start = time.monotonic()
-        # A plugin named in PJRT_NAMES_AND_LIBRARY_PATHS must come up: its failure is raised.
         try:
             pjrt.devices("cpu")
             raised = ""
@@ -244,7 +242,14 @@ def test_libtpu_under_another_name_gets_its_quirks():
             raised = str(error)
         report(case="up", seconds=time.monotonic() - start, errors=pjrt.backend_errors(),
                raised=raised, skip=os.environ.get("TPU_SKIP_MDS_QUERY"))
-    """, env=_libtpu_env(PJRT_NAMES_AND_LIBRARY_PATHS=f"mytpu:{library}"))
+"""
+
+
+@pytest.mark.vendor
+def test_libtpu_under_another_name_gets_its_quirks():
+    library = vendor_library("libtpu", "libtpu.so")
+    result, elapsed, reports = run_child(_BRING_UP, env=_libtpu_env(
+        PJRT_NAMES_AND_LIBRARY_PATHS=f"mytpu:{library}"))
     assert result.returncode == 0, result.stderr[-3000:]
     up = reports["up"]
     # libtpu says at once that there is no TPU, instead of asking the metadata server.
@@ -260,14 +265,7 @@ def test_ctrl_c_and_the_time_limit_reach_a_stalled_libtpu():
     result, elapsed, reports = run_child("""
         from pjrt._loading import vendor_quirks
         vendor_quirks.QUIRKS.clear()
-        start = time.monotonic()
-        try:
-            pjrt.devices("cpu")
-            raised = ""
-        except RuntimeError as error:
-            raised = str(error)
-        report(case="up", seconds=time.monotonic() - start, errors=pjrt.backend_errors(),
-               raised=raised)
+    """ + _BRING_UP + """
         pjrt.load_pjrt_plugin_dynamically("tpu2", sys.argv[3])
         interrupt("create", lambda: pjrt.make_c_api_client("tpu2"), inside="worker")
     """, env=_libtpu_env(PJRT_NAMES_AND_LIBRARY_PATHS=f"mytpu:{library}",
