@@ -141,9 +141,7 @@ class CoreChannel:
 
     def unary(self, path: bytes, request: bytes, timeout: float | None) -> bytes:
         """One call: the response's bytes, or `RpcFailure`."""
-        call = self._start(path, request, timeout)
-        call._call.next_event()
-        return _outcome(call._operations)
+        return self._start(path, request, timeout).result()
 
     def start(self, path: bytes, request: bytes, timeout: float | None = None) -> _CoreCall:
         """A call to wait on later (``result()``) or cancel."""

@@ -136,11 +136,7 @@ class DistributedRuntimeClient:
         """A call that ends quickly (a set, a try-get): one blocking RPC."""
         if self._error is not None or not self._connected:
             self._check_usable()
-        try:
-            return self._channel.unary(_PATHS[method], request,
-                                       self.rpc_timeout if timeout is None else timeout)
-        except RpcFailure as failure:
-            raise self._error_of(failure) from None
+        return self._send(method, request, self.rpc_timeout if timeout is None else timeout)
 
     def _wait(self, method: str, request: bytes, timeout: float | None,
               what: str, check_error: bool = True) -> bytes:
